@@ -1,0 +1,46 @@
+# Two commands set everything up on a fresh machine (Python 3.11, no GPU needed):
+#   make demo   install into .venv, show ED examples, train and evaluate a tiny model (embedded sample)
+#   make test   install into .venv and run the test suite (what .ci/run calls)
+#
+# GPU users keep their own torch:  make install TORCH_SPEC=   (installs no torch at all)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+PARLAI := $(VENV)/bin/parlai
+DEMO_DIR ?= /tmp/parlai_empathy_demo
+
+.PHONY: install reinstall demo test clean
+
+$(VENV)/.deps-installed: requirements.txt requirements-test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	@# torch first, so that nothing later can pull a multi-GB CUDA build of another torch
+	$(if $(strip $(TORCH_SPEC)),$(PIP) install --quiet "$(TORCH_SPEC)" "setuptools<81")
+	$(PIP) install --quiet --no-deps parlai==1.7.2
+	$(PIP) install --quiet -r requirements.txt -r requirements-test.txt
+	touch $@
+
+# Our package is installed for real (not -e): its leaf modules must land in site-packages/parlai/.
+reinstall: $(VENV)/.deps-installed
+	flock /tmp/parlai-empathy-install.lock $(PIP) install --quiet --no-deps --no-build-isolation --force-reinstall .
+
+install: reinstall
+
+demo: install
+	$(PARLAI) display_data -t empathy_ed_clean --ed-datapath sample -dt valid -n 3
+	$(PARLAI) empathy_clean_report --ed-datapath sample
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(PARLAI) train_model -t empathy_ed_clean --ed-datapath sample -m transformer/generator \
+	  -mf $(DEMO_DIR)/model --n-layers 1 --embedding-size 32 --ffn-size 64 --n-heads 2 \
+	  -bs 16 --max-train-steps 30 -vstep 15 -vmt ppl -vmm min --skip-generation true \
+	  --dict-maxtokens 3000 --truncate 64
+	$(PARLAI) eval_model -t empathy_ed_clean --ed-datapath sample -mf $(DEMO_DIR)/model -dt test \
+	  --inference greedy --skip-generation false -bs 16
+
+test: install
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf build *.egg-info $(VENV)

@@ -1,0 +1,1 @@
+"""ParlAI agents over the plain models in ``parlai_empathy.models``."""

@@ -1,0 +1,150 @@
+"""Make ParlAI 1.7.2 run on Python 3.11, torch 2.13, numpy 2 and setuptools>=81.
+
+ParlAI is frozen, so its breakage against the modern stack is absorbed here, in one place, by
+repairing the *ParlAI* modules that break. torch, numpy and setuptools are never patched:
+
+* ``parlai.nn.lr_scheduler`` builds ``ReduceLROnPlateau(..., verbose=True)``; torch 2.13 removed
+  ``verbose``. That module gets a view of ``torch.optim`` whose ``ReduceLROnPlateau`` drops it.
+* ``parlai.core.dict`` uses ``np.int`` (gone in numpy 2). That module gets a view of numpy that
+  has ``int``.
+* ``parlai.core.opt`` imports ``pkg_resources`` (gone in setuptools>=81). When it is missing, a
+  small stand-in built on ``importlib.resources`` is registered under that name.
+
+The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
+module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs, the
+moment those ParlAI modules are first imported in any process. The hook imports nothing heavy.
+"""
+import importlib.abc
+import importlib.util
+import sys
+import types
+
+_REPAIRS = {}  # ParlAI module name -> function(module) that repairs it in place
+
+
+def _repairs_for(module_name):
+    def register(fn):
+        _REPAIRS[module_name] = fn
+        return fn
+
+    return register
+
+
+class _ModuleView(types.ModuleType):
+    """A read-through view of a module with a few names overridden.
+
+    It is handed to one ParlAI module in place of the real one, so the real module stays intact
+    for everybody else.
+    """
+
+    def __init__(self, wrapped, **overrides):
+        super().__init__(wrapped.__name__, wrapped.__doc__)
+        self.__dict__['_wrapped'] = wrapped
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__['_wrapped'], name)
+
+
+@_repairs_for('parlai.nn.lr_scheduler')
+def _repair_lr_scheduler(module):
+    real_optim = module.optim
+    if isinstance(real_optim, _ModuleView):
+        return
+    real_plateau = real_optim.lr_scheduler.ReduceLROnPlateau
+
+    class ReduceLROnPlateau(real_plateau):
+        """torch>=2.7 dropped the ``verbose`` argument that ParlAI still passes."""
+
+        def __init__(self, *args, verbose=None, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    lr_scheduler_view = _ModuleView(real_optim.lr_scheduler, ReduceLROnPlateau=ReduceLROnPlateau)
+    module.optim = _ModuleView(real_optim, lr_scheduler=lr_scheduler_view)
+
+
+@_repairs_for('parlai.core.dict')
+def _repair_dict(module):
+    real_np = module.np
+    if isinstance(real_np, _ModuleView) or 'int' in real_np.__dict__:
+        return
+    module.np = _ModuleView(real_np, int=int)
+
+
+def pkg_resources_stand_in():
+    """The two ``pkg_resources`` functions ParlAI 1.7.2 calls, on ``importlib.resources``."""
+    import importlib.resources as resources
+
+    stand_in = types.ModuleType('pkg_resources')
+    stand_in.__doc__ = 'parlai_empathy.compat stand-in for setuptools<81 pkg_resources'
+
+    def resource_exists(package, resource_name):
+        try:
+            return resources.files(package).joinpath(resource_name).is_file()
+        except (ModuleNotFoundError, TypeError):
+            return False
+
+    def resource_filename(package, resource_name):
+        return str(resources.files(package).joinpath(resource_name))
+
+    stand_in.resource_exists = resource_exists
+    stand_in.resource_filename = resource_filename
+    return stand_in
+
+
+def ensure_pkg_resources():
+    if 'pkg_resources' in sys.modules or importlib.util.find_spec('pkg_resources') is not None:
+        return
+    sys.modules['pkg_resources'] = pkg_resources_stand_in()
+
+
+def apply():
+    """Repair every ParlAI module that is already imported; idempotent."""
+    ensure_pkg_resources()
+    for name, repair in _REPAIRS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            repair(module)
+
+
+class _RepairAfterImport(importlib.abc.MetaPathFinder):
+    """Import hook: finds nothing itself, but wraps the loader of the modules we repair."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _REPAIRS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, 'find_spec'):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _RepairingLoader(spec.loader, _REPAIRS[fullname])
+                return spec
+        return None
+
+
+class _RepairingLoader(importlib.abc.Loader):
+    def __init__(self, loader, repair):
+        self._loader = loader
+        self._repair = repair
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._repair(module)
+
+
+def install_import_hook():
+    """Called from the .pth file at interpreter start-up; must never break Python."""
+    try:
+        ensure_pkg_resources()
+        if not any(isinstance(f, _RepairAfterImport) for f in sys.meta_path):
+            sys.meta_path.insert(0, _RepairAfterImport())
+        apply()
+    except Exception as err:  # pragma: no cover - defensive: never break interpreter start-up
+        sys.stderr.write(f'parlai_empathy.compat: start-up hook disabled ({err!r})\n')
+
+
+install_import_hook()

@@ -1,0 +1,1 @@
+"""Data readers: EmpatheticDialogues raw/clean, GoEmotions, and the emotion taxonomies."""

@@ -1,0 +1,82 @@
+"""parlai-empathy: a ParlAI plugin for empathetic-dialogue research.
+
+Two kinds of Python packages go into the wheel:
+
+* ``parlai_empathy`` -- the library (data, models, metrics, human evaluation);
+* thin leaf modules that land inside ParlAI's own namespaces so that stock ParlAI resolves our
+  plain names (``-t empathy_ed_clean``, ``-m empathy/mime``, ``parlai empathy_score``):
+  ``tasks/<name>/`` -> ``parlai/tasks/<name>/``, ``agents/empathy/`` -> ``parlai/agents/empathy/``,
+  ``zoo/empathy/`` -> ``parlai/zoo/empathy/`` and ``scripts/*.py`` -> ``parlai/scripts/``.
+
+Only leaf packages are listed, so the wheel never contains ``parlai/__init__.py`` or any other
+``__init__.py`` that belongs to ParlAI, and ``pip uninstall parlai-empathy`` removes only our
+files. ParlAI itself is deliberately *not* in install_requires: its 1.7.2 pins do not run on
+Python 3.11 / torch 2.13 / numpy 2; the README's install command installs it with ``--no-deps``.
+"""
+import os
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STARTUP_PTH = 'parlai_empathy_compat.pth'
+
+
+def namespace_leaves():
+    """Map each thin ParlAI-facing folder to its package name inside ParlAI's namespace."""
+    mapping = {}
+    for name in sorted(os.listdir(os.path.join(HERE, 'tasks'))):
+        if os.path.isfile(os.path.join(HERE, 'tasks', name, 'agents.py')):
+            mapping[f'parlai.tasks.{name}'] = f'tasks/{name}'
+    mapping['parlai.agents.empathy'] = 'agents/empathy'
+    mapping['parlai.zoo.empathy'] = 'zoo/empathy'
+    # parlai/scripts has no __init__.py of ours: setuptools copies the modules only.
+    mapping['parlai.scripts'] = 'scripts'
+    return mapping
+
+
+class BuildWithStartupHook(build_py):
+    """Also put the .pth file at the top of site-packages.
+
+    It registers parlai_empathy.compat's import hook, which repairs ParlAI 1.7.2 for the modern
+    stack the moment ParlAI's modules are imported, in every process (stock ``parlai`` CLI,
+    ``python -m parlai.scripts.*``, spawned workers), without importing ParlAI or torch itself.
+    """
+
+    def run(self):
+        super().run()
+        self.copy_file(os.path.join(HERE, STARTUP_PTH), os.path.join(self.build_lib, STARTUP_PTH))
+
+
+LEAVES = namespace_leaves()
+
+setup(
+    name='parlai-empathy',
+    version='0.1.0',
+    description='Empathetic-dialogue research in ParlAI: ED teachers, BERT ranker, MIME, ETHREED, '
+    'one metric suite and human evaluation',
+    long_description=open(os.path.join(HERE, 'README.md'), encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    license='MIT (code); embedded ED sample CC BY-NC 4.0',
+    python_requires='>=3.9',
+    packages=find_packages(include=['parlai_empathy', 'parlai_empathy.*']) + sorted(LEAVES),
+    package_dir=LEAVES,
+    package_data={'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*']},
+    cmdclass={'build_py': BuildWithStartupHook},
+    install_requires=[
+        # ParlAI 1.7.2 is installed separately with --no-deps (see README).
+        'torch>=2.1',
+        'numpy>=1.24',
+        'iopath',
+        'requests',
+        'PyYAML',
+        'nltk',
+        'transformers>=4.40',
+        'sacrebleu>=2.3',
+        'bert-score>=0.3.13',
+        'pandas',
+        'matplotlib',
+        'tqdm',
+    ],
+    zip_safe=False,
+)

@@ -1,0 +1,366 @@
+"""Reading EmpatheticDialogues' raw CSV files, faithfully or with cleaning.
+
+The raw files are not real CSV: fields are split on ``,`` and commas inside text are written
+``_comma_``. Two readers share one output shape (:class:`Conversation`):
+
+* :func:`read_faithful` reads exactly as ParlAI's ``empathetic_dialogues`` teacher does (so
+  ``empathy_ed`` yields its examples), but a malformed line raises :class:`EDFormatError` naming
+  file, line and field instead of a bare assert or an aborted load.
+* :func:`read_clean` recovers what the raw reading crashes on or mangles (the cleaned ED of Metz &
+  You) and accounts for every change in a :class:`CleaningReport`: nothing is dropped silently.
+"""
+import json
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+HEADER = ['conv_id', 'utterance_idx', 'context', 'prompt', 'speaker_idx', 'utterance', 'selfeval', 'tags']
+CONV_ID_RE = re.compile(r'^hit:\d+_conv:\d+$')
+# selfeval is "a|b|c_d|e|f" (ratings of both workers); a free-text answer sometimes replaces one.
+SELFEVAL_RE = re.compile(r'^\d\|\d\|\d_.*\|\d$|^.*_\d\|\d\|\d$')
+MAX_EXAMPLE_LINES = 10
+
+
+class EDFormatError(ValueError):
+    """A raw ED line that cannot be read; the message names file, line and field."""
+
+    def __init__(self, path, line_no, field_name, problem):
+        self.path, self.line_no, self.field_name, self.problem = path, line_no, field_name, problem
+        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+
+
+@dataclass
+class Utterance:
+    text: str
+    utterance_idx: int
+    line_no: int
+    speaker_idx: str = ''
+    selfeval: str = ''
+    tags: str = ''
+    candidates: Optional[List[str]] = None  # the raw 9th field, when present
+
+
+@dataclass
+class Conversation:
+    conv_id: str
+    emotion: str
+    situation: str
+    utterances: List[Utterance] = field(default_factory=list)
+
+
+def unescape(text: str) -> str:
+    return text.replace('_comma_', ',')
+
+
+def unescape_candidate(text: str) -> str:
+    return text.replace('_comma_', ',').replace('_pipe_', '|')
+
+
+def _lines(path):
+    """(line number, text) for every line after the header, newline removed."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'EmpatheticDialogues file not found: {path}')
+    with open(path, 'rb') as f:
+        for line_no, raw in enumerate(f, start=1):
+            yield line_no, raw
+
+
+# ---------------------------------------------------------------------------------------------
+# Faithful reading: ParlAI's semantics, clear errors
+# ---------------------------------------------------------------------------------------------
+
+
+def read_faithful(path: str) -> List[Conversation]:
+    """Conversations exactly as ParlAI 1.7.2's teacher sees them (split on ',', 8 or 9 fields)."""
+    conversations: List[Conversation] = []
+    current: Optional[Conversation] = None
+    for line_no, raw in _lines(path):
+        if line_no == 1:
+            continue
+        try:
+            line = raw.decode('utf-8')
+        except UnicodeDecodeError as err:
+            raise EDFormatError(path, line_no, 'line', f'not UTF-8 ({err.reason} at byte {err.start})')
+        parts = line.strip().split(',')
+        if len(parts) not in (8, 9):
+            raise EDFormatError(
+                path, line_no, 'line',
+                f'has {len(parts)} comma-separated fields, expected 8 (or 9 with inline candidates); '
+                'use the empathy_ed_clean teacher to recover such rows',
+            )
+        try:
+            utterance_idx = int(parts[1])
+        except ValueError:
+            raise EDFormatError(path, line_no, 'utterance_idx', f'not an integer: {parts[1]!r}')
+        candidates = None
+        if len(parts) == 9 and parts[8] != '':
+            candidates = [unescape_candidate(c).strip() for c in parts[8].split('|')]
+        utt = Utterance(unescape(parts[5]), utterance_idx, line_no, parts[4], parts[6], parts[7], candidates)
+        if current is not None and current.conv_id == parts[0]:
+            expected = current.utterances[-1].utterance_idx + 1
+            if utterance_idx != expected:
+                raise EDFormatError(
+                    path, line_no, 'utterance_idx',
+                    f'is {utterance_idx} but {expected} was expected in {parts[0]}; '
+                    'use the empathy_ed_clean teacher to renumber',
+                )
+            current.utterances.append(utt)
+        else:
+            if utterance_idx != 1:
+                raise EDFormatError(
+                    path, line_no, 'utterance_idx',
+                    f'conversation {parts[0]} starts at {utterance_idx}, not 1',
+                )
+            current = Conversation(parts[0], parts[2], unescape(parts[3]), [utt])
+            conversations.append(current)
+    return conversations
+
+
+# ---------------------------------------------------------------------------------------------
+# Clean reading: recover, and account for every change
+# ---------------------------------------------------------------------------------------------
+
+FIX_DESCRIPTIONS = OrderedDict(
+    [
+        ('invalid_utf8', 'bytes that are not UTF-8 were replaced by U+FFFD'),
+        ('blank_line', 'blank line skipped'),
+        ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right (EmpatheticDialogues issue #40) - realigned'),
+        ('unescaped_comma', 'raw commas inside a text field split it; fields re-joined'),
+        ('missing_trailing_fields', 'row ended early; missing selfeval/tags taken as empty'),
+        ('inline_candidates', '9th field of inline candidates split off (kept, _comma_/_pipe_ decoded)'),
+        ('csv_quoting', 'field wrapped in CSV quotes; quotes removed'),
+        ('stray_quote', 'unbalanced double quote at the start or end of a field removed'),
+        ('edge_whitespace', 'leading/trailing spaces stripped'),
+        ('double_space', 'runs of spaces collapsed'),
+        ('empty_utterance', 'utterance empty after cleaning; row removed'),
+        ('duplicate_row', 'exact repeat of the previous row; removed'),
+        ('repeated_index', 'utterance_idx repeated with different text; renumbered'),
+        ('index_gap', 'gap or disorder in utterance_idx; renumbered'),
+        ('bad_utterance_idx', 'utterance_idx not an integer; position used'),
+        ('inconsistent_conversation_field', 'emotion/situation differs inside a conversation; first value kept'),
+        ('short_conversation', 'conversation has fewer than 2 utterances; kept but yields no example'),
+    ]
+)
+
+
+@dataclass
+class CleaningReport:
+    """Every fix by kind (count, first line numbers) and every row that could not be recovered."""
+
+    path: str
+    rows_read: int = 0
+    rows_kept: int = 0
+    conversations: int = 0
+    fixes: Dict[str, Dict] = field(default_factory=OrderedDict)
+    unrecoverable: List[Dict] = field(default_factory=list)
+
+    def fix(self, kind: str, line_no: int, count: int = 1):
+        entry = self.fixes.setdefault(kind, {'count': 0, 'example_lines': []})
+        entry['count'] += count
+        if len(entry['example_lines']) < MAX_EXAMPLE_LINES and line_no not in entry['example_lines']:
+            entry['example_lines'].append(line_no)
+
+    def reject(self, line_no: int, reason: str, raw: str):
+        self.unrecoverable.append({'line': line_no, 'reason': reason, 'raw': raw[:500]})
+
+    def count(self, kind: str) -> int:
+        return self.fixes.get(kind, {}).get('count', 0)
+
+    def to_dict(self) -> Dict:
+        return {
+            'path': self.path,
+            'rows_read': self.rows_read,
+            'rows_kept': self.rows_kept,
+            'conversations': self.conversations,
+            'fixes': {k: dict(v, description=FIX_DESCRIPTIONS.get(k, '')) for k, v in self.fixes.items()},
+            'unrecoverable': self.unrecoverable,
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f'Cleaning report for {self.path}',
+            f'  rows read {self.rows_read}, rows kept {self.rows_kept}, conversations {self.conversations}, '
+            f'unrecoverable {len(self.unrecoverable)}',
+        ]
+        if not self.fixes and not self.unrecoverable:
+            lines.append('  no fixes were needed')
+        for kind in FIX_DESCRIPTIONS:
+            if kind in self.fixes:
+                entry = self.fixes[kind]
+                shown = ', '.join(str(n) for n in entry['example_lines'])
+                lines.append(f'  {kind:32s} {entry["count"]:7d}  (e.g. lines {shown}): {FIX_DESCRIPTIONS[kind]}')
+        for bad in self.unrecoverable:
+            lines.append(f'  UNRECOVERABLE line {bad["line"]}: {bad["reason"]}')
+        return '\n'.join(lines)
+
+
+_SPACES_RE = re.compile(r' {2,}')
+
+
+def _clean_text(text: str, line_no: int, report: CleaningReport) -> str:
+    text = unescape(text).replace('_pipe_', '|')
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"' and text.count('"') == 2:
+        text = text[1:-1]
+        report.fix('csv_quoting', line_no)
+    if text.count('"') % 2 == 1:
+        # An odd quote at either edge is a leftover of broken CSV quoting. A lone quote inside
+        # the text (``I"m``) is the writer's typo, not ours to guess at: it is left alone.
+        stripped = text.strip()
+        if stripped.startswith('"'):
+            text = stripped[1:]
+            report.fix('stray_quote', line_no)
+        elif stripped.endswith('"'):
+            text = stripped[:-1]
+            report.fix('stray_quote', line_no)
+    if text != text.strip():
+        text = text.strip()
+        report.fix('edge_whitespace', line_no)
+    if '  ' in text:
+        text = _SPACES_RE.sub(' ', text)
+        report.fix('double_space', line_no)
+    return text
+
+
+def _normalized(text: str) -> str:
+    return _SPACES_RE.sub(' ', unescape(text)).strip().strip('"').lower()
+
+
+def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Optional[Tuple]:
+    """(utterance, selfeval, tags, candidate field) for a row, recovering known misalignments."""
+    n = len(parts)
+    if n == 8:
+        return parts[5], parts[6], parts[7], None
+    if n < 8:
+        if n >= 6:
+            report.fix('missing_trailing_fields', line_no)
+            padded = parts + [''] * (8 - n)
+            return padded[5], padded[6], padded[7], None
+        return None
+    prompt = parts[3]
+
+    def looks_like_selfeval(value):
+        return value == '' or bool(SELFEVAL_RE.match(value))
+
+    # Issue #40: the prompt sits in the utterance column and everything after it moved right.
+    if (
+        _normalized(parts[5]) == _normalized(prompt)
+        and not SELFEVAL_RE.match(parts[6])
+        and looks_like_selfeval(parts[7])
+    ):
+        report.fix('prompt_repeated_shift', line_no)
+        candidates = ','.join(parts[9:]) if n > 9 else None
+        return parts[6], parts[7], parts[8], candidates
+    if n == 9 and looks_like_selfeval(parts[6]):
+        report.fix('inline_candidates', line_no)
+        return parts[5], parts[6], parts[7], parts[8]
+    # Raw commas inside the utterance: the selfeval field is the anchor that tells where it ends.
+    for j in range(6, n - 1):
+        if SELFEVAL_RE.match(parts[j]):
+            report.fix('unescaped_comma', line_no)
+            candidates = ','.join(parts[j + 2:]) if n > j + 2 else None
+            if candidates is not None:
+                report.fix('inline_candidates', line_no)
+            return ','.join(parts[5:j]), parts[j], parts[j + 1], candidates
+    return None
+
+
+def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List[Conversation], CleaningReport]:
+    """Read a raw ED file, recovering malformed rows; returns conversations and the report."""
+    report = report or CleaningReport(path)
+    rows: List[Tuple[Dict, Utterance]] = []
+    for line_no, raw in _lines(path):
+        try:
+            line = raw.decode('utf-8')
+        except UnicodeDecodeError:
+            line = raw.decode('utf-8', errors='replace')
+            report.fix('invalid_utf8', line_no)
+        line = line.rstrip('\r\n')
+        if line_no == 1 and line.startswith('conv_id,'):
+            continue
+        report.rows_read += 1
+        if not line.strip():
+            report.fix('blank_line', line_no)
+            continue
+        parts = line.split(',')
+        if not CONV_ID_RE.match(parts[0]):
+            report.reject(line_no, f'field conv_id: {parts[0][:40]!r} is not of the form hit:N_conv:M', line)
+            continue
+        split = _split_fields(parts, line_no, report)
+        if split is None:
+            report.reject(
+                line_no,
+                f'field utterance: {len(parts)} fields and no selfeval field to anchor the utterance on',
+                line,
+            )
+            continue
+        utterance, selfeval, tags, candidate_field = split
+        text = _clean_text(utterance, line_no, report)
+        if not text:
+            report.fix('empty_utterance', line_no)
+            continue
+        candidates = None
+        if candidate_field:
+            candidates = [_SPACES_RE.sub(' ', unescape_candidate(c)).strip() for c in candidate_field.split('|')]
+        try:
+            utterance_idx = int(parts[1])
+        except ValueError:
+            report.fix('bad_utterance_idx', line_no)
+            utterance_idx = -1
+        meta = {
+            'conv_id': parts[0],
+            'emotion': parts[2].strip(),
+            'situation': _clean_text(parts[3], line_no, report),
+        }
+        utt = Utterance(text, utterance_idx, line_no, parts[4].strip(), selfeval, tags, candidates)
+        rows.append((meta, utt))
+
+    conversations = _group_and_renumber(rows, report)
+    report.rows_kept = sum(len(c.utterances) for c in conversations)
+    report.conversations = len(conversations)
+    return conversations, report
+
+
+def _group_and_renumber(rows, report: CleaningReport) -> List[Conversation]:
+    """Group consecutive rows by conv_id, drop exact repeats, and number utterances 1..n."""
+    conversations: List[Conversation] = []
+    for meta, utt in rows:
+        conv = conversations[-1] if conversations else None
+        if conv is None or conv.conv_id != meta['conv_id']:
+            conv = Conversation(meta['conv_id'], meta['emotion'], meta['situation'])
+            conversations.append(conv)
+            expected_idx = 1
+        elif (meta['emotion'], meta['situation']) != (conv.emotion, conv.situation):
+            report.fix('inconsistent_conversation_field', utt.line_no)
+        previous = conv.utterances[-1] if conv.utterances else None
+        if previous is not None and utt.utterance_idx == previous.utterance_idx != -1:
+            if utt.text == previous.text:
+                report.fix('duplicate_row', utt.line_no)
+                continue
+            report.fix('repeated_index', utt.line_no)
+        elif utt.utterance_idx not in (expected_idx, -1):
+            report.fix('index_gap', utt.line_no)
+        if utt.utterance_idx != -1:
+            expected_idx = utt.utterance_idx + 1
+        utt.utterance_idx = len(conv.utterances) + 1
+        conv.utterances.append(utt)
+    for conv in conversations:
+        if len(conv.utterances) < 2:
+            report.fix('short_conversation', conv.utterances[0].line_no)
+    return conversations
+
+
+def write_report(report: CleaningReport, directory: str, split: str) -> str:
+    """Write ``<split>.cleaning_report.json`` and ``.txt`` atomically; returns the JSON path."""
+    os.makedirs(directory, exist_ok=True)
+    json_path = os.path.join(directory, f'{split}.cleaning_report.json')
+    for path, content in (
+        (json_path, json.dumps(report.to_dict(), indent=1)),
+        (json_path[: -len('.json')] + '.txt', report.summary() + '\n'),
+    ):
+        tmp = f'{path}.tmp{os.getpid()}'
+        with open(tmp, 'w', encoding='utf-8') as f:
+            f.write(content)
+        os.replace(tmp, path)
+    return json_path

@@ -1,0 +1,148 @@
+"""EmpatheticDialogues teachers: ``empathy_ed`` (faithful) and ``empathy_ed_clean`` (cleaned).
+
+``empathy_ed`` yields exactly the examples of ParlAI's own ``empathetic_dialogues`` teacher
+(64,636 / 5,738 / 5,259 on the official files) but fails on a malformed file with an error that
+names file, line and field. ``empathy_ed_clean`` recovers such rows (Metz & You's cleaned ED) and
+writes a cleaning report; ``parlai empathy_clean_report`` prints it.
+
+Full-path form, for when ParlAI's namespace modules are not installed:
+``-t parlai_empathy.tasks.ed:CleanTeacher`` / ``-t parlai_empathy.tasks.ed:FaithfulTeacher``.
+"""
+import os
+from typing import Optional
+
+from parlai_empathy import compat
+
+compat.apply()
+
+from parlai.core.opt import Opt  # noqa: E402
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
+import parlai.utils.logging as logging  # noqa: E402
+
+from parlai_empathy.data import ed_episodes, ed_raw, ed_source  # noqa: E402
+
+CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'random100')
+
+
+class EDTeacherBase(DialogTeacher):
+    """Shared options and episode building; subclasses choose the reader."""
+
+    cleaned = False
+
+    @classmethod
+    def add_cmdline_args(cls, parser: ParlaiParser, partial_opt: Optional[Opt] = None) -> ParlaiParser:
+        super().add_cmdline_args(parser, partial_opt)
+        group = parser.add_argument_group('EmpatheticDialogues (parlai-empathy) arguments')
+        group.add_argument(
+            '--ed-datapath',
+            type=str,
+            default=None,
+            help=f'Folder with train.csv/valid.csv/test.csv; "sample" = the small real sample embedded '
+            f'in parlai-empathy. Default: ${ed_source.ED_DIR_ENV}, else the official release '
+            f'downloaded into --datapath.',
+        )
+        group.add_argument(
+            '--train-experiencer-only',
+            type='bool',
+            default=False,
+            help='In train, only use the side where the Listener responds (as in ParlAI). Valid and '
+            'test always use only that side.',
+        )
+        group.add_argument(
+            '--ed-history-length',
+            type=int,
+            default=0,
+            help='0: ParlAI episodes (text is the previous utterance; the agent keeps the history). '
+            'N>0: every example is its own episode whose text is the last N utterances joined by '
+            'newlines (the ED paper uses 4).',
+        )
+        group.add_argument(
+            '--ed-candidates',
+            type=str,
+            default='inline',
+            choices=CANDIDATE_MODES,
+            help='label_candidates to emit. inline: the raw files\' 9th field when present (ParlAI\'s '
+            'behaviour); rashkin100: Rashkin et al.\'s P@1,100 protocol - consecutive blocks of 100 '
+            'examples share their gold responses as candidates and the last partial block is dropped, '
+            'so that --eval-candidates inline makes hits@1 equal P@1,100; random100: the gold plus 99 '
+            'seeded random responses of the split (not Rashkin\'s protocol); none.',
+        )
+        group.add_argument('--ed-candidates-seed', type=int, default=0, help='seed for random100')
+        return parser
+
+    def __init__(self, opt, shared=None):
+        opt = Opt(opt)
+        self.split = opt['datatype'].split(':')[0]
+        if shared is None:
+            folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt.get('datapath'))
+            opt['datafile'] = os.path.join(folder, self.split + '.csv')
+        else:
+            opt['datafile'] = shared['opt']['datafile']
+        self.id = self.task_name
+        super().__init__(opt, shared)
+
+    def read_conversations(self, path):
+        raise NotImplementedError
+
+    def setup_data(self, path):
+        logging.info(f'{self.task_name}: loading {path}')
+        conversations = self.read_conversations(path)
+        both_sides = self.split == 'train' and not self.opt.get('train_experiencer_only', False)
+        episodes = ed_episodes.build_episodes(conversations, both_sides, self.opt.get('ed_history_length', 0))
+        mode = self.opt.get('ed_candidates', 'inline')
+        if mode == 'none':
+            for episode in episodes:
+                for example in episode:
+                    example.label_candidates = None
+        elif mode == 'rashkin100':
+            total = sum(len(e) for e in episodes)
+            episodes = ed_episodes.attach_rashkin_candidates(episodes)
+            kept = sum(len(e) for e in episodes)
+            logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)')
+        elif mode == 'random100':
+            episodes = ed_episodes.attach_random_candidates(episodes, seed=self.opt.get('ed_candidates_seed', 0))
+        for episode in episodes:
+            for i, example in enumerate(episode):
+                yield example.to_message(), i == 0
+
+
+@register_teacher('empathy_ed')
+class FaithfulTeacher(EDTeacherBase):
+    """ParlAI's empathetic_dialogues examples, with clear errors instead of asserts."""
+
+    task_name = 'empathy_ed'
+
+    def read_conversations(self, path):
+        return ed_raw.read_faithful(path)
+
+
+@register_teacher('empathy_ed_clean')
+class CleanTeacher(EDTeacherBase):
+    """Metz & You's cleaned ED: malformed rows recovered, every fix reported."""
+
+    task_name = 'empathy_ed_clean'
+    cleaned = True
+
+    def read_conversations(self, path):
+        conversations, report = ed_raw.read_clean(path)
+        report_dir = clean_report_dir(self.opt['datapath'], path)
+        json_path = ed_raw.write_report(report, report_dir, self.split)
+        fixed = sum(v['count'] for v in report.fixes.values())
+        logging.info(
+            f'{self.task_name}: {report.rows_kept} rows kept of {report.rows_read}, {fixed} fixes, '
+            f'{len(report.unrecoverable)} unrecoverable; report: {json_path}'
+        )
+        for bad in report.unrecoverable:
+            logging.warning(f'{path}, line {bad["line"]}: not recoverable: {bad["reason"]}')
+        return conversations
+
+
+def clean_report_dir(parlai_datapath: str, source_file: str) -> str:
+    """Reports live beside ParlAI's built data, keyed by the source file's content."""
+    tag = ed_source.file_checksum(source_file)[:12]
+    return os.path.join(parlai_datapath, 'empathy_ed_clean', tag)
+
+
+class DefaultTeacher(CleanTeacher):
+    pass

@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.util
 import sys
 import types
+import warnings
 
 _REPAIRS = {}  # ParlAI module name -> function(module) that repairs it in place
 
@@ -93,7 +94,9 @@ def pkg_resources_stand_in():
 
 
 def ensure_pkg_resources():
-    if 'pkg_resources' in sys.modules or importlib.util.find_spec('pkg_resources') is not None:
+    # setuptools<81 still has pkg_resources but warns on every ParlAI start; the pin is deliberate.
+    warnings.filterwarnings('ignore', message='pkg_resources is deprecated', category=UserWarning)
+    if sys.modules.get('pkg_resources') is not None or importlib.util.find_spec('pkg_resources') is not None:
         return
     sys.modules['pkg_resources'] = pkg_resources_stand_in()
 

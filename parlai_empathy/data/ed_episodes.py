@@ -34,6 +34,7 @@ class EDExample:
     context_utterances: List[str]
     context_roles: List[str]
     label_candidates: Optional[List[str]] = None
+    line_no: int = 0  # of the label's row in the raw file, for error messages
     extra: Dict = field(default_factory=dict)
 
     def to_message(self) -> Dict:
@@ -84,6 +85,7 @@ def build_episodes(
                     context_utterances=context,
                     context_roles=roles[:position],
                     label_candidates=utt.candidates,
+                    line_no=utt.line_no,
                 )
                 if history_length > 0:
                     episodes.append([example])

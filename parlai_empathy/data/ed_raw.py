@@ -130,6 +130,7 @@ FIX_DESCRIPTIONS = OrderedDict(
         ('unescaped_comma', 'raw commas inside a text field split it; fields re-joined'),
         ('missing_trailing_fields', 'row ended early; missing selfeval/tags taken as empty'),
         ('inline_candidates', '9th field of inline candidates split off (kept, _comma_/_pipe_ decoded)'),
+        ('candidates_missing_gold', 'inline candidates lacked the gold response; gold appended'),
         ('csv_quoting', 'field wrapped in CSV quotes; quotes removed'),
         ('stray_quote', 'unbalanced double quote at the start or end of a field removed'),
         ('edge_whitespace', 'leading/trailing spaces stripped'),
@@ -303,6 +304,10 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
         candidates = None
         if candidate_field:
             candidates = [_SPACES_RE.sub(' ', unescape_candidate(c)).strip() for c in candidate_field.split('|')]
+            if text not in candidates:
+                # ParlAI requires the gold among the candidates; the raw 9th field often lacks it
+                candidates.append(text)
+                report.fix('candidates_missing_gold', line_no)
         try:
             utterance_idx = int(parts[1])
         except ValueError:
@@ -330,19 +335,20 @@ def _group_and_renumber(rows, report: CleaningReport) -> List[Conversation]:
         if conv is None or conv.conv_id != meta['conv_id']:
             conv = Conversation(meta['conv_id'], meta['emotion'], meta['situation'])
             conversations.append(conv)
-            expected_idx = 1
+            expected_idx, previous_idx = 1, None
         elif (meta['emotion'], meta['situation']) != (conv.emotion, conv.situation):
             report.fix('inconsistent_conversation_field', utt.line_no)
-        previous = conv.utterances[-1] if conv.utterances else None
-        if previous is not None and utt.utterance_idx == previous.utterance_idx != -1:
-            if utt.text == previous.text:
+        original_idx = utt.utterance_idx
+        if conv.utterances and original_idx == previous_idx != -1:
+            if utt.text == conv.utterances[-1].text:
                 report.fix('duplicate_row', utt.line_no)
                 continue
             report.fix('repeated_index', utt.line_no)
-        elif utt.utterance_idx not in (expected_idx, -1):
+        elif original_idx not in (expected_idx, -1):
             report.fix('index_gap', utt.line_no)
-        if utt.utterance_idx != -1:
-            expected_idx = utt.utterance_idx + 1
+        previous_idx = original_idx
+        if original_idx != -1:
+            expected_idx = original_idx + 1
         utt.utterance_idx = len(conv.utterances) + 1
         conv.utterances.append(utt)
     for conv in conversations:

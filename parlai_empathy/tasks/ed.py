@@ -85,6 +85,18 @@ class EDTeacherBase(DialogTeacher):
     def read_conversations(self, path):
         raise NotImplementedError
 
+    def check_inline_candidates(self, path, episodes):
+        """ParlAI fails with a bare RuntimeError when the gold is not among inline candidates."""
+        for episode in episodes:
+            for example in episode:
+                if example.label_candidates is not None and example.label not in example.label_candidates:
+                    raise ed_raw.EDFormatError(
+                        path, example.line_no, 'candidates',
+                        'the gold response is not among the inline (9th-field) candidates, so ParlAI '
+                        'cannot use them; use -t empathy_ed_clean (which appends the gold) or '
+                        '--ed-candidates rashkin100/none',
+                    )
+
     def setup_data(self, path):
         logging.info(f'{self.task_name}: loading {path}')
         conversations = self.read_conversations(path)
@@ -102,6 +114,8 @@ class EDTeacherBase(DialogTeacher):
             logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)')
         elif mode == 'random100':
             episodes = ed_episodes.attach_random_candidates(episodes, seed=self.opt.get('ed_candidates_seed', 0))
+        else:
+            self.check_inline_candidates(path, episodes)
         for episode in episodes:
             for i, example in enumerate(episode):
                 yield example.to_message(), i == 0

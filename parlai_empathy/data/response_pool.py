@@ -1,0 +1,55 @@
+"""The retrieval pool of Rashkin et al.: deduplicated listener responses of ED train.
+
+Their BLEU protocol retrieves each response from every train listener response, keeping only
+responses of at most 20 tokens. The pool is written one response per line (the format of
+ParlAI's ``--fixed-candidates-path``), in first-seen order so the file is deterministic.
+"""
+import os
+import re
+from typing import List
+
+from parlai_empathy.data.ed_raw import read_clean
+from parlai_empathy.data.ed_source import resolve_ed_dir
+
+RASHKIN_MAX_TOKENS = 20
+# Rashkin et al.'s tokenizer splits punctuation off words; counting the same way keeps the filter
+# close to theirs ("I'm fine." is 5 tokens, not 2).
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN_RE.findall(text))
+
+
+def listener_responses(train_csv: str, max_tokens: int = RASHKIN_MAX_TOKENS) -> List[str]:
+    """Every listener turn (the 2nd, 4th, ... utterance of a conversation), deduplicated.
+
+    ``max_tokens`` <= 0 keeps responses of any length.
+    """
+    conversations, _ = read_clean(train_csv)
+    seen, pool = set(), []
+    for conv in conversations:
+        for utterance in conv.utterances[1::2]:
+            text = ' '.join(utterance.text.split())  # one line per candidate, always
+            if not text or text in seen:
+                continue
+            if max_tokens > 0 and count_tokens(text) > max_tokens:
+                continue
+            seen.add(text)
+            pool.append(text)
+    return pool
+
+
+def write_pool(responses: List[str], out_path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    tmp = f'{out_path}.tmp{os.getpid()}'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        for text in responses:
+            f.write(text + '\n')
+    os.replace(tmp, out_path)
+    return out_path
+
+
+def train_csv_path(ed_dir: str) -> str:
+    """``train.csv`` of an ED folder (``sample`` = the embedded sample), as the teachers find it."""
+    return os.path.join(resolve_ed_dir(ed_dir), 'train.csv')

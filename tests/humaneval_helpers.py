@@ -1,0 +1,103 @@
+"""Shared fixtures for the human-evaluation tests: real world logs and a real server process.
+
+The world logs are produced by ParlAI itself (``eval_model --world-logs``) on the real ED test
+split read by ParlAI's own ``empathetic_dialogues`` teacher: "gold" is ParlAI's repeat_label
+agent (replies with the reference) and "echo" its repeat_query agent (parrots the speaker).
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def ed_dir() -> str:
+    path = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
+        REPO, '..', 'shared', 'data', 'empatheticdialogues')
+    if not os.path.isfile(os.path.join(path, 'test.csv')):
+        raise FileNotFoundError(f'ED data not found at {path} (set PARLAI_EMPATHY_ED_DIR)')
+    return path
+
+
+def _parlai_datapath(root: str) -> str:
+    """A ParlAI datapath whose empatheticdialogues folder links to the shared ED files."""
+    import parlai.core.build_data as build_data
+
+    dpath = os.path.join(root, 'empatheticdialogues')
+    os.makedirs(os.path.join(dpath, 'empatheticdialogues'), exist_ok=True)
+    for split in ('train', 'valid', 'test'):
+        link = os.path.join(dpath, 'empatheticdialogues', f'{split}.csv')
+        if not os.path.exists(link):
+            os.symlink(os.path.join(ed_dir(), f'{split}.csv'), link)
+    build_data.mark_done(dpath, version_string='1.0')  # ParlAI's ED build version
+    return root
+
+
+def make_world_logs(root: str) -> dict:
+    """{'gold': path, 'echo': path}: ParlAI world logs over the whole ED test split."""
+    datapath = _parlai_datapath(os.path.join(root, 'parlai_data'))
+    procs, paths = [], {}
+    for name, agent in (('gold', 'repeat_label'), ('echo', 'repeat_query')):
+        paths[name] = os.path.join(root, f'{name}.jsonl')
+        procs.append(subprocess.Popen(
+            [sys.executable, '-m', 'parlai', 'eval_model', '-t', 'empathetic_dialogues',
+             '-dt', 'test', '--datapath', datapath, '-m', agent, '--world-logs', paths[name]],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=root))
+    for proc in procs:
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, out.decode()[-2000:]
+    return paths
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The app in its own uvicorn process on 127.0.0.1, as in production."""
+
+    def __init__(self, db_path: str, port: int = None):
+        self.db_path, self.port = db_path, port or free_port()
+        self.base = f'http://127.0.0.1:{self.port}'
+        self.proc = None
+
+    def start(self):
+        code = ('from parlai_empathy.humaneval.app import serve; '
+                f'serve({self.db_path!r}, "127.0.0.1", {self.port})')
+        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+        self.proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode()[-2000:])
+            try:
+                urllib.request.urlopen(self.base + '/healthz', timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError('server did not come up')
+
+    def kill(self):
+        """SIGKILL: no chance to flush anything, like a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        if self.proc and self.proc.stderr:
+            self.proc.stderr.close()
+
+
+def cached_world_logs(tmp_path_factory) -> dict:
+    """make_world_logs once per pytest session, shared by all human-evaluation test files."""
+    root = tmp_path_factory.getbasetemp() / 'humaneval_world_logs'
+    done = root / 'done'
+    if not done.exists():
+        root.mkdir(exist_ok=True)
+        make_world_logs(str(root))
+        done.write_text('ok')
+    return {name: str(root / f'{name}.jsonl') for name in ('gold', 'echo')}

@@ -1,0 +1,256 @@
+"""Human evaluation: inputs, sampling, assignment, votes, kappa, DB rules and analysis."""
+import json
+import random
+
+import pandas as pd
+import pytest
+
+from humaneval_helpers import cached_world_logs
+from parlai_empathy.humaneval import analysis, inputs, sampling, votes
+from parlai_empathy.humaneval.build import build_task
+from parlai_empathy.humaneval.db import TaskError
+
+
+@pytest.fixture(scope='module')
+def logs(tmp_path_factory):
+    return cached_world_logs(tmp_path_factory)
+
+
+# -- inputs ----------------------------------------------------------------------------------
+def test_world_log_parsing_matches_parlai_output(logs):
+    gold = inputs.read_world_log(logs['gold'])
+    echo = inputs.read_world_log(logs['echo'])
+    assert gold.model == 'gold' and len(gold.items) == 5259  # ParlAI's ED test count
+    items, names = inputs.align([gold, echo])
+    assert names == ['gold', 'echo'] and len(items) == 5259
+    assert all(gold.responses[k] == items[k].gold for k in items)  # repeat_label = reference
+    first = next(i for i in items.values() if i.context[0][1].startswith('Yeah about 10 years'))
+    assert first.emotion == 'guilty' and first.gold == 'Did you suffer any injuries?'
+    assert echo.responses[first.item_id] == first.context[-1][1]  # repeat_query parrots
+    second = next(i for i in items.values() if i.gold.startswith('Why did you feel guilty'))
+    assert [r for r, _ in second.context] == ['speaker', 'listener', 'speaker']
+    assert second.context[1][1] == 'Did you suffer any injuries?'
+    assert len({i.emotion for i in items.values()}) == 32
+
+
+def test_world_log_conv_id_fields_and_errors(tmp_path):
+    teacher = {'id': 'empathy_ed', 'text': 'I lost my job.', 'eval_labels': ['Oh no!'],
+               'emotion': 'sad', 'conv_id': 'hit:1_conv:2', 'turn': 0, 'episode_done': True}
+    good = tmp_path / 'm.jsonl'
+    good.write_text(json.dumps({'dialog': [[teacher, {'id': 'm', 'text': 'Sorry.'}]]}) + '\n')
+    out = inputs.read_world_log(str(good))
+    assert list(out.items) == ['hit:1_conv:2#0'] and out.responses['hit:1_conv:2#0'] == 'Sorry.'
+    bad = tmp_path / 'bad.jsonl'
+    bad.write_text(json.dumps({'dialog': [[teacher, {'id': 'm', 'text': 'x'}]]}) + '\n'
+                   + json.dumps({'dialog': [[{'id': 't', 'text': 'hi'}, {'text': 'x'}]]}) + '\n')
+    with pytest.raises(inputs.InputError, match=r"bad.jsonl:2: 'dialog'\[0\] teacher message has "
+                       "no 'eval_labels'"):
+        inputs.read_world_log(str(bad))
+    bad.write_text('{"dialog": 3}\n')
+    with pytest.raises(inputs.InputError, match="bad.jsonl:1: field 'dialog'"):
+        inputs.read_world_log(str(bad))
+
+
+def test_pairings_roundtrip_and_units(logs, tmp_path):
+    build_task(str(tmp_path / 'ab.db'), 'ab', [logs['gold'], logs['echo']], num_items=6,
+               acute_pairings_out=str(tmp_path / 'pairs.jsonl'))
+    pairs = inputs.read_pairings(str(tmp_path / 'pairs.jsonl'))
+    assert len(pairs) == 6 and all(p.models == ('echo', 'gold') for p in pairs)
+    assert pairs[0].dialogues[1][-1]['id'] == 'gold'
+    units = sampling.ab_units_from_pairings(pairs, 3, seed=1)
+    for unit, pair in zip(units, pairs):
+        # the shared context is shown once; each candidate is that model's final turn
+        assert unit.display['context'] == [['speaker', t['text']] for t in pair.dialogues[0][:-1]]
+        for model, cand in zip(unit.models, unit.display['candidates']):
+            assert cand == [['listener', pair.dialogues[pair.models.index(model)][-1]['text']]]
+
+
+# -- sampling and assignment -----------------------------------------------------------------
+def test_stratified_sample_is_mime_4_per_emotion_and_seeded(logs):
+    items = inputs.read_world_log(logs['gold']).items
+    chosen = sampling.stratified_sample(items, 4, seed=3)
+    assert len(chosen) == 128 == len(set(chosen))
+    per = pd.Series([items[i].emotion for i in chosen]).value_counts()
+    assert len(per) == 32 and set(per) == {4}
+    assert chosen == sampling.stratified_sample(items, 4, seed=3)
+    assert chosen != sampling.stratified_sample(items, 4, seed=4)
+    with pytest.raises(ValueError, match='has only'):
+        sampling.stratified_sample(dict(list(items.items())[:50]), 4, seed=0)
+
+
+def test_ab_sides_are_randomised_and_reproducible(logs):
+    items = inputs.read_world_log(logs['gold']).items
+    responses = {'gold': {k: i.gold for k, i in items.items()}, 'echo': {k: 'e' for k in items}}
+    selected = sampling.uniform_sample(items, 200, seed=0)
+    units = sampling.ab_units(items, responses, selected, [('echo', 'gold')], 3, seed=5)
+    first_gold = sum(u.models[0] == 'gold' for u in units)
+    assert 70 < first_gold < 130  # about half each way
+    again = sampling.ab_units(items, responses, selected, [('echo', 'gold')], 3, seed=5)
+    assert [u.models for u in units] == [u.models for u in again]
+    for u in units:  # the candidate text follows the side the model was put on
+        assert u.display['candidates'][u.models.index('gold')][0][1] == items[u.item_id].gold
+
+
+def test_plan_assignment_rules():
+    open_units = [sampling.OpenUnit(i, f'item{i % 5}', remaining=1 + (i == 7)) for i in range(10)]
+    checks = [sampling.OpenUnit(100 + i, f'item{i}', 1) for i in range(5)]
+    plan = sampling.plan_assignment(random.Random(0), open_units, checks, {'item3'}, 4, 1)
+    eval_ids = [u for u in plan if u < 100]
+    items_of = {u.unit_id: u.item_id for u in open_units + checks}
+    assert len(eval_ids) == 4 and 7 in eval_ids  # neediest unit first
+    assert len({items_of[u] for u in plan}) == len(plan) == 5  # no item twice, check included
+    assert 'item3' not in {items_of[u] for u in plan}  # never an item seen before
+    assert plan[0] < 100  # a check never opens the assignment
+    assert sampling.plan_assignment(random.Random(0), open_units, checks,
+                                    {f'item{i}' for i in range(5)}, 4, 1) == []
+
+
+# -- votes and agreement ---------------------------------------------------------------------
+def test_majority_vote_and_fourth_annotator_rule():
+    assert votes.majority_vote(['a', 'a', 'b']) == 'a'
+    assert votes.majority_vote(['tie', 'b', 'tie']) == 'tie'
+    assert not votes.needs_extra_annotator(['a', 'a', 'b'])
+    assert votes.needs_extra_annotator(['a', 'b', 'tie'])
+    assert votes.majority_vote(['a', 'b', 'tie']) is None
+    assert votes.majority_vote(['a', 'b', 'tie', 'b']) == 'b'
+    assert votes.majority_vote(['a', 'a', 'b', 'b']) == 'a'  # a 4th vote cannot flip a majority
+    assert votes.majority_vote(['a', 'b']) is None and votes.majority_vote(['a']) == 'a'
+
+
+def test_cohen_kappa_hand_worked():
+    # 10 items, 2 raters. Agree on 7 (4 yes/yes, 3 no/no): p_o = 0.7.
+    # Rater 1 says yes 6 times, rater 2 yes 5 times: p_e = .6*.5 + .4*.5 = 0.5.
+    # kappa = (0.7 - 0.5) / (1 - 0.5) = 0.4
+    r1 = ['y', 'y', 'y', 'y', 'y', 'y', 'n', 'n', 'n', 'n']
+    r2 = ['y', 'y', 'y', 'y', 'n', 'n', 'y', 'n', 'n', 'n']
+    assert analysis.cohen_kappa(r1, r2) == pytest.approx(0.4)
+    assert analysis.cohen_kappa(r1, r1) == pytest.approx(1.0)
+
+
+def test_fleiss_kappa_hand_worked():
+    # 4 items, 3 raters, 2 categories: counts (3,0), (0,3), (2,1), (1,2).
+    # P_i = 1, 1, 1/3, 1/3 -> P_bar = 2/3; p = (6/12, 6/12) -> P_e = 1/2.
+    # kappa = (2/3 - 1/2) / (1/2) = 1/3
+    assert analysis.fleiss_kappa([[3, 0], [0, 3], [2, 1], [1, 2]]) == pytest.approx(1 / 3)
+    # Wikipedia's worked example (10 items, 14 raters, 5 categories): 0.210
+    wiki = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
+            [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
+    assert analysis.fleiss_kappa(wiki) == pytest.approx(0.2099, abs=1e-4)
+
+
+# -- DB rules and analysis end to end (no web) -----------------------------------------------
+def _answer_all(db, worker, rate):
+    """Claim, start and answer a whole assignment; ``rate(unit_models, display)`` answers."""
+    aid = db.claim(worker['worker_id'])
+    if aid is None:
+        return None
+    db.start(aid)
+    conn_units = {r['slot_id']: r for r in db.slots(aid)}
+    for slot in conn_units.values():
+        models = json.loads(db._one('SELECT u.models FROM slots s JOIN units u USING (unit_id) '
+                                    'WHERE s.slot_id = ?', (slot['slot_id'],))[0])
+        db.submit(worker['worker_id'], slot['slot_id'], rate(models, slot['display']))
+    return aid
+
+
+def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
+    db = build_task(str(tmp_path / 'ab.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                    num_items=4, annotators=3, items_per_assignment=4, seed=2,
+                    acute_pairings_out=str(tmp_path / 'pairs.jsonl'))
+    side = {'choices': {'overall': 0}}
+    # workers 1-2 prefer gold, worker 3 says tie, worker 4 always picks side A (fails checks)
+    prefs = ['gold', 'gold', 'tie']
+    for n in range(3):
+        w = db.add_worker('local')
+
+        def rate(models, _display, pref=prefs[n]):
+            if pref == 'tie':
+                return {'choices': {'overall': 'tie'}}
+            return {'choices': {'overall': models.index('gold' if 'gold' in models else '__gold__')}}
+
+        assert _answer_all(db, w, rate)
+    assert [p['answered'] for p in db.progress()] == [12]
+    assert db.claim(db.add_worker('local')['worker_id']) is None  # all units covered
+    assert db.failed_workers() == []
+
+    # A second task where 3 raters split A / B / tie on every unit: each unit gets a 4th rater.
+    db2 = build_task(str(tmp_path / 'ab2.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                     num_items=2, annotators=3, items_per_assignment=2, checks_per_assignment=0)
+    for pref in ('gold', 'echo', 'tie'):
+        _answer_all(db2, db2.add_worker('local'), lambda m, _d, p=pref: {'choices': {
+            'overall': 'tie' if p == 'tie' else m.index(p)}})
+    assert sum(p['wanted'] for p in db2.progress()) == 8  # 2 units x 4
+    fourth = db2.add_worker('local')
+    _answer_all(db2, fourth, lambda m, _d: {'choices': {'overall': m.index('gold')}})
+    table = analysis.ab_table(analysis.ab_frame(db2.answer_rows()), db2.config['models'])
+    assert table.loc[0, 'Win %'] == 100.0 and table.loc[0, 'undecided'] == 0
+
+    # Attention: a worker who picks side A always fails some gold-vs-mismatch checks.
+    bad = db.add_worker('local')
+    db3 = build_task(str(tmp_path / 'ab3.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                     num_items=10, annotators=1, items_per_assignment=5, checks_per_assignment=2)
+    bad = db3.add_worker('local')
+    while _answer_all(db3, bad, lambda m, _d: side):
+        pass
+    rows = db3.answer_rows()
+    check_rows = [r for r in rows if r['is_check']]
+    expected_fail = any(r['models'][0] != '__gold__' for r in check_rows)
+    assert bool(db3.failed_workers()) == expected_fail
+    out = analysis.analyze(str(tmp_path / 'ab.db'), str(tmp_path / 'out'))
+    result = pd.read_csv(out['csv'])
+    assert result.loc[0, 'Comparison'] == 'gold vs echo'
+    assert result.loc[0, 'Win %'] == 100.0 and result.loc[0, 'items'] == 4
+    acute = pd.read_csv(out['acute_overall'])
+    assert len(acute) == 8 and set(acute['winner']) == {'gold'}  # ties are not ACUTE votes
+    assert set(acute['matchup']) == {'echo__vs__gold'}
+    pairs = inputs.read_pairings(str(tmp_path / 'pairs.jsonl'))
+    assert all(pairs[i].models == ('echo', 'gold') for i in acute['pairing_id'])
+
+
+def test_db_rejects_foreign_repeated_and_out_of_order_answers(logs, tmp_path):
+    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                    num_items=3, annotators=1, items_per_assignment=3, checks_per_assignment=0)
+    w1, w2 = db.add_worker('local'), db.add_worker('local')
+    a1 = db.claim(w1['worker_id'])
+    slots = db.slots(a1)
+    rating = {'ratings': {'empathy': 4, 'relevance': 4, 'fluency': 5}}
+    with pytest.raises(TaskError) as e:
+        db.submit(w2['worker_id'], slots[0]['slot_id'], rating)
+    assert e.value.status == 403
+    with pytest.raises(TaskError, match='in order'):
+        db.submit(w1['worker_id'], slots[1]['slot_id'], rating)
+    db.submit(w1['worker_id'], slots[0]['slot_id'], rating)
+    with pytest.raises(TaskError, match='already answered'):
+        db.submit(w1['worker_id'], slots[0]['slot_id'], dict(rating))
+    assert len(db.answer_rows()) == 1
+    # the same item never comes back to a worker, whichever model it is paired with
+    while db.claim(w1['worker_id']) is not None:
+        aid = db.open_assignment(w1['worker_id'])['assignment_id']
+        for s in db.slots(aid):
+            db.submit(w1['worker_id'], s['slot_id'], rating)
+    rows = db._all('SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
+                   'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (w1['worker_id'],))
+    assert len(rows) == 3 == len({r[0] for r in rows})
+
+
+def test_likert_analysis_mean_sem(logs, tmp_path):
+    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                    num_items=6, annotators=2, items_per_assignment=6, checks_per_assignment=1)
+    scores = {'gold': 5, 'echo': 2}
+    for n in range(4):
+        w = db.add_worker('local')
+        _answer_all(db, w, lambda m, _d, n=n: {'ratings': {
+            'empathy': scores.get(m[0], 1) - (n % 2), 'relevance': scores.get(m[0], 1),
+            'fluency': 4}})
+    out = analysis.analyze(db.path, str(tmp_path / 'out'))
+    table = pd.read_csv(out['csv']).set_index('Model')
+    assert list(table.index) == ['gold', 'echo']
+    assert table.loc['gold', 'empathy_mean'] == pytest.approx(4.5)
+    # 6 ratings of 5 and 6 of 4: sd = sqrt(12*.25/11); sem = sd/sqrt(12)
+    assert table.loc['gold', 'empathy_sem'] == pytest.approx((3 / 11) ** 0.5 / 12 ** 0.5)
+    assert table.loc['echo', 'Relevance'] == '2.00 ± 0.00' and table.loc['echo', 'ratings'] == 12
+    md = open(out['markdown']).read()
+    assert '| Model | Empathy | Relevance | Fluency | ratings |' in md
+    assert open(out['plot'], 'rb').read(4) == b'\x89PNG'
+    kappa = pd.read_csv(out['agreement']).set_index('aspect')
+    assert kappa.loc['fluency', 'raters_per_unit'] == 2

@@ -14,7 +14,7 @@ from parlai_empathy.tasks.ed import clean_report_dir  # noqa: E402
 class EmpathyCleanReport(ParlaiScript):
     @classmethod
     def setup_args(cls):
-        parser = ParlaiParser(False, False, 'Print the EmpatheticDialogues cleaning report')
+        parser = ParlaiParser(True, False, 'Print the EmpatheticDialogues cleaning report')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for the empathy_ed_clean teacher')
         parser.add_argument('--splits', type=str, default='train,valid,test')
         parser.add_argument('--json', type='bool', default=False, help='print the JSON report instead')

@@ -1,0 +1,80 @@
+"""The wheel lands in ParlAI's namespaces without owning any of ParlAI's files."""
+import fcntl
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import REPO
+
+OURS = [
+    'parlai/tasks/empathy_ed/agents.py',
+    'parlai/tasks/empathy_ed_clean/agents.py',
+    'parlai/agents/empathy/__init__.py',
+    'parlai/zoo/empathy/__init__.py',
+    'parlai/scripts/empathy_clean_report.py',
+    'parlai_empathy/compat.py',
+    'parlai_empathy/data/sample/train.csv',
+    'parlai_empathy_compat.pth',
+]
+PARLAIS_OWN = [
+    'parlai/__init__.py',
+    'parlai/tasks/__init__.py',
+    'parlai/agents/__init__.py',
+    'parlai/scripts/__init__.py',
+    'parlai/zoo/__init__.py',
+]
+
+
+@pytest.fixture(scope='module')
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp('wheel')
+    with open('/tmp/parlai-empathy-install.lock', 'w') as lock:  # the Makefile's reinstall lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', str(out), REPO],
+            check=True,
+        )
+    (path,) = out.glob('parlai_empathy-*.whl')
+    return path
+
+
+def test_wheel_ships_our_leaves_and_none_of_parlais_init_files(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in OURS:
+        assert name in names
+    for name in PARLAIS_OWN:
+        assert name not in names
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith('METADATA'))).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith('Requires-Dist:')]
+    assert requires and not any(line.split()[1].lower().startswith('parlai') for line in requires)
+
+
+def test_uninstall_removes_only_our_files(wheel, tmp_path):
+    venv = tmp_path / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True)
+    python = venv / 'bin' / 'python'
+    site = subprocess.run(
+        [str(python), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    # a stand-in for an installed ParlAI: its own __init__ files and a stock task
+    stock = PARLAIS_OWN + ['parlai/tasks/empathetic_dialogues/agents.py', 'parlai/agents/transformer/transformer.py']
+    for name in stock:
+        path = os.path.join(site, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as f:
+            f.write('# ParlAI\n')
+    pip = [sys.executable, '-m', 'pip', '--python', str(python)]
+    subprocess.run(pip + ['install', '--quiet', '--no-deps', str(wheel)], check=True)
+    for name in OURS:
+        assert os.path.exists(os.path.join(site, name)), name
+    subprocess.run(pip + ['uninstall', '--quiet', '--yes', 'parlai-empathy'], check=True)
+    for name in stock:
+        assert open(os.path.join(site, name)).read() == '# ParlAI\n', name
+    for name in OURS:
+        assert not os.path.exists(os.path.join(site, name)), name
+    assert not os.path.exists(os.path.join(site, 'parlai', 'tasks', 'empathy_ed'))
+    assert not os.path.exists(os.path.join(site, 'parlai_empathy'))

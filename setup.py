@@ -58,7 +58,7 @@ setup(
     long_description=open(os.path.join(HERE, 'README.md'), encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     license='MIT (code); embedded ED sample CC BY-NC 4.0',
-    python_requires='>=3.9',
+    python_requires='>=3.10',
     packages=find_packages(include=['parlai_empathy', 'parlai_empathy.*']) + sorted(LEAVES),
     package_dir=LEAVES,
     package_data={'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*']},

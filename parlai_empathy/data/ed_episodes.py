@@ -22,7 +22,7 @@ def role_of(utterance_idx: int) -> str:
     return SPEAKER if utterance_idx % 2 == 1 else LISTENER
 
 
-@dataclass
+@dataclass(slots=True)
 class EDExample:
     text: str
     label: str
@@ -46,8 +46,8 @@ class EDExample:
             'conv_id': self.conv_id,
             'turn': self.turn,
             'label_role': self.label_role,
-            'context_utterances': list(self.context_utterances),
-            'context_roles': list(self.context_roles),
+            'context_utterances': self.context_utterances,
+            'context_roles': self.context_roles,
         }
         if self.label_candidates is not None:
             message['label_candidates'] = self.label_candidates

@@ -271,6 +271,7 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
     """Read a raw ED file, recovering malformed rows; returns conversations and the report."""
     report = report or CleaningReport(path)
     rows: List[Tuple[Dict, Utterance]] = []
+    last_conv_id = last_raw_situation = situation = None
     for line_no, raw in _lines(path):
         try:
             line = raw.decode('utf-8')
@@ -285,7 +286,7 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
             report.fix('blank_line', line_no)
             continue
         parts = line.split(',')
-        if not CONV_ID_RE.match(parts[0]):
+        if parts[0] != last_conv_id and not CONV_ID_RE.match(parts[0]):
             report.reject(line_no, f'field conv_id: {parts[0][:40]!r} is not of the form hit:N_conv:M', line)
             continue
         split = _split_fields(parts, line_no, report)
@@ -313,11 +314,11 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
         except ValueError:
             report.fix('bad_utterance_idx', line_no)
             utterance_idx = -1
-        meta = {
-            'conv_id': parts[0],
-            'emotion': parts[2].strip(),
-            'situation': _clean_text(parts[3], line_no, report),
-        }
+        if (parts[0], parts[3]) != (last_conv_id, last_raw_situation):
+            # the situation repeats on every row of a conversation: clean (and count) it once
+            last_conv_id, last_raw_situation = parts[0], parts[3]
+            situation = _clean_text(parts[3], line_no, report)
+        meta = {'conv_id': parts[0], 'emotion': parts[2].strip(), 'situation': situation}
         utt = Utterance(text, utterance_idx, line_no, parts[4].strip(), selfeval, tags, candidates)
         rows.append((meta, utt))
 

@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PARLAI := $(VENV)/bin/parlai
 DEMO_DIR ?= /tmp/parlai_empathy_demo
 
-.PHONY: install reinstall demo test clean
+.PHONY: install reinstall demo test clean browser
 
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,13 @@ demo: install
 	$(PARLAI) eval_model -t empathy_ed_clean --ed-datapath sample -mf $(DEMO_DIR)/model -dt test \
 	  --inference greedy --skip-generation false -bs 16
 
-test: install
+# The human-evaluation browser test drives Debian's headless Chromium.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "chromium/chromedriver missing: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
+
+test: install browser
 	$(PY) -m pytest -q tests
 
 clean:

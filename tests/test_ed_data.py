@@ -370,3 +370,24 @@ def test_episode_builder_sides():
     assert [[(x.text, x.label) for x in ep] for ep in listener_only] == [[('a', 'b'), ('c', 'd')]]
     both = ed_episodes.build_episodes([conv], both_sides=True)
     assert [[(x.text, x.label) for x in ep] for ep in both][1] == [('b', 'c'), ('d', 'e')]
+
+
+def test_streaming_caches_lengths_in_the_datapath_not_beside_the_source(tmp_path):
+    folder = tmp_path / 'readonly'
+    folder.mkdir()
+    for split in ed_source.SPLITS:
+        (folder / (split + '.csv')).write_bytes(open(os.path.join(ed_source.sample_dir(), split + '.csv'), 'rb').read())
+    folder.chmod(0o555)
+    try:
+        from parlai.core.params import ParlaiParser
+
+        parser = ParlaiParser(True, False)
+        CleanTeacher.add_cmdline_args(parser)
+        opt = parser.parse_args(['-dt', 'train:stream', '--datapath', str(tmp_path / 'dp'), '--ed-datapath', str(folder)])
+        teacher = CleanTeacher(opt)
+        count = teacher.num_examples()
+        assert count == len(ed_teacher_examples(CleanTeacher, 'train', tmp_path / 'dp2', '--ed-datapath', folder))
+        assert list((tmp_path / 'dp' / 'empathy_ed_clean').glob('*/train-*.lengths'))
+        assert sorted(os.listdir(folder)) == ['test.csv', 'train.csv', 'valid.csv']
+    finally:
+        folder.chmod(0o755)

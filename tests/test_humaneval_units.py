@@ -1,6 +1,7 @@
 """Human evaluation: inputs, sampling, assignment, votes, kappa, DB rules and analysis."""
 import json
 import random
+import statistics
 
 import pandas as pd
 import pytest
@@ -93,7 +94,7 @@ def test_ab_sides_are_randomised_and_reproducible(logs):
 
 def test_plan_assignment_rules():
     open_units = [sampling.OpenUnit(i, f'item{i % 5}', remaining=1 + (i == 7)) for i in range(10)]
-    checks = [sampling.OpenUnit(100 + i, f'item{i}', 1) for i in range(5)]
+    checks = [sampling.OpenUnit(100 + i, f'item{i}' if i < 3 else f'other{i}', 1) for i in range(5)]
     plan = sampling.plan_assignment(random.Random(0), open_units, checks, {'item3'}, 4, 1)
     eval_ids = [u for u in plan if u < 100]
     items_of = {u.unit_id: u.item_id for u in open_units + checks}
@@ -158,15 +159,17 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
                     num_items=4, annotators=3, items_per_assignment=4, seed=2,
                     acute_pairings_out=str(tmp_path / 'pairs.jsonl'))
     side = {'choices': {'overall': 0}}
-    # workers 1-2 prefer gold, worker 3 says tie, worker 4 always picks side A (fails checks)
+    # workers 1-2 prefer gold, worker 3 says tie; all three pass the gold-vs-mismatch checks
     prefs = ['gold', 'gold', 'tie']
     for n in range(3):
         w = db.add_worker('local')
 
         def rate(models, _display, pref=prefs[n]):
+            if '__gold__' in models:
+                return {'choices': {'overall': models.index('__gold__')}}
             if pref == 'tie':
                 return {'choices': {'overall': 'tie'}}
-            return {'choices': {'overall': models.index('gold' if 'gold' in models else '__gold__')}}
+            return {'choices': {'overall': models.index('gold')}}
 
         assert _answer_all(db, w, rate)
     assert [p['answered'] for p in db.progress()] == [12]
@@ -186,7 +189,6 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
     assert table.loc[0, 'Win %'] == 100.0 and table.loc[0, 'undecided'] == 0
 
     # Attention: a worker who picks side A always fails some gold-vs-mismatch checks.
-    bad = db.add_worker('local')
     db3 = build_task(str(tmp_path / 'ab3.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
                      num_items=10, annotators=1, items_per_assignment=5, checks_per_assignment=2)
     bad = db3.add_worker('local')
@@ -237,17 +239,22 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
     db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
                     num_items=6, annotators=2, items_per_assignment=6, checks_per_assignment=1)
     scores = {'gold': 5, 'echo': 2}
+    given = []  # gold empathy ratings as handed in
+
+    def rate(models, _display, n):
+        empathy = scores.get(models[0], 1) - (n % 2)
+        if models[0] == 'gold':
+            given.append(empathy)
+        return {'ratings': {'empathy': empathy, 'relevance': scores.get(models[0], 1),
+                            'fluency': 4}}
+
     for n in range(4):
-        w = db.add_worker('local')
-        _answer_all(db, w, lambda m, _d, n=n: {'ratings': {
-            'empathy': scores.get(m[0], 1) - (n % 2), 'relevance': scores.get(m[0], 1),
-            'fluency': 4}})
+        _answer_all(db, db.add_worker('local'), lambda m, d, n=n: rate(m, d, n))
     out = analysis.analyze(db.path, str(tmp_path / 'out'))
     table = pd.read_csv(out['csv']).set_index('Model')
-    assert list(table.index) == ['gold', 'echo']
-    assert table.loc['gold', 'empathy_mean'] == pytest.approx(4.5)
-    # 6 ratings of 5 and 6 of 4: sd = sqrt(12*.25/11); sem = sd/sqrt(12)
-    assert table.loc['gold', 'empathy_sem'] == pytest.approx((3 / 11) ** 0.5 / 12 ** 0.5)
+    assert list(table.index) == ['gold', 'echo'] and len(given) == 12
+    assert table.loc['gold', 'empathy_mean'] == pytest.approx(statistics.mean(given))
+    assert table.loc['gold', 'empathy_sem'] == pytest.approx(statistics.stdev(given) / 12 ** 0.5)
     assert table.loc['echo', 'Relevance'] == '2.00 ± 0.00' and table.loc['echo', 'ratings'] == 12
     md = open(out['markdown']).read()
     assert '| Model | Empathy | Relevance | Fluency | ratings |' in md

@@ -77,13 +77,29 @@ class EDTeacherBase(DialogTeacher):
         if shared is None:
             folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt.get('datapath'))
             opt['datafile'] = os.path.join(folder, self.split + '.csv')
+            if 'stream' in opt['datatype']:
+                opt['length_datafile'] = self.length_cache_path(opt)
         else:
             opt['datafile'] = shared['opt']['datafile']
+            opt['length_datafile'] = shared['opt'].get('length_datafile')
         self.id = self.task_name
         super().__init__(opt, shared)
 
     def read_conversations(self, path):
         raise NotImplementedError
+
+    def length_cache_path(self, opt):
+        """Streaming caches example counts; ParlAI would write them beside the (maybe read-only)
+        source file, so they go into the datapath, keyed by file content and the options that
+        change the count."""
+        key = '-'.join(
+            str(opt.get(name))
+            for name in ('train_experiencer_only', 'ed_history_length', 'ed_candidates')
+        )
+        checksum = ed_source.file_checksum(opt['datafile'])[:12]
+        folder = os.path.join(opt['datapath'], self.task_name, checksum)
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, f'{self.split}-{key}.lengths')
 
     def check_inline_candidates(self, path, episodes):
         """ParlAI fails with a bare RuntimeError when the gold is not among inline candidates."""

@@ -1,0 +1,249 @@
+"""Results of a rating task: Rashkin-style mean +- SEM, MIME-style win/lose/tie, and agreement.
+
+Workers who failed an attention check are left out by default (and listed). Outputs: Markdown,
+CSV and PNG, plus the A/B votes in the table shape ParlAI's ACUTE-Eval ``AcuteAnalyzer`` builds
+from Mephisto (one row per non-tie vote), so its win-rate code can run on them.
+"""
+import itertools
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from parlai_empathy.humaneval import sampling, votes
+from parlai_empathy.humaneval.db import TaskDB
+
+ASPECT_TITLES = {'empathy': 'Empathy', 'relevance': 'Relevance', 'fluency': 'Fluency',
+                 'overall': 'Overall'}
+
+
+# -- agreement ------------------------------------------------------------------------------
+def fleiss_kappa(counts) -> float:
+    """Fleiss' kappa from an items x categories matrix of rater counts (same raters per item)."""
+    counts = np.asarray(counts, dtype=float)
+    n_raters = counts.sum(axis=1)
+    if counts.shape[0] == 0 or not np.all(n_raters == n_raters[0]) or n_raters[0] < 2:
+        raise ValueError('Fleiss kappa needs >= 1 item and the same number (>= 2) of raters each')
+    n = n_raters[0]
+    p_item = ((counts * (counts - 1)).sum(axis=1)) / (n * (n - 1))
+    p_cat = counts.sum(axis=0) / counts.sum()
+    p_bar, p_e = p_item.mean(), (p_cat ** 2).sum()
+    return float('nan') if p_e == 1 else float((p_bar - p_e) / (1 - p_e))
+
+
+def cohen_kappa(a: Sequence, b: Sequence) -> float:
+    """Cohen's kappa for two raters' labels on the same items."""
+    if len(a) != len(b) or not a:
+        raise ValueError('Cohen kappa needs two equally long, non-empty label lists')
+    labels = sorted(set(a) | set(b), key=str)
+    p_o = np.mean([x == y for x, y in zip(a, b)])
+    p_e = sum((list(a).count(c) / len(a)) * (list(b).count(c) / len(b)) for c in labels)
+    return float('nan') if p_e == 1 else float((p_o - p_e) / (1 - p_e))
+
+
+def agreement(df: pd.DataFrame, label: str, min_common: int = 5) -> pd.DataFrame:
+    """Per aspect: Fleiss' kappa over units (first k raters each, k = most common rater count)
+    and the mean Cohen's kappa over worker pairs sharing >= ``min_common`` units."""
+    out = []
+    for aspect, sub in df.groupby('aspect'):
+        sub = sub.sort_values('answer_id')
+        per_unit = sub.groupby('unit_id')[label].apply(list)
+        k = int(per_unit.map(len).mode().max()) if len(per_unit) else 0
+        full = per_unit[per_unit.map(len) >= k].map(lambda v: v[:k])
+        fleiss = float('nan')
+        if k >= 2 and len(full):
+            cats = sorted({x for v in full for x in v}, key=str)
+            fleiss = fleiss_kappa([[v.count(c) for c in cats] for v in full])
+        wide = sub.pivot_table(index='unit_id', columns='worker_id', values=label, aggfunc='first')
+        pair_kappas = []
+        for w1, w2 in itertools.combinations(wide.columns, 2):
+            both = wide[[w1, w2]].dropna()
+            if len(both) >= min_common:
+                pair_kappas.append(cohen_kappa(list(both[w1]), list(both[w2])))
+        out.append({'aspect': aspect, 'raters_per_unit': k, 'units': len(full),
+                    'fleiss_kappa': fleiss, 'worker_pairs': len(pair_kappas),
+                    'mean_cohen_kappa': _finite_mean(pair_kappas)})
+    return pd.DataFrame(out)
+
+
+def _finite_mean(values) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float('nan')
+
+
+# -- frames from the DB ----------------------------------------------------------------------
+def _usable(rows: List[dict], keep_failed: bool) -> List[dict]:
+    failed = {r['worker_id'] for r in rows if r['check_passed'] == 0}
+    return [r for r in rows if not r['is_check'] and (keep_failed or r['worker_id'] not in failed)]
+
+
+def likert_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
+    records = [
+        {'answer_id': r['answer_id'], 'worker_id': r['worker_id'], 'unit_id': r['unit_id'],
+         'item_id': r['item_id'], 'model': r['models'][0], 'aspect': aspect, 'score': score}
+        for r in _usable(rows, keep_failed) for aspect, score in r['answer']['ratings'].items()]
+    return pd.DataFrame(records, columns=['answer_id', 'worker_id', 'unit_id', 'item_id', 'model',
+                                          'aspect', 'score'])
+
+
+def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]) -> pd.DataFrame:
+    """Rashkin et al. Table 2 layout: one row per model, one 'mean +- SEM' column per aspect."""
+    stats = df.groupby(['model', 'aspect'])['score'].agg(['mean', 'sem', 'count'])
+    rows = []
+    for model in models:
+        row = {'Model': model}
+        for aspect in aspects:
+            if (model, aspect) in stats.index:
+                s = stats.loc[(model, aspect)]
+                row[ASPECT_TITLES.get(aspect, aspect)] = f"{s['mean']:.2f} ± {s['sem']:.2f}"
+                row[f'{aspect}_mean'], row[f'{aspect}_sem'] = s['mean'], s['sem']
+                row['ratings'] = int(s['count'])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ab_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
+    records = [
+        {'answer_id': r['answer_id'], 'worker_id': r['worker_id'], 'unit_id': r['unit_id'],
+         'item_id': r['item_id'], 'pair': tuple(sorted(r['models'])), 'aspect': aspect,
+         'winner': winner, 'pairing_index': r['extra'].get('pairing_index'),
+         'submitted': r['submitted'], 'seconds': r['seconds']}
+        for r in _usable(rows, keep_failed) for aspect, winner in r['answer']['winners'].items()]
+    return pd.DataFrame(records, columns=['answer_id', 'worker_id', 'unit_id', 'item_id', 'pair',
+                                          'aspect', 'winner', 'pairing_index', 'submitted',
+                                          'seconds'])
+
+
+def ab_table(df: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
+    """MIME layout: per pair and aspect, win/lose/tie % of the first model (task order), decided
+    per item by majority vote with the 4th-annotator rule; undecided items are counted apart."""
+    order = {m: i for i, m in enumerate(models)}
+    out = []
+    for (pair, aspect), sub in df.groupby(['pair', 'aspect']):
+        first, second = sorted(pair, key=lambda m: order.get(m, len(order)))
+        decided = sub.sort_values('answer_id').groupby('unit_id')['winner'].apply(
+            lambda v: votes.majority_vote(list(v)))
+        done = decided.dropna()
+        n = len(done)
+        pct = (lambda x: 100.0 * x / n if n else float('nan'))
+        out.append({'Comparison': f'{first} vs {second}', 'aspect': aspect,
+                    'Win %': pct((done == first).sum()), 'Lose %': pct((done == second).sum()),
+                    'Tie %': pct((done == votes.TIE).sum()), 'items': n,
+                    'undecided': int(decided.isna().sum()), 'votes': len(sub)})
+    return pd.DataFrame(out)
+
+
+def acute_rows(df: pd.DataFrame, run_id: str, question: str) -> pd.DataFrame:
+    """The A/B votes as ACUTE-Eval analysis rows (``AcuteAnalyzer.dataframe`` columns).
+
+    ACUTE has no ties, so tie votes are dropped; ``pairing_id`` is the line of the pairings file
+    (written by the build step, or the input pairings file)."""
+    rows = []
+    for r in df[df['winner'] != votes.TIE].itertuples():
+        m0, m1 = sorted(r.pair)
+        rows.append({
+            'run_id': run_id, 'worker': str(r.worker_id), 'worker_name': str(r.worker_id),
+            'time_taken': r.seconds, 'question': question, 'unit_id': str(r.unit_id),
+            'task_start': r.submitted, 'correct': -1, 'winner': r.winner,
+            'loser': m1 if r.winner == m0 else m0, 'eval_choice_0': m0, 'eval_choice_1': m1,
+            'reason': '', 'is_onboarding': False, 'matchup': f'{m0}__vs__{m1}',
+            'pairing_id': r.pairing_index,
+        })
+    return pd.DataFrame(rows)
+
+
+# -- reports ---------------------------------------------------------------------------------
+def _plot_likert(table, aspects, path):
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.6 + 1.6 * len(aspects), 3.2))
+    width = 0.8 / max(len(table), 1)
+    x = np.arange(len(aspects))
+    for i, row in enumerate(table.itertuples()):
+        means = [getattr(row, f'{a}_mean', np.nan) for a in aspects]
+        sems = [getattr(row, f'{a}_sem', np.nan) for a in aspects]
+        ax.bar(x + i * width, means, width, yerr=sems, capsize=3, label=row.Model)
+    ax.set_xticks(x + width * (len(table) - 1) / 2, [ASPECT_TITLES.get(a, a) for a in aspects])
+    ax.set_ylim(1, 5)
+    ax.set_ylabel('mean rating (± SEM)')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_ab(table, path):
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    labels = [f'{r.Comparison} ({r.aspect})' for r in table.itertuples()]
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * len(labels)))
+    left = np.zeros(len(labels))
+    for col, color in (('Win %', '#4a8'), ('Tie %', '#bbb'), ('Lose %', '#c55')):
+        vals = table[col].fillna(0).to_numpy()
+        ax.barh(labels, vals, left=left, color=color, label=col.replace(' %', ''))
+        left += vals
+    ax.set_xlim(0, 100)
+    ax.set_xlabel('% of items')
+    ax.legend(ncol=3, fontsize=8, loc='lower right')
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _md(df: pd.DataFrame, floatfmt='.2f') -> str:
+    if df.empty:
+        return '(no answers yet)'
+    cols = list(df.columns)
+    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    for row in df.itertuples(index=False):
+        cells = [format(v, floatfmt) if isinstance(v, float) else str(v) for v in row]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def analyze(db_path: str, outdir: str, keep_failed: bool = False,
+            run_id: Optional[str] = None) -> Dict[str, str]:
+    """Write the report files for a task; returns {name: path}."""
+    db = TaskDB(db_path)
+    cfg, rows = db.config, db.answer_rows()
+    failed = pd.DataFrame(db.failed_workers())
+    db.close()
+    os.makedirs(outdir, exist_ok=True)
+    paths = {k: os.path.join(outdir, v) for k, v in {
+        'markdown': 'results.md', 'csv': 'results.csv', 'agreement': 'agreement.csv',
+        'plot': 'results.png', 'failed': 'failed_workers.csv'}.items()}
+    md = [f"# Human evaluation ({cfg['mode']})", '']
+    if cfg['mode'] == sampling.LIKERT:
+        df = likert_frame(rows, keep_failed)
+        table = likert_table(df, cfg['aspects'], cfg['models'])
+        shown = table[['Model'] + [ASPECT_TITLES.get(a, a) for a in cfg['aspects']
+                                   if ASPECT_TITLES.get(a, a) in table] +
+                      (['ratings'] if 'ratings' in table else [])]
+        _plot_likert(table, cfg['aspects'], paths['plot'])
+        kappa = agreement(df, 'score')
+    else:
+        df = ab_frame(rows, keep_failed)
+        table = shown = ab_table(df, cfg['models'])
+        _plot_ab(table, paths['plot'])
+        kappa = agreement(df, 'winner')
+        run = run_id or os.path.splitext(os.path.basename(db_path))[0]
+        for aspect in cfg['aspects']:
+            key = f'acute_{aspect}'
+            paths[key] = os.path.join(outdir, f'{key}.csv')
+            acute_rows(df[df['aspect'] == aspect], run, aspect).to_csv(paths[key], index=False)
+    table.to_csv(paths['csv'], index=False)
+    kappa.to_csv(paths['agreement'], index=False)
+    failed.to_csv(paths['failed'], index=False)
+    md += [_md(shown), '', '## Agreement', '', _md(kappa, '.3f'), '',
+           f'Workers who failed an attention check: {len(failed)}'
+           + (' (included)' if keep_failed else ' (excluded)'), '']
+    with open(paths['markdown'], 'w', encoding='utf-8') as f:
+        f.write('\n'.join(md))
+    return paths

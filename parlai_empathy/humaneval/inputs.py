@@ -1,0 +1,219 @@
+"""Read model outputs in ParlAI's own formats, so runs move freely between ParlAI and this task.
+
+* ``eval_model --world-logs FILE.jsonl`` writes one conversation per line (ParlAI's
+  ``Conversations`` format): ``{"dialog": [[teacher_msg, model_msg], ...], "context": [...],
+  "metadata_path": ...}``. The teacher message carries the speaker's utterance, the gold reply in
+  ``eval_labels`` (or ``labels``) and ED's ``emotion``/``situation``; the model message carries
+  the reply being judged in ``text``.
+* ACUTE-Eval pairings JSONL: ``{"is_onboarding", "speakers_to_eval": [m1, m2], "dialogue_ids",
+  "dialogue_dicts": [{"speakers", "dialogue": [{"id", "text"}, ...]}, ...]}``.
+
+Every parse error names the file, the line and the field.
+"""
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+SPEAKER = 'speaker'
+LISTENER = 'listener'
+
+
+class InputError(ValueError):
+    """A malformed input file; the message names file, line and field."""
+
+
+@dataclass
+class Item:
+    """One test example: the dialogue so far and the gold listener reply."""
+
+    item_id: str
+    emotion: str
+    situation: str
+    context: List[Tuple[str, str]]  # (role, text), ends with the speaker turn to reply to
+    gold: str
+
+
+@dataclass
+class ModelOutputs:
+    """One model's replies keyed by item id, plus the items themselves."""
+
+    model: str
+    items: Dict[str, Item] = field(default_factory=dict)
+    responses: Dict[str, str] = field(default_factory=dict)
+
+
+def _content_key(situation: str, context: List[Tuple[str, str]], gold: str) -> str:
+    """A stable id for teachers (like ParlAI's own ED teacher) whose messages carry no conv_id."""
+    blob = json.dumps([situation, context, gold], ensure_ascii=False)
+    return 'h' + hashlib.sha1(blob.encode('utf-8')).hexdigest()[:16]
+
+
+def _first_label(msg: dict) -> Optional[str]:
+    for key in ('eval_labels', 'labels'):
+        labels = msg.get(key)
+        if labels:
+            return labels[0] if isinstance(labels, (list, tuple)) else str(labels)
+    return None
+
+
+def _where(path, lineno, what):
+    return f'{path}:{lineno}: {what}'
+
+
+def model_name_from_path(path: str) -> str:
+    """``runs/mime_test.jsonl`` -> ``mime_test``."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
+    """Parse one ``eval_model --world-logs`` JSONL file into items and that model's replies."""
+    out = ModelOutputs(model=model or model_name_from_path(path))
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                convo = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
+            dialog = convo.get('dialog') if isinstance(convo, dict) else None
+            if not isinstance(dialog, list):
+                raise InputError(_where(path, lineno, "field 'dialog' missing or not a list"))
+            history: List[Tuple[str, str]] = []
+            for turn_idx, turn in enumerate(dialog):
+                loc = f"'dialog'[{turn_idx}]"
+                if not isinstance(turn, list) or len(turn) < 2:
+                    raise InputError(
+                        _where(path, lineno, f'{loc} must be [teacher message, model message]')
+                    )
+                teacher, reply = turn[0], turn[1]
+                for name, msg in (('teacher', teacher), ('model', reply)):
+                    if not isinstance(msg, dict) or not isinstance(msg.get('text'), str):
+                        raise InputError(
+                            _where(path, lineno, f"{loc} {name} message has no string 'text'")
+                        )
+                gold = _first_label(teacher)
+                if gold is None:
+                    raise InputError(
+                        _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
+                    )
+                if isinstance(teacher.get('context_utterances'), list):
+                    roles = teacher.get('context_roles') or []
+                    context = [
+                        (roles[i] if i < len(roles) else (SPEAKER if i % 2 == 0 else LISTENER), u)
+                        for i, u in enumerate(teacher['context_utterances'])
+                    ]
+                else:
+                    context = list(history)
+                context.append((SPEAKER, teacher['text']))
+                situation = str(teacher.get('situation', ''))
+                if teacher.get('conv_id'):
+                    turn_no = teacher.get('turn', turn_idx)
+                    item_id = f"{teacher['conv_id']}#{turn_no}"
+                else:
+                    item_id = _content_key(situation, context, gold)
+                if item_id in out.items:
+                    raise InputError(_where(path, lineno, f'{loc} repeats item {item_id}'))
+                out.items[item_id] = Item(
+                    item_id=item_id,
+                    emotion=str(teacher.get('emotion', '')),
+                    situation=situation,
+                    context=context,
+                    gold=gold,
+                )
+                out.responses[item_id] = reply['text']
+                history = context + [(LISTENER, gold)]
+    if not out.items:
+        raise InputError(f'{path}: no conversations found')
+    return out
+
+
+def align(outputs: List[ModelOutputs]) -> Tuple[Dict[str, Item], List[str]]:
+    """Items every model answered, and the model names; refuse duplicate names or no overlap."""
+    names = [o.model for o in outputs]
+    if len(set(names)) != len(names):
+        raise InputError(f'model names must be unique, got {names}')
+    shared = set(outputs[0].items)
+    for o in outputs[1:]:
+        shared &= set(o.items)
+    if not shared:
+        raise InputError(
+            'the world logs share no test items; were they produced from the same task and '
+            'datatype?'
+        )
+    items = {k: outputs[0].items[k] for k in sorted(shared)}
+    return items, names
+
+
+@dataclass
+class Pairing:
+    """One ACUTE-Eval pairing: two models' dialogues shown side by side."""
+
+    models: Tuple[str, str]
+    dialogues: Tuple[List[dict], List[dict]]  # each: [{'id', 'text'}, ...]
+    dialogue_ids: Tuple[str, str]
+    is_onboarding: bool = False
+    correct_answer: Optional[str] = None
+
+
+def read_pairings(path: str) -> List[Pairing]:
+    """Parse an ACUTE-Eval pairings JSONL file."""
+    pairs = []
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
+            speakers = row.get('speakers_to_eval')
+            dicts = row.get('dialogue_dicts')
+            if not (isinstance(speakers, list) and len(speakers) == 2):
+                raise InputError(_where(path, lineno, "'speakers_to_eval' must list 2 models"))
+            if not (isinstance(dicts, list) and len(dicts) == 2):
+                raise InputError(_where(path, lineno, "'dialogue_dicts' must hold 2 dialogues"))
+            dialogues = []
+            for i, d in enumerate(dicts):
+                turns = d.get('dialogue') if isinstance(d, dict) else None
+                if not isinstance(turns, list) or not all(
+                    isinstance(t, dict) and isinstance(t.get('text'), str) for t in turns
+                ):
+                    raise InputError(
+                        _where(path, lineno, f"'dialogue_dicts'[{i}].dialogue must be a list of "
+                               "{'id', 'text'}")
+                    )
+                dialogues.append([{'id': str(t.get('id', '')), 'text': t['text']} for t in turns])
+            ids = row.get('dialogue_ids') or [f'{lineno}:0', f'{lineno}:1']
+            pairs.append(
+                Pairing(
+                    models=(str(speakers[0]), str(speakers[1])),
+                    dialogues=(dialogues[0], dialogues[1]),
+                    dialogue_ids=(str(ids[0]), str(ids[1])),
+                    is_onboarding=bool(row.get('is_onboarding', False)),
+                    correct_answer=row.get('correct_answer'),
+                )
+            )
+    if not pairs:
+        raise InputError(f'{path}: no pairings found')
+    return pairs
+
+
+def acute_dialogue(item: Item, model: str, response: str) -> dict:
+    """One item as an ACUTE-Eval dialogue dict; only the final turn is the model's."""
+    turns = [
+        {'id': 'human_speaker' if role == SPEAKER else 'human_listener', 'text': text}
+        for role, text in item.context
+    ]
+    turns.append({'id': model, 'text': response})
+    speakers = list(dict.fromkeys(t['id'] for t in turns))
+    return {'speakers': speakers, 'dialogue': turns, 'context': []}
+
+
+def write_pairings(path: str, rows: List[dict]) -> None:
+    """Write ACUTE-Eval pairings JSONL (rows already in ACUTE's shape)."""
+    with open(path, 'w', encoding='utf-8') as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + '\n')

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Human evaluation from the ``parlai`` command (one script per step).
+
+    parlai empathy_humaneval_build   --db task.db --mode likert --world-logs a=a.jsonl b=b.jsonl
+    parlai empathy_humaneval_links   --db task.db --base-url http://127.0.0.1:8000 -n 5
+    parlai empathy_humaneval_serve   --db task.db [--host 127.0.0.1 --port 8000]
+    parlai empathy_humaneval_mturk   --db task.db --task-url https://... --reward 1.00 --dry-run
+    parlai empathy_humaneval_analyze --db task.db --outdir results/
+"""
+from parlai_empathy import compat  # noqa: F401
+
+compat.apply()
+
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+
+from parlai_empathy.humaneval import providers  # noqa: E402
+from parlai_empathy.humaneval.db import TaskDB  # noqa: E402
+
+
+def _parser(description: str) -> ParlaiParser:
+    parser = ParlaiParser(False, False, description=description)
+    parser.add_argument('--db', required=True, help='task database (SQLite file)')
+    return parser
+
+
+@register_script('empathy_humaneval_build')
+class HumanEvalBuild(ParlaiScript):
+    """Build a Likert or A/B rating task from eval_model world logs or ACUTE pairings."""
+
+    @classmethod
+    def setup_args(cls):
+        p = _parser(cls.__doc__)
+        p.add_argument('--mode', choices=['likert', 'ab'], default='likert')
+        p.add_argument('--world-logs', nargs='+', default=[],
+                       help='eval_model --world-logs files, as name=path or path (name = stem)')
+        p.add_argument('--pairings', default=None, help='ACUTE-Eval pairings JSONL (A/B only)')
+        p.add_argument('--per-emotion', type=int, default=0,
+                       help='emotion-stratified sample size per emotion (MIME: 4)')
+        p.add_argument('--num-items', type=int, default=0,
+                       help='uniform sample size (0 = every item shared by all models)')
+        p.add_argument('--annotators', type=int, default=3, help='ratings wanted per unit')
+        p.add_argument('--items-per-assignment', type=int, default=10)
+        p.add_argument('--checks-per-assignment', type=int, default=1)
+        p.add_argument('--aspects', default=None,
+                       help='comma-separated, default empathy,relevance,fluency (Likert) or '
+                       'overall (A/B)')
+        p.add_argument('--seed', type=int, default=0)
+        p.add_argument('--lease-seconds', type=int, default=3600,
+                       help='unfinished assignments stop reserving their items after this')
+        p.add_argument('--completion-url', default='',
+                       help='generic provider: URL shown at the end, {code} = completion code')
+        p.add_argument('--acute-pairings-out', default=None,
+                       help='A/B: also write the units as ACUTE-Eval pairings JSONL')
+        p.add_argument('--overwrite', type='bool', default=False)
+        return p
+
+    def run(self):
+        from parlai_empathy.humaneval.build import build_task
+
+        o = self.opt
+        db = build_task(
+            o['db'], o['mode'], o['world_logs'], o['pairings'], o['per_emotion'], o['num_items'],
+            o['annotators'], o['items_per_assignment'], o['checks_per_assignment'], o['seed'],
+            o['lease_seconds'], o['completion_url'], o['acute_pairings_out'], o['overwrite'],
+            o['aspects'].split(',') if o['aspects'] else None)
+        progress = db.progress()
+        print(f"Built {o['mode']} task in {o['db']}: models {db.config['models']}")
+        for p in progress:
+            print(f"  {p['models']}: {p['wanted']} ratings wanted")
+        print(f"Admin token: {db.config['admin_token']}")
+        return progress
+
+
+@register_script('empathy_humaneval_links')
+class HumanEvalLinks(ParlaiScript):
+    """Create local workers and print one private link each (for pilots)."""
+
+    @classmethod
+    def setup_args(cls):
+        p = _parser(cls.__doc__)
+        p.add_argument('--base-url', default='http://127.0.0.1:8000')
+        p.add_argument('-n', '--num-workers', type=int, default=1)
+        return p
+
+    def run(self):
+        links = providers.local_links(TaskDB(self.opt['db']), self.opt['base_url'],
+                                      self.opt['num_workers'])
+        print('\n'.join(links))
+        return links
+
+
+@register_script('empathy_humaneval_serve')
+class HumanEvalServe(ParlaiScript):
+    """Serve the worker and admin pages (binds 127.0.0.1 unless --host says otherwise)."""
+
+    @classmethod
+    def setup_args(cls):
+        p = _parser(cls.__doc__)
+        p.add_argument('--host', default='127.0.0.1')
+        p.add_argument('--port', type=int, default=8000)
+        return p
+
+    def run(self):
+        from parlai_empathy.humaneval.app import serve
+
+        db = TaskDB(self.opt['db'])
+        base = f"http://{self.opt['host']}:{self.opt['port']}"
+        print(f"Admin: {base}/admin?token={db.config['admin_token']}")
+        print(f'Prolific-style entry: {providers.generic_entry_url(base)}')
+        db.close()
+        serve(self.opt['db'], self.opt['host'], self.opt['port'])
+
+
+@register_script('empathy_humaneval_mturk')
+class HumanEvalMTurk(ParlaiScript):
+    """Post ExternalQuestion HITs for a served task on MTurk (sandbox by default)."""
+
+    @classmethod
+    def setup_args(cls):
+        p = _parser(cls.__doc__)
+        p.add_argument('--task-url', required=True, help='public https:// URL of the server')
+        p.add_argument('--environment', choices=['sandbox', 'live'], default='sandbox')
+        p.add_argument('--dry-run', type='bool', default=False,
+                       help='print the CreateHIT requests without sending them')
+        p.add_argument('--num-hits', type=int, default=0, help='0 = enough to cover the task')
+        p.add_argument('--reward', default='1.00', help='USD per HIT, e.g. 1.00')
+        p.add_argument('--title', default='Rate responses in short conversations')
+        p.add_argument('--description', default='Read short conversations about personal '
+                       'experiences and rate the responses.')
+        p.add_argument('--keywords', default='dialogue, rating, conversation')
+        p.add_argument('--minutes-per-assignment', type=int, default=30)
+        p.add_argument('--lifetime-hours', type=int, default=72)
+        p.add_argument('--min-approval', type=int, default=95)
+        p.add_argument('--locales', default='US', help="comma-separated countries, '' = any")
+        p.add_argument('--aws-profile', default=None)
+        return p
+
+    def run(self):
+        o = self.opt
+        n = o['num_hits'] or providers.hits_needed(TaskDB(o['db']))
+        requests = providers.mturk_requests(
+            o['task_url'], n, o['reward'], o['title'], o['description'], o['keywords'],
+            o['minutes_per_assignment'], o['lifetime_hours'], 1, o['min_approval'],
+            [c for c in o['locales'].split(',') if c])
+        return providers.create_hits(requests, o['environment'], o['dry_run'],
+                                     profile=o['aws_profile'])
+
+
+@register_script('empathy_humaneval_analyze')
+class HumanEvalAnalyze(ParlaiScript):
+    """Tables (mean ± SEM or win/lose/tie %), agreement (Fleiss/Cohen kappa) and plots."""
+
+    @classmethod
+    def setup_args(cls):
+        p = _parser(cls.__doc__)
+        p.add_argument('--outdir', required=True)
+        p.add_argument('--keep-failed', type='bool', default=False,
+                       help='keep workers who failed an attention check')
+        return p
+
+    def run(self):
+        from parlai_empathy.humaneval.analysis import analyze
+
+        paths = analyze(self.opt['db'], self.opt['outdir'], self.opt['keep_failed'])
+        with open(paths['markdown'], encoding='utf-8') as f:
+            print(f.read())
+        for name, path in paths.items():
+            print(f'{name}: {path}')
+        return paths
+
+
+if __name__ == '__main__':
+    HumanEvalBuild.main()

@@ -6,7 +6,8 @@ Two kinds of Python packages go into the wheel:
 * thin leaf modules that land inside ParlAI's own namespaces so that stock ParlAI resolves our
   plain names (``-t empathy_ed_clean``, ``-m empathy/mime``, ``parlai empathy_score``):
   ``tasks/<name>/`` -> ``parlai/tasks/<name>/``, ``agents/empathy/`` -> ``parlai/agents/empathy/``,
-  ``zoo/empathy/`` -> ``parlai/zoo/empathy/`` and ``scripts/*.py`` -> ``parlai/scripts/``.
+  ``zoo/empathy/`` -> ``parlai/zoo/empathy/``, ``scripts/*.py`` -> ``parlai/scripts/`` and
+  ``opt_presets/empathy/*.opt`` -> ``parlai/opt_presets/empathy/`` (``-o empathy/mime``).
 
 Only leaf packages are listed, so the wheel never contains ``parlai/__init__.py`` or any other
 ``__init__.py`` that belongs to ParlAI, and ``pip uninstall parlai-empathy`` removes only our
@@ -30,8 +31,10 @@ def namespace_leaves():
             mapping[f'parlai.tasks.{name}'] = f'tasks/{name}'
     mapping['parlai.agents.empathy'] = 'agents/empathy'
     mapping['parlai.zoo.empathy'] = 'zoo/empathy'
-    # parlai/scripts has no __init__.py of ours: setuptools copies the modules only.
+    # parlai/scripts and parlai/opt_presets/empathy have no __init__.py of ours: setuptools copies
+    # the modules / data files only, so `parlai empathy_*` and `-o empathy/<preset>` resolve.
     mapping['parlai.scripts'] = 'scripts'
+    mapping['parlai.opt_presets.empathy'] = 'opt_presets/empathy'
     return mapping
 
 
@@ -61,7 +64,10 @@ setup(
     python_requires='>=3.10',
     packages=find_packages(include=['parlai_empathy', 'parlai_empathy.*']) + sorted(LEAVES),
     package_dir=LEAVES,
-    package_data={'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*']},
+    package_data={
+        'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*'],
+        'parlai.opt_presets.empathy': ['*.opt'],
+    },
     cmdclass={'build_py': BuildWithStartupHook},
     install_requires=[
         # ParlAI 1.7.2 is installed separately with --no-deps (see README).

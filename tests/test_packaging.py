@@ -15,6 +15,7 @@ OURS = [
     'parlai/agents/empathy/__init__.py',
     'parlai/zoo/empathy/__init__.py',
     'parlai/scripts/empathy_clean_report.py',
+    'parlai/opt_presets/empathy/mime.opt',
     'parlai_empathy/compat.py',
     'parlai_empathy/data/sample/train.csv',
     'parlai_empathy_compat.pth',
@@ -25,6 +26,7 @@ PARLAIS_OWN = [
     'parlai/agents/__init__.py',
     'parlai/scripts/__init__.py',
     'parlai/zoo/__init__.py',
+    'parlai/opt_presets/__init__.py',
 ]
 
 
@@ -78,3 +80,11 @@ def test_uninstall_removes_only_our_files(wheel, tmp_path):
         assert not os.path.exists(os.path.join(site, name)), name
     assert not os.path.exists(os.path.join(site, 'parlai', 'tasks', 'empathy_ed'))
     assert not os.path.exists(os.path.join(site, 'parlai_empathy'))
+
+
+def test_opt_presets_resolve_by_plain_name():
+    from parlai_empathy import compat  # noqa: F401
+    from parlai.scripts.train_model import setup_args
+
+    opt = setup_args().parse_args(['-o', 'empathy/mime', '-t', 'empathy_ed_clean'])
+    assert opt['model'] == 'empathy/mime' and opt['learningrate'] == 0.0001 and opt['batchsize'] == 16

@@ -88,6 +88,27 @@ class EDTeacherBase(DialogTeacher):
     def read_conversations(self, path):
         raise NotImplementedError
 
+    def custom_evaluation(self, teacher_action, labels, model_response) -> None:
+        """Score every model's replies with the suite, stock ParlAI agents included.
+
+        ParlAI calls this for each reply during validation and ``eval_model``. Agents of ours that
+        already recorded the suite's figures for a reply (they appear in its ``metrics``) are not
+        counted twice.
+        """
+        from parlai_empathy.metrics import parlai_metrics, retrieval
+
+        if not labels or model_response is None:
+            return
+        already = model_response.get('metrics') or {}
+        gold = labels[0]
+        response = model_response.get('text')
+        if response is not None and 'avg_bleu' not in already:
+            parlai_metrics.record_generation_metrics(self.metrics, gold, response)
+        ranked = model_response.get('text_candidates')
+        candidates = teacher_action.get('label_candidates')
+        if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and retrieval.METRIC not in already:
+            parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates))
+
     def length_cache_path(self, opt):
         """Streaming caches example counts; ParlAI would write them beside the (maybe read-only)
         source file, so they go into the datapath, keyed by file content and the options that

@@ -1,0 +1,201 @@
+"""Shared ParlAI plumbing of the emotion-aware transformer generators (MIME, Multi-TR).
+
+A ``TorchGeneratorAgent`` whose model (``parlai_empathy.models``) takes ``(tokens, speakers,
+emotion)``:
+
+* speakers: each history utterance's tokens are tagged 0 (the user / ED Speaker, who said the
+  last utterance) or 1 (the model / ED Listener), alternating backwards from the last one;
+* emotion: the ED 32-way ``emotion`` field of the observation, the gold label used in training;
+* the loss is ParlAI's response loss (gamma = 1) plus the model's ``extra_losses``;
+* ``emo_acc``/``emo_acc@2``/``emo_acc@5`` come from the project's metrics suite;
+* every reply carries ``predicted_emotion`` and ``emotion_polarity`` (the user polarity the
+  model conditioned on).
+
+Word embeddings start from GloVe (``--glove-init``): by default the offline 6B 50d vectors,
+padded to the model size; ``--glove-path`` takes a 300d text file.
+"""
+from parlai_empathy import compat  # noqa: F401
+
+compat.apply()
+
+import torch  # noqa: E402
+from parlai.core.metrics import AverageMetric  # noqa: E402
+from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
+from parlai.utils.misc import warn_once  # noqa: E402
+
+from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
+from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
+from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
+from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
+
+USER, MODEL = 0, 1
+
+
+def utterance_speakers(history_vecs, delimiter_len, total_len):
+    """Speaker id of every token of ParlAI's flattened history, aligned to its last ``total_len``.
+
+    The history is ``utt_1 DELIM utt_2 ... DELIM utt_n``; utt_n is the user's, and turns
+    alternate going back. Delimiter tokens take the speaker of the utterance they precede.
+    """
+    speakers = []
+    n = len(history_vecs)
+    for i, vec in enumerate(history_vecs):
+        who = USER if (n - 1 - i) % 2 == 0 else MODEL
+        if i:
+            speakers += [who] * delimiter_len
+        speakers += [who] * len(vec)
+    speakers = speakers[-total_len:] if total_len else []
+    return [USER] * (total_len - len(speakers)) + speakers
+
+
+class EmotionGeneratorAgent(TorchGeneratorAgent):
+    """Base agent; subclasses define ``build_model`` from :meth:`model_kwargs`."""
+
+    @classmethod
+    def add_cmdline_args(cls, parser, partial_opt=None):
+        super().add_cmdline_args(parser, partial_opt=partial_opt)
+        group = parser.add_argument_group('Emotion-aware transformer (parlai-empathy)')
+        group.add_argument('--embedding-size', '-esz', type=int, default=300,
+                           help='D_h, the model width (paper: 300)')
+        group.add_argument('--n-heads', type=int, default=2)
+        group.add_argument('--attention-size', type=int, default=40,
+                           help='total key/value width of attention (MIME reference: 40)')
+        group.add_argument('--ffn-size', type=int, default=50, help='FFN width (MIME reference: 50)')
+        group.add_argument('--n-layers', type=int, default=1)
+        group.add_argument('--dropout', type=float, default=0.0)
+        group.add_argument('--glove-init', type='bool', default=True,
+                           help='initialize word embeddings from GloVe')
+        group.add_argument('--glove-path', type=str, default=None,
+                           help='GloVe text file (e.g. glove.6B.300d.txt); default: offline 6B 50d')
+        group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
+                           help='when GloVe is narrower than the model: pad with random columns '
+                           'or keep GloVe size and learn a projection')
+        group.add_argument('--emotion-loss-weight', type=float, default=1.0,
+                           help='alpha: weight of the user-emotion classification loss')
+        parser.set_defaults(text_truncate=256, label_truncate=64, truncate=256)
+        return parser
+
+    # ----- model construction -------------------------------------------------------------
+    def transformer_size(self):
+        opt = self.opt
+        return TransformerSize(opt['embedding_size'], opt['n_heads'], opt['attention_size'],
+                               opt['ffn_size'], opt['n_layers'], opt['dropout'])
+
+    def build_words(self):
+        """The shared word table, GloVe-initialized on a fresh model."""
+        size = self.transformer_size()
+        vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
+        if not self.opt.get('glove_init') or self.opt.get('init_model') or self._model_exists():
+            return WordEmbedding(len(vocab), size.d_model, self.NULL_IDX,
+                                 self._glove_table_dim(size))
+        words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
+                                                   self.opt.get('glove_path'), self.opt['glove_fit'])
+        print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
+        return words
+
+    def _glove_table_dim(self, size):
+        # a saved 'project' model has a GloVe-sized table: rebuild the same shape to load it
+        if self.opt.get('glove_init') and self.opt.get('glove_fit') == 'project':
+            return 300 if self.opt.get('glove_path') else 50
+        return size.d_model
+
+    def _model_exists(self):
+        import os
+
+        path = self.opt.get('model_file')
+        return bool(path) and os.path.isfile(path)
+
+    def model_kwargs(self):
+        return dict(
+            vocab_size=len(self.dict), padding_idx=self.NULL_IDX, start_idx=self.START_IDX,
+            end_idx=self.END_IDX, size=self.transformer_size(), words=self.build_words(),
+            max_positions=max(1024, (self.opt.get('text_truncate') or 0) + 2,
+                              (self.opt.get('label_truncate') or 0) + 2),
+            cls_weight=self.opt['emotion_loss_weight'],
+        )
+
+    # ----- vectorization ------------------------------------------------------------------
+    def _set_text_vec(self, obs, history, truncate):
+        obs = super()._set_text_vec(obs, history, truncate)
+        if 'text' in obs and obs.get('text_vec') is None:
+            # an empty message: the model still answers, from the CTX token alone
+            obs.force_set('text_vec', torch.LongTensor([]))
+        if obs.get('text_vec') is not None and 'speaker_vec' not in obs:
+            speakers = utterance_speakers(history.history_vecs, len(history.delimiter_tok),
+                                          len(obs['text_vec']))
+            obs.force_set('speaker_vec', torch.LongTensor(speakers))
+        return obs
+
+    def batchify(self, obs_batch, sort=False):
+        batch = super().batchify(obs_batch, sort=sort)
+        if batch.text_vec is None:
+            return batch
+        observations = [obs_batch[i] for i in batch.valid_indices.tolist()]  # batch order
+        speakers = [obs.get('speaker_vec', torch.zeros(len(obs['text_vec']), dtype=torch.long))
+                    for obs in observations]
+        padded = torch.zeros_like(batch.text_vec)
+        for i, vec in enumerate(speakers):
+            padded[i, : len(vec)] = vec
+        batch['speaker_vec'] = padded
+        emotions = [obs.get('emotion') for obs in observations]
+        batch['emotion_ids'] = None
+        if all(e is not None for e in emotions):
+            try:
+                batch['emotion_ids'] = torch.tensor([emotion_to_id(e) for e in emotions],
+                                                    device=batch.text_vec.device)
+            except ValueError as err:
+                raise ValueError(f'bad "emotion" field in a {self.id} observation: {err}') from err
+        return batch
+
+    def _model_input(self, batch):
+        # the gold emotion steers the model only while training (polarity, posterior)
+        gold = batch.get('emotion_ids') if self.model.training else None
+        return (batch.text_vec, batch.get('speaker_vec'), gold)
+
+    def _encoder_input(self, batch):
+        return (batch.text_vec, batch.get('speaker_vec'))
+
+    # ----- losses and metrics -------------------------------------------------------------
+    def compute_loss(self, batch, return_output=False):
+        loss, model_output = super().compute_loss(batch, return_output=True)
+        encoder_states = model_output[2]
+        gold = batch.get('emotion_ids')
+        if gold is None:
+            if self.model.training:
+                raise ValueError(
+                    f'{self.id} trains on the ED "emotion" field; the task gives none. '
+                    'Use -t empathy_ed_clean (or empathy_ed).'
+                )
+        else:
+            extra, parts = self.model.extra_losses(encoder_states, gold)
+            loss = self.model.response_weight * loss + extra
+            for key, value in parts.items():
+                if key != 'cls' and not self.model.training:
+                    continue  # the ELBO terms exist only with the gold emotion, in training
+                self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * len(gold)))
+            for key, values in batch_emotion_metrics(
+                encoder_states.aux['emotion_logits'].detach().float().cpu(),
+                gold.tolist(),
+            ).items():
+                self.record_local_metric(key, values)
+        return (loss, model_output) if return_output else loss
+
+    def eval_step(self, batch):
+        output = super().eval_step(batch)
+        if output is None or batch.text_vec is None:
+            return output
+        with torch.no_grad():
+            aux = self.model.encoder(*self._encoder_input(batch)).aux
+        predicted = aux['emotion_logits'].argmax(dim=-1).tolist()
+        output['predicted_emotion'] = [ED_EMOTIONS[i] for i in predicted]
+        output['emotion_polarity'] = [
+            'positive' if flag else 'negative'
+            for flag in aux.get('user_positive', torch.tensor([polarity(i) == 'positive'
+                                                              for i in predicted])).tolist()
+        ]
+        return output
+
+    def observe(self, observation):
+        if 'text' in observation and not str(observation.get('text') or '').strip():
+            warn_once(f'{self.id}: empty message; answering from the CTX token alone')
+        return super().observe(observation)

@@ -1,0 +1,44 @@
+"""``-m empathy/mime``: MIME (Majumder et al., EMNLP 2020) as a ParlAI TorchGeneratorAgent.
+
+The model is ``parlai_empathy.models.mime.Mime``; the shared agent plumbing (speaker ids,
+emotion field, extra losses, emo_acc, reply fields) is ``emotion_generator.EmotionGeneratorAgent``.
+Paper training setup: ``-o empathy/mime`` (Adam, lr 1e-4, batch 16, beam 5).
+"""
+from parlai_empathy import compat  # noqa: F401
+
+compat.apply()
+
+from parlai.core.loader import register_agent  # noqa: E402
+
+from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent  # noqa: E402
+from parlai_empathy.models.mime import Mime  # noqa: E402
+
+
+@register_agent('empathy/mime')
+class MimeAgent(EmotionGeneratorAgent):
+    @classmethod
+    def add_cmdline_args(cls, parser, partial_opt=None):
+        super().add_cmdline_args(parser, partial_opt=partial_opt)
+        group = parser.add_argument_group('MIME')
+        group.add_argument('--latent-size', type=int, default=300,
+                           help='size of each emotion group latent z_g')
+        group.add_argument('--elbo-weight', type=float, default=1.0,
+                           help='beta: weight of ELBO_pos + ELBO_neg')
+        group.add_argument('--mimicry', type='bool', default=True,
+                           help='emotion mimicry by user polarity (ablation: false)')
+        group.add_argument('--emotion-grouping', type='bool', default=True,
+                           help='13 positive / 19 negative groups (ablation: false, one group)')
+        group.add_argument('--stochastic', type='bool', default=True,
+                           help='sample z_g with prior/posterior (ablation: false, z_g = mu_g)')
+        return parser
+
+    def __init__(self, opt, shared=None):
+        super().__init__(opt, shared)
+        self.id = 'Mime'
+
+    def build_model(self):
+        return Mime(
+            latent_dim=self.opt['latent_size'], mimicry=self.opt['mimicry'],
+            grouping=self.opt['emotion_grouping'], stochastic=self.opt['stochastic'],
+            elbo_weight=self.opt['elbo_weight'], **self.model_kwargs(),
+        )

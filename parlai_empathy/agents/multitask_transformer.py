@@ -1,0 +1,24 @@
+"""``-m empathy/multitask_transformer``: Multi-TR, MIME's baseline (Rashkin et al.'s Multitask).
+
+A transformer encoder-decoder that also classifies the user emotion from its encoder; same
+blocks and agent plumbing as MIME (``emotion_generator.EmotionGeneratorAgent``).
+Paper training setup: ``-o empathy/multitask_transformer``.
+"""
+from parlai_empathy import compat  # noqa: F401
+
+compat.apply()
+
+from parlai.core.loader import register_agent  # noqa: E402
+
+from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent  # noqa: E402
+from parlai_empathy.models.multitask_transformer import MultitaskTransformer  # noqa: E402
+
+
+@register_agent('empathy/multitask_transformer')
+class MultitaskTransformerAgent(EmotionGeneratorAgent):
+    def __init__(self, opt, shared=None):
+        super().__init__(opt, shared)
+        self.id = 'MultitaskTransformer'
+
+    def build_model(self):
+        return MultitaskTransformer(**self.model_kwargs())

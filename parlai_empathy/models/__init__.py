@@ -1,0 +1,1 @@
+"""Plain torch.nn models (never import ParlAI here)."""

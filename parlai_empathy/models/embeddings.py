@@ -1,0 +1,104 @@
+"""Input embeddings shared by the project's generators.
+
+``WordEmbedding`` is the word table (optionally GloVe-initialized, optionally projected to the
+model size); ``DialogueEmbedding`` adds position and speaker embeddings and, for MIME, the
+learned CTX vector prepended to the context whose encoding is c = H_0.
+"""
+import math
+
+import torch
+from torch import nn
+
+from parlai_empathy.models import glove
+
+
+def sinusoidal_positions(n_positions, dim):
+    """The fixed sine/cosine position table of Vaswani et al. (no parameters to train)."""
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    rate = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
+    return table
+
+
+class WordEmbedding(nn.Module):
+    """Word table of size ``emb_dim`` mapped to ``d_model`` (a bias-free projection when they differ).
+
+    Build it with :meth:`from_glove` to start from GloVe vectors; ``glove_fit`` chooses between a
+    GloVe-sized table plus projection ('project') and a model-sized table padded with random
+    columns ('pad'), see ``glove.py``.
+    """
+
+    def __init__(self, vocab_size, d_model, padding_idx=0, emb_dim=None):
+        super().__init__()
+        emb_dim = emb_dim or d_model
+        self.table = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
+        nn.init.normal_(self.table.weight, std=emb_dim ** -0.5)
+        with torch.no_grad():
+            self.table.weight[padding_idx].zero_()
+        self.proj = nn.Linear(emb_dim, d_model, bias=False) if emb_dim != d_model else None
+        self.d_model = d_model
+
+    @classmethod
+    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project'):
+        """A table initialized from GloVe for the word list ``vocab``; returns (module, hit-rate)."""
+        if glove_fit not in ('project', 'pad'):
+            raise ValueError(f"glove_fit must be 'project' or 'pad', not {glove_fit!r}")
+        matrix, hit = glove.load_glove(vocab, glove_path)
+        emb_dim = matrix.shape[1] if glove_fit == 'project' else d_model
+        module = cls(len(vocab), d_model, padding_idx, emb_dim)
+        with torch.no_grad():
+            if glove_fit == 'project':
+                module.table.weight[hit] = matrix[hit]
+            else:
+                module.table.weight.copy_(glove.fit_to_dim(matrix, hit, d_model))
+            module.table.weight[padding_idx].zero_()
+        return module, float(hit.float().mean())
+
+    @property
+    def weight(self):
+        return self.table.weight
+
+    def forward(self, tokens):
+        x = self.table(tokens)
+        return self.proj(x) if self.proj is not None else x
+
+
+class DialogueEmbedding(nn.Module):
+    """Token representation = word + position + speaker (MIME Sec. 3.2), with an optional CTX.
+
+    ``forward(tokens, speakers)`` returns ``(x, keep)``: ``x`` is ``[B, S(+1), d_model]`` and
+    ``keep`` is True at real (non-padding) positions. With ``prepend_ctx`` a learned CTX vector
+    (plus its position and no speaker) comes first, always kept.
+    """
+
+    def __init__(self, words, padding_idx=0, n_speakers=2, max_positions=1024, prepend_ctx=False,
+                 dropout=0.0):
+        super().__init__()
+        d_model = words.d_model
+        self.words = words
+        self.padding_idx = padding_idx
+        self.register_buffer('positions', sinusoidal_positions(max_positions, d_model), persistent=False)
+        self.speakers = nn.Embedding(n_speakers, d_model) if n_speakers else None
+        self.ctx = nn.Parameter(torch.randn(d_model) * d_model ** -0.5) if prepend_ctx else None
+        self.dropout = nn.Dropout(dropout)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens, speakers=None, position_offset=0):
+        keep = tokens.ne(self.padding_idx)
+        x = self.words(tokens) * self.scale
+        if self.speakers is not None and speakers is not None:
+            x = x + self.speakers(speakers)
+        if self.ctx is not None:
+            ctx = self.ctx.expand(tokens.size(0), 1, -1)
+            x = torch.cat([ctx, x], dim=1)
+            keep = torch.cat([keep.new_ones(tokens.size(0), 1), keep], dim=1)
+        length = x.size(1)
+        if position_offset + length > self.positions.size(0):
+            raise ValueError(
+                f'sequence of {position_offset + length} tokens is longer than max_positions='
+                f'{self.positions.size(0)}; truncate the input'
+            )
+        x = x + self.positions[position_offset: position_offset + length]
+        return self.dropout(x), keep

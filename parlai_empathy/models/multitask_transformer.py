@@ -1,0 +1,54 @@
+"""Multi-TR: MIME's baseline and Rashkin et al.'s "Multitask" transformer.
+
+A transformer encoder-decoder whose encoder also classifies the user's emotion from its CTX
+state (c = H_0). Built from the same blocks as MIME (embeddings, transformer_blocks), so the two
+differ only in what sits between the context encoder and the decoder.
+
+Loss: cls_weight * CE(emotion) + response_weight * NLL(response).
+"""
+import torch.nn.functional as F
+from torch import nn
+
+from parlai_empathy.data.emotions import NUM_EMOTIONS
+from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
+from parlai_empathy.models.generator_interface import (
+    EncoderStates, GeneratorModel, build_response_side,
+)
+from parlai_empathy.models.transformer_blocks import TransformerSize
+
+
+class MultitaskEncoder(nn.Module):
+    """Context -> H, plus emotion logits from c = H_0 (in ``aux['emotion_logits']``)."""
+
+    def __init__(self, words, size, padding_idx=0, n_speakers=2, max_positions=1024,
+                 n_emotions=NUM_EMOTIONS):
+        super().__init__()
+        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, max_positions,
+                                           prepend_ctx=True, dropout=size.dropout)
+        self.context_encoder = size.encoder()
+        self.classifier = nn.Linear(size.d_model, n_emotions)
+
+    def forward(self, tokens, speakers=None, emotion=None):
+        x, keep = self.embedding(tokens, speakers)
+        hidden = self.context_encoder(x, keep)
+        logits = self.classifier(hidden[:, 0])
+        return EncoderStates(hidden, keep, {'emotion_logits': logits})
+
+
+class MultitaskTransformer(GeneratorModel):
+    """Encoder-decoder + emotion classifier; ParlAI TorchGeneratorModel interface."""
+
+    def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
+                 words=None, n_speakers=2, max_positions=1024, cls_weight=1.0,
+                 response_weight=1.0):
+        super().__init__(padding_idx, start_idx, end_idx)
+        words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
+        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers, max_positions)
+        self.decoder, self.output = build_response_side(words, vocab_size, size, padding_idx,
+                                                        max_positions)
+        self.cls_weight = cls_weight
+        self.response_weight = response_weight
+
+    def extra_losses(self, encoder_states, emotion):
+        cls = F.cross_entropy(encoder_states.aux['emotion_logits'], emotion)
+        return self.cls_weight * cls, {'cls': cls.detach()}

@@ -1,0 +1,57 @@
+"""``-m empathy/mime`` and ``-m empathy/multitask_transformer`` through the real ``parlai`` CLI.
+
+Needs the package installed non-editably (``make reinstall``). Tiny models, the embedded ED
+sample, a few steps each.
+"""
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--latent-size', 16]
+
+
+def _train(run_parlai, tmp_path, model, extra=()):
+    preset = os.path.join(REPO, 'opt_presets', 'empathy', model.split('/')[1] + '.opt')
+    model_file = tmp_path / 'model'
+    done = run_parlai(
+        'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', model,
+        '-o', preset, '-mf', model_file, '--max-train-steps', 6, '-vstep', 6, '-bs', 8,
+        '--dict-maxtokens', 2000, *extra,
+    )
+    return model_file, done.stdout + done.stderr
+
+
+def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
+    model_file, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    assert 'emo_acc@5' in log and 'loss_cls' in log and 'GloVe init' in log
+    assert os.path.isfile(model_file)
+
+    script = tmp_path / 'chat.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False,"
+        " 'inference': 'beam', 'beam_size': 3})\n"
+        "for text in ['I passed my driving test today!', '', 'so ' * 3000]:\n"
+        "    agent.observe({'text': text, 'episode_done': True})\n"
+        '    reply = agent.act()\n'
+        "    print('REPLY', reply['predicted_emotion'], reply['emotion_polarity'],"
+        " bool(reply['text'].strip()))\n"
+    )
+    done = run_parlai('python', script, model_file)
+    replies = [line.split() for line in done.stdout.splitlines() if line.startswith('REPLY')]
+    assert len(replies) == 3  # a normal, an empty and a very long message all get answers
+    for _, emotion, polarity, has_text in replies:
+        assert polarity in ('positive', 'negative') and has_text == 'True'
+
+
+@pytest.mark.parametrize('switch', ['--mimicry', '--emotion-grouping', '--stochastic'])
+def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
+    _, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY + [switch, 'false', '--glove-init', 'false'])
+    assert 'emo_acc' in log
+
+
+def test_multitask_transformer_trains(run_parlai, tmp_path):
+    _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
+    assert 'emo_acc@2' in log and 'loss_cls' in log

@@ -1,0 +1,61 @@
+"""GloVe loading on the real GloVe 6B 50d vectors, and the embedding modules built on it."""
+import numpy as np
+import pytest
+import torch
+
+from parlai_empathy.models import glove
+from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
+
+
+@pytest.fixture(scope='module')
+def real_vectors():
+    vocab = ['__null__', 'the', 'happy', 'Happy', 'sad', 'qzxqzxnotaword']
+    return vocab, glove.load_glove(vocab)
+
+
+def test_real_50d_vectors_for_a_few_words(real_vectors):
+    vocab, (matrix, hit) = real_vectors
+    assert matrix.shape == (6, 50)
+    assert hit.tolist() == [False, True, True, True, True, False]
+    # the published first values of GloVe 6B 50d 'the'
+    assert np.allclose(matrix[1, :3].numpy(), [0.418, 0.24968, -0.41242], atol=1e-5)
+    assert torch.equal(matrix[2], matrix[3])  # 'Happy' falls back to lower case
+    assert torch.nn.functional.cosine_similarity(matrix[2], matrix[4], dim=0) > 0.5
+    assert matrix[5].abs().sum() == 0
+
+
+def test_text_file_source_matches_the_package(tmp_path, real_vectors):
+    vocab, (matrix, _) = real_vectors
+    path = tmp_path / 'glove.txt'
+    lines = [w + ' ' + ' '.join(f'{v:.6f}' for v in matrix[i].tolist()) for i, w in enumerate(vocab[1:3], 1)]
+    path.write_text('\n'.join(['unused ' + ' '.join(['0.5'] * 50)] + lines) + '\n')
+    from_text, hit = glove.load_glove(['the', 'happy', 'HAPPY', 'nope'], str(path))
+    assert hit.tolist() == [True, True, True, False]
+    assert torch.allclose(from_text[0], matrix[1], atol=1e-5)
+    bad = tmp_path / 'bad.txt'
+    bad.write_text('a 1 2 3\nthe 1 2\n')
+    with pytest.raises(ValueError, match='bad.txt:2'):
+        glove.load_glove(['the'], str(bad))
+
+
+def test_dimension_fitting_modes():
+    words = ['__null__', 'the', 'happy', 'qzxqzxnotaword']
+    projected, rate = WordEmbedding.from_glove(words, d_model=300, glove_fit='project')
+    assert rate == 0.5 and projected.table.weight.shape == (4, 50)
+    assert projected(torch.tensor([[1, 2]])).shape == (1, 2, 300)
+    padded, _ = WordEmbedding.from_glove(words, d_model=300, glove_fit='pad')
+    assert padded.table.weight.shape == (4, 300) and padded.proj is None
+    assert torch.allclose(padded.table.weight[1, :50], projected.table.weight[1])
+    assert padded.table.weight[0].abs().sum() == 0  # padding row stays zero
+    with pytest.raises(ValueError, match='glove_fit'):
+        WordEmbedding.from_glove(words, d_model=300, glove_fit='stretch')
+
+
+def test_dialogue_embedding_sums_word_position_speaker():
+    words = WordEmbedding(10, 8)
+    embed = DialogueEmbedding(words, prepend_ctx=True)
+    tokens = torch.tensor([[4, 5, 0]])
+    x, keep = embed(tokens, torch.tensor([[0, 1, 0]]))
+    assert x.shape == (1, 4, 8) and keep.tolist() == [[True, True, True, False]]
+    x_other, _ = embed(tokens, torch.tensor([[1, 1, 0]]))
+    assert not torch.allclose(x[0, 1], x_other[0, 1]) and torch.allclose(x[0, 2], x_other[0, 2])

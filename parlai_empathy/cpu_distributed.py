@@ -1,0 +1,67 @@
+"""Let ParlAI 1.7.2's ``multiprocessing_train`` run on CPU-only machines (gloo instead of nccl).
+
+ParlAI assumes CUDA in three places: ``distributed_context`` picks ``rank % cuda.device_count()``
+as the GPU and initializes nccl, ``all_gather_list`` builds CUDA buffers, and the agents wrap
+their model in ``DistributedDataParallel(device_ids=[gpu])``, which torch refuses for a CPU module.
+Each repair below only acts when CUDA is unavailable, so GPU runs are untouched.
+
+Importing this module registers the repairs with :mod:`parlai_empathy.compat` (import-light: torch
+is only imported when a repaired ParlAI module is). For every process, including spawned workers,
+the import must happen at start-up, i.e. from ``parlai_empathy.compat`` itself.
+"""
+from parlai_empathy.compat import _ModuleView, _repairs_for
+
+
+def _cuda_missing(torch) -> bool:
+    return not torch.cuda.is_available()
+
+
+@_repairs_for('parlai.utils.distributed')
+def _repair_distributed(module):
+    torch = module.torch
+    if isinstance(torch, _ModuleView) or not _cuda_missing(torch):
+        return
+    real_dist = module.dist
+
+    def init_process_group(*args, backend=None, **kwargs):
+        return real_dist.init_process_group(*args, backend='gloo', **kwargs)
+
+    def all_gather_list(data, max_size=None):
+        """Every worker's ``data`` (picklable), gathered with gloo's object collective."""
+        if not module.is_distributed():
+            return [data]
+        gathered = [None] * real_dist.get_world_size()
+        real_dist.all_gather_object(gathered, data)
+        return gathered
+
+    real_context = module.distributed_context
+
+    def distributed_context(rank, opt, rank_offset=0, gpu=None, **kwargs):
+        # The worker's "device" is the CPU: opt['gpu'] = 'cpu' is what ParlAI's join hook and
+        # DDP wrapping then receive; agents never select it, as torch.cuda.is_available() is False.
+        return real_context(rank, opt, rank_offset, 'cpu' if gpu is None else gpu, **kwargs)
+
+    cpu_cuda = _ModuleView(torch.cuda, set_device=lambda device: None, init=lambda: None)
+    module.torch = _ModuleView(torch, cuda=cpu_cuda)
+    module.dist = _ModuleView(real_dist, init_process_group=init_process_group)
+    module.all_gather_list = all_gather_list
+    module.distributed_context = distributed_context
+
+
+def _repair_ddp_wrapping(module):
+    torch = module.torch
+    if isinstance(torch, _ModuleView) or not _cuda_missing(torch):
+        return
+    real_ddp = torch.nn.parallel.DistributedDataParallel
+
+    def distributed_data_parallel(model, device_ids=None, **kwargs):
+        if all(p.device.type == 'cpu' for p in model.parameters()):
+            device_ids = None  # torch requires None for CPU modules
+        return real_ddp(model, device_ids=device_ids, **kwargs)
+
+    parallel = _ModuleView(torch.nn.parallel, DistributedDataParallel=distributed_data_parallel)
+    module.torch = _ModuleView(torch, nn=_ModuleView(torch.nn, parallel=parallel))
+
+
+for _agent_module in ('parlai.core.torch_ranker_agent', 'parlai.core.torch_generator_agent'):
+    _repairs_for(_agent_module)(_repair_ddp_wrapping)

@@ -1,0 +1,1 @@
+"""GoEmotions tags of ED utterances: tagging cache, emotion-interaction patterns, pattern subsets."""

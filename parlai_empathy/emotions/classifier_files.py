@@ -1,0 +1,89 @@
+"""Loading a trained ``empathy/emotion_classifier`` for batch inference, without ParlAI.
+
+The agent saves ``<model_file>`` (ParlAI's torch state: ``model`` holds the weights),
+``<model_file>.opt`` (JSON: classes, mode, threshold, max length, pooling) and
+``<model_file>.hf/`` (tokenizer and encoder config). That is all tagging needs.
+"""
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import List
+
+import torch
+
+from parlai_empathy.models.bi_encoder import load_tokenizer
+from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
+
+
+class ClassifierFilesError(FileNotFoundError):
+    """A path that is not a trained emotion classifier."""
+
+
+@dataclass
+class LoadedClassifier:
+    model: EmotionClassifier
+    tokenizer: object
+    classes: List[str]
+    multilabel: bool
+    threshold: float
+    max_length: int
+    key: str  # sha256 of the weights file and the decision settings
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+
+def classifier_key(model_file: str, classes, multilabel: bool, threshold: float, max_length: int) -> str:
+    digest = hashlib.sha256()
+    with open(model_file, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            digest.update(chunk)
+    digest.update(json.dumps([list(classes), multilabel, threshold, max_length]).encode('utf-8'))
+    return digest.hexdigest()
+
+
+def read_settings(model_file: str) -> dict:
+    """Classes and decision settings of a trained classifier, from its ``.opt`` file."""
+    hint = 'train one with `parlai train_model -t empathy_goemotions -m empathy/emotion_classifier -mf FILE`'
+    for needed in (model_file, model_file + '.opt', os.path.join(model_file + '.hf', 'config.json')):
+        if not os.path.exists(needed):
+            raise ClassifierFilesError(f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
+    with open(model_file + '.opt', encoding='utf-8') as f:
+        opt = json.load(f)
+    if opt.get('classes') is None:
+        raise ClassifierFilesError(f'{model_file}.opt has no "classes": not an emotion classifier ({hint})')
+    settings = dict(
+        classes=list(opt['classes']),
+        multilabel=bool(opt.get('multilabel')),
+        threshold=float(opt.get('multilabel_threshold', DEFAULT_THRESHOLD)),
+        max_length=int(opt.get('max_length', 50)),
+        pooling=opt.get('pooling', 'cls'),
+    )
+    settings['key'] = classifier_key(
+        model_file, settings['classes'], settings['multilabel'], settings['threshold'], settings['max_length']
+    )
+    return settings
+
+
+def load_classifier(model_file: str) -> LoadedClassifier:
+    from transformers import AutoConfig
+
+    settings = read_settings(model_file)
+    classes, multilabel = settings['classes'], settings['multilabel']
+    model = EmotionClassifier.from_config(
+        AutoConfig.from_pretrained(model_file + '.hf'), len(classes), multilabel, settings['pooling']
+    )
+    states = torch.load(model_file, map_location='cpu', weights_only=True)
+    model.load_state_dict(states['model'])
+    model.eval()
+    return LoadedClassifier(
+        model=model,
+        tokenizer=load_tokenizer(model_file + '.hf'),
+        classes=classes,
+        multilabel=multilabel,
+        threshold=settings['threshold'],
+        max_length=settings['max_length'],
+        key=settings['key'],
+    )

@@ -1,0 +1,205 @@
+"""Speaker-to-listener emotion-interaction patterns over GoEmotions-tagged ED (pandas).
+
+A *turn pair* is a Speaker utterance and the Listener reply right after it (utterance k odd, k+1)
+in one conversation. Each utterance carries a set of GoEmotions labels (thresholded tags), so a
+pair contributes one *transition* a -> b for every label a of the Speaker turn and b of the
+Listener turn. Over all pairs:
+
+* ``count(a, b)``: pairs with a in the Speaker turn and b in the Listener turn;
+* ``rate(a, b) = count(a, b) / pairs(a)``: how often a Speaker's a is answered with b;
+* ``lift(a, b) = P(a, b) / (P(a) P(b))`` and ``pmi = log2 lift``: against independence of the
+  two turns' labels.
+
+The **pattern set** is parametric (:class:`PatternParams`): the transitions whose lift is at least
+``min_lift`` and whose count is at least ``min_support``, optionally ignoring ``neutral`` and
+same-label pairs (emotional mirroring). A conversation *has* a pattern when one of its turn pairs
+shows one of these transitions.
+"""
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pandas as pd
+
+from parlai_empathy.emotions.tag_cache import TagTable, Utterance
+
+
+@dataclass(frozen=True)
+class PatternParams:
+    min_lift: float = 1.5
+    min_support: int = 30
+    exclude_neutral: bool = True
+    exclude_mirroring: bool = False
+
+    def as_dict(self) -> Dict:
+        return asdict(self)
+
+
+def turn_pairs(table: TagTable, utterances: Sequence[Utterance], emotions: Dict[str, str]) -> pd.DataFrame:
+    """One row per Speaker->Listener turn pair, with both turns' label lists and the ED emotion."""
+    rows = []
+    by_conv: Dict[tuple, List[Utterance]] = {}
+    for u in utterances:
+        by_conv.setdefault((u.split, u.conv_id), []).append(u)
+    for (split, conv_id), utts in by_conv.items():
+        utts = sorted(utts, key=lambda u: u.utterance_idx)
+        for first, second in zip(utts, utts[1:]):
+            if first.utterance_idx % 2 != 1 or second.utterance_idx != first.utterance_idx + 1:
+                continue
+            rows.append({
+                'split': split,
+                'conv_id': conv_id,
+                'turn': first.utterance_idx,
+                'ed_emotion': emotions.get(conv_id, ''),
+                'speaker_labels': table.label_names(table.lookup(split, conv_id, first.utterance_idx)),
+                'listener_labels': table.label_names(table.lookup(split, conv_id, second.utterance_idx)),
+            })
+    return pd.DataFrame(rows, columns=['split', 'conv_id', 'turn', 'ed_emotion', 'speaker_labels', 'listener_labels'])
+
+
+def transitions(pairs: pd.DataFrame, classes: Sequence[str]) -> pd.DataFrame:
+    """count, rate, lift and pmi for every (speaker label, listener label), one row each."""
+    index = {c: i for i, c in enumerate(classes)}
+    n = len(classes)
+    speaker = np.zeros((len(pairs), n), dtype=np.float64)
+    listener = np.zeros((len(pairs), n), dtype=np.float64)
+    for row, (s_labels, l_labels) in enumerate(zip(pairs['speaker_labels'], pairs['listener_labels'])):
+        speaker[row, [index[c] for c in s_labels]] = 1
+        listener[row, [index[c] for c in l_labels]] = 1
+    counts = speaker.T @ listener
+    total = max(len(pairs), 1)
+    p_speaker, p_listener = speaker.sum(0) / total, listener.sum(0) / total
+    with np.errstate(divide='ignore', invalid='ignore'):
+        rates = np.where(speaker.sum(0)[:, None] > 0, counts / speaker.sum(0)[:, None], 0.0)
+        lift = np.where(np.outer(p_speaker, p_listener) > 0, (counts / total) / np.outer(p_speaker, p_listener), 0.0)
+    frame = pd.DataFrame({
+        'speaker': np.repeat(list(classes), n),
+        'listener': np.tile(list(classes), n),
+        'count': counts.reshape(-1).astype(int),
+        'rate': rates.reshape(-1),
+        'lift': lift.reshape(-1),
+    })
+    frame['pmi'] = [math.log2(x) if x > 0 else float('-inf') for x in frame['lift']]
+    return frame
+
+
+def select_patterns(trans: pd.DataFrame, params: PatternParams) -> pd.DataFrame:
+    keep = (trans['lift'] >= params.min_lift) & (trans['count'] >= params.min_support)
+    if params.exclude_neutral:
+        keep &= (trans['speaker'] != 'neutral') & (trans['listener'] != 'neutral')
+    if params.exclude_mirroring:
+        keep &= trans['speaker'] != trans['listener']
+    return trans[keep].sort_values(['lift', 'count'], ascending=False).reset_index(drop=True)
+
+
+def pattern_hits(pairs: pd.DataFrame, patterns: pd.DataFrame) -> pd.Series:
+    """Number of pattern transitions in each turn pair."""
+    wanted = set(zip(patterns['speaker'], patterns['listener']))
+    return pd.Series(
+        [sum((a, b) in wanted for a in s for b in lst) for s, lst in zip(pairs['speaker_labels'], pairs['listener_labels'])],
+        index=pairs.index,
+        dtype=int,
+    )
+
+
+def per_emotion(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, top: int = 3) -> pd.DataFrame:
+    """For each ED emotion, its strongest transitions (by lift, among those passing the thresholds
+    scaled to the emotion's share of the pairs)."""
+    rows = []
+    for emotion, group in pairs.groupby('ed_emotion', sort=True):
+        trans = transitions(group.reset_index(drop=True), classes)
+        scaled = PatternParams(params.min_lift, max(3, int(params.min_support * len(group) / max(len(pairs), 1))),
+                               params.exclude_neutral, params.exclude_mirroring)
+        best = select_patterns(trans, scaled).head(top)
+        for _, r in best.iterrows():
+            rows.append({'ed_emotion': emotion, 'pairs': len(group), 'speaker': r['speaker'], 'listener': r['listener'],
+                         'count': int(r['count']), 'rate': r['rate'], 'lift': r['lift']})
+    return pd.DataFrame(rows, columns=['ed_emotion', 'pairs', 'speaker', 'listener', 'count', 'rate', 'lift'])
+
+
+def heatmap(matrix: pd.DataFrame, title: str, path: str, log: bool = False) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    values = matrix.values.astype(float)
+    if log:
+        values = np.log2(np.where(values > 0, values, np.nan))
+    fig, ax = plt.subplots(figsize=(11, 9))
+    image = ax.imshow(values, cmap='RdBu_r' if log else 'viridis', aspect='auto',
+                      vmin=-3 if log else None, vmax=3 if log else None)
+    ax.set_xticks(range(len(matrix.columns)), matrix.columns, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(matrix.index)), matrix.index, fontsize=7)
+    ax.set_xlabel('Listener label')
+    ax.set_ylabel('Speaker label')
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, out_dir: str, top: int = 15) -> Dict:
+    """CSVs, PNG heatmaps and a Markdown summary under ``out_dir``; returns the key figures."""
+    os.makedirs(out_dir, exist_ok=True)
+    trans = transitions(pairs, classes)
+    patterns = select_patterns(trans, params)
+    emotions = per_emotion(pairs, classes, params)
+    trans.to_csv(os.path.join(out_dir, 'transitions.csv'), index=False)
+    patterns.to_csv(os.path.join(out_dir, 'patterns.csv'), index=False)
+    emotions.to_csv(os.path.join(out_dir, 'per_ed_emotion.csv'), index=False)
+    for column, log in (('count', False), ('rate', False), ('lift', True)):
+        matrix = trans.pivot(index='speaker', columns='listener', values=column).loc[list(classes), list(classes)]
+        matrix.to_csv(os.path.join(out_dir, f'{column}_matrix.csv'))
+        heatmap(matrix, f'Speaker -> Listener GoEmotions {column}' + (' (log2)' if log else ''),
+                os.path.join(out_dir, f'heatmap_{column}.png'), log=log)
+    hits = pattern_hits(pairs, patterns)
+    conv_has = hits.groupby(pairs['conv_id']).sum() > 0
+    figures = {
+        'turn_pairs': len(pairs),
+        'conversations': int(pairs['conv_id'].nunique()),
+        'patterns': len(patterns),
+        'pairs_with_pattern': float((hits > 0).mean()) if len(pairs) else 0.0,
+        'conversations_with_pattern': float(conv_has.mean()) if len(conv_has) else 0.0,
+        'params': params.as_dict(),
+    }
+    nonneutral = trans[(trans['speaker'] != 'neutral') & (trans['listener'] != 'neutral')]
+    lines = [
+        '# Speaker -> Listener emotion-interaction patterns (GoEmotions tags of ED)', '',
+        f"{figures['turn_pairs']} turn pairs in {figures['conversations']} conversations.", '',
+        f'Pattern set: lift >= {params.min_lift}, count >= {params.min_support}, '
+        f'neutral {"excluded" if params.exclude_neutral else "included"}, mirroring '
+        f'{"excluded" if params.exclude_mirroring else "included"}: **{len(patterns)} transitions**; '
+        f"{figures['pairs_with_pattern']:.1%} of turn pairs and {figures['conversations_with_pattern']:.1%} of "
+        'conversations show at least one.', '',
+        '## Most frequent transitions (neutral excluded)', '', _markdown(nonneutral.sort_values('count', ascending=False).head(top)), '',
+        '## Pattern set (by lift)', '', _markdown(patterns.head(top)), '',
+        '## Per ED emotion (top 3 by lift)', '', _markdown(emotions), '',
+        'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, heatmap_{count,rate,lift}.png',
+    ]
+    with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
+        f.write('\n'.join(lines) + '\n')
+    figures['top_patterns'] = patterns.head(10)[['speaker', 'listener', 'count', 'rate', 'lift']].to_dict('records')
+    return figures
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return '(none)'
+    cols = list(frame.columns)
+    fmt = lambda v: f'{v:.3f}' if isinstance(v, float) else str(v)  # noqa: E731
+    out = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    out += ['| ' + ' | '.join(fmt(v) for v in row) + ' |' for row in frame.itertuples(index=False)]
+    return '\n'.join(out)
+
+
+def ed_turn_pairs(table: TagTable, ed_dir: str, split: str = 'train') -> pd.DataFrame:
+    """The turn pairs of one cleaned ED split, with their tags (same reader as the tagger)."""
+    from parlai_empathy.data import ed_raw
+
+    conversations, _ = ed_raw.read_clean(os.path.join(ed_dir, split + '.csv'))
+    utterances = [Utterance(split, c.conv_id, u.utterance_idx, u.text) for c in conversations for u in c.utterances]
+    return turn_pairs(table, utterances, {c.conv_id: c.emotion for c in conversations})

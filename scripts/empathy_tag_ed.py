@@ -1,0 +1,56 @@
+"""``parlai empathy_tag_ed -mf <classifier>``: tag every ED utterance with GoEmotions labels.
+
+Probabilities and thresholded labels go to a versioned cache beside ParlAI's built data
+(``<datapath>/empathy_ed_goemotions/``), keyed by classifier and data checksum. A killed run
+resumes where it stopped; a finished cache is reused as is.
+"""
+from parlai_empathy import compat
+
+compat.apply()
+
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+
+from parlai_empathy.data import ed_source  # noqa: E402
+from parlai_empathy.emotions import tag_cache  # noqa: E402
+from parlai_empathy.emotions.classifier_files import load_classifier  # noqa: E402
+from parlai_empathy.emotions.label_check import check_goemotions_classifier  # noqa: E402
+
+@register_script('empathy_tag_ed')
+class EmpathyTagED(ParlaiScript):
+    @classmethod
+    def setup_args(cls):
+        parser = ParlaiParser(True, False, 'Tag every ED utterance with a GoEmotions classifier (resumable cache)')
+        parser.add_argument('-mf', '--model-file', type=str, required=True, help='a trained empathy/emotion_classifier')
+        parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
+        parser.add_argument('--goemotions-datapath', type=str, default=None, help='to check the label set (optional)')
+        parser.add_argument('--tag-cache-dir', type=str, default=None, help='default: <datapath>/empathy_ed_goemotions')
+        parser.add_argument('--batch-tokens', type=int, default=4096, help='padded tokens per forward batch')
+        parser.add_argument('--chunk-size', type=int, default=4096, help='utterances per resumable cache chunk')
+        parser.add_argument('--max-chunks', type=int, default=None, help='stop after this many new chunks')
+        parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
+        return parser
+
+    def run(self):
+        import torch
+
+        if self.opt['threads'] > 0:
+            torch.set_num_threads(self.opt['threads'])
+        ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
+        classifier = load_classifier(self.opt['model_file'])
+        check_goemotions_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath'))
+        run = tag_cache.tag_ed(
+            self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
+            chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],
+            max_chunks=self.opt['max_chunks'], classifier=classifier,
+        )
+        state = 'complete' if run.reused + run.tagged == run.total else 'partial (run again to resume)'
+        print(
+            f'tag cache: {run.directory}\n{run.total} utterances: {run.reused} already tagged, {run.tagged} tagged now, '
+            f'{run.empty} empty; cache {state}'
+        )
+        return run
+
+
+if __name__ == '__main__':
+    EmpathyTagED.main()

@@ -1,0 +1,1 @@
+from parlai_empathy.tasks.ed_emotion import DefaultTeacher, EDEmotionTeacher  # noqa: F401

@@ -1,0 +1,1 @@
+from parlai_empathy.tasks.ed_goemotions import DefaultTeacher, EDGoEmotionsTeacher  # noqa: F401

@@ -1,0 +1,1 @@
+from parlai_empathy.tasks.ed_patterns import DefaultTeacher, EDPatternsTeacher  # noqa: F401

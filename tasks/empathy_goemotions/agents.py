@@ -1,0 +1,1 @@
+from parlai_empathy.tasks.goemotions import DefaultTeacher, GoEmotionsTeacher  # noqa: F401

@@ -1,0 +1,110 @@
+"""The agent in-process: vectorization, fixed candidates and the never-stale encoding cache."""
+import os
+
+import pytest
+import torch
+
+from bert_ranker_tiny import build_tiny_bert
+from parlai_empathy.data import response_pool
+
+AGENT = 'parlai_empathy.agents.bert_ranker:BertRankerAgent'
+
+
+@pytest.fixture(scope='module')
+def tiny_bert(tmp_path_factory, ed_dir):
+    return build_tiny_bert(str(tmp_path_factory.mktemp('tiny_bert')), os.path.join(ed_dir, 'train.csv'))
+
+
+@pytest.fixture(scope='module')
+def pool_file(tmp_path_factory):
+    responses = response_pool.listener_responses(response_pool.train_csv_path('sample'))
+    return response_pool.write_pool(responses, str(tmp_path_factory.mktemp('pool') / 'pool.cands'))
+
+
+def make_agent(*args):
+    from parlai.core.agents import create_agent
+    from parlai.core.params import ParlaiParser
+
+    parser = ParlaiParser(True, True)
+    opt = parser.parse_args(['-m', AGENT] + [str(a) for a in args])
+    return create_agent(opt)
+
+
+def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool_file, tmp_path):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+                       '--fixed-candidates-path', pool_file)
+    label = agent.fixed_candidates[3]
+    obs = agent.observe({'text': 'I lost my job.', 'eval_labels': [label], 'episode_done': True})
+    vec = obs['eval_labels_vec']
+    assert vec[0] == agent.START_IDX and vec[-1] == agent.END_IDX  # [CLS] ... [SEP]
+    inline = agent._vectorize_text(label, True, True, agent.label_truncate, False)  # as inline cands
+    assert torch.equal(inline, vec)
+    row = agent.fixed_candidate_vecs[3]
+    assert torch.equal(row[: len(vec)], vec) and (row[len(vec):] == agent.NULL_IDX).all()
+    reply = agent.act()
+    assert reply['text'] in agent.fixed_candidates
+    assert 'rank' in reply['metrics']  # the label was found among the fixed candidates
+
+
+def test_context_holds_the_last_four_utterances_within_100_tokens(tiny_bert, tmp_path):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm')
+    utterances = [f'utterance number {i} is here' for i in range(6)]
+    obs = agent.observe({'text': utterances[-1], 'context_utterances': utterances,
+                         'eval_labels': ['ok'], 'episode_done': True})
+    assert 'utterance number 1 ' not in obs['full_text'] and obs['full_text'].startswith('utterance number 2')
+    agent.reset()
+    long_obs = agent.observe({'text': 'sad ' * 300, 'eval_labels': ['so ' * 300], 'episode_done': True})
+    assert len(long_obs['text_vec']) == 100 and long_obs['text_vec'][0] == agent.START_IDX
+    assert long_obs['text_vec'][-1] == agent.END_IDX
+    assert len(long_obs['eval_labels_vec']) == 100 and long_obs['eval_labels_vec'][-1] == agent.END_IDX
+
+
+def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_file, tmp_path):
+    from parlai_empathy.models.encoding_cache import load_encodings
+
+    model_file = str(tmp_path / 'model')
+    fixed = ['--bert-model', tiny_bert, '-mf', model_file, '--eval-candidates', 'fixed',
+             '--fixed-candidates-path', pool_file]
+    first = make_agent(*fixed)
+    first.save()
+    cache = first.candidate_cache_path(pool_file)
+    assert os.path.exists(cache)
+    built = os.stat(cache).st_mtime_ns
+    encs = first.fixed_candidate_encs.clone()
+    assert encs.shape == (len(first.fixed_candidates), 32)
+
+    again = make_agent(*fixed)  # same weights, same file: reused, not rebuilt
+    assert os.stat(cache).st_mtime_ns == built
+    assert torch.equal(again.fixed_candidate_encs, encs)
+
+    with torch.no_grad():  # new weights under the same model file: the cache must be rebuilt
+        again.bi_encoder.candidate_encoder.transformer.embeddings.word_embeddings.weight.add_(0.5)
+    again.save()
+    changed = make_agent(*fixed)
+    assert os.stat(cache).st_mtime_ns != built
+    assert not torch.allclose(changed.fixed_candidate_encs, encs)
+    fresh = changed._make_candidate_encs(changed.fixed_candidate_vecs)
+    assert torch.allclose(changed.fixed_candidate_encs, fresh, atol=1e-5)
+    assert load_encodings(cache, changed.candidate_cache_key(pool_file)) is not None
+
+    other_pool = tmp_path / 'pool.cands'  # same name, other content: rebuilt for the new file
+    other_pool.write_text(open(pool_file, encoding='utf-8').read() + 'A brand new response.\n', encoding='utf-8')
+    grown = make_agent(*fixed[:-1], other_pool)
+    assert grown.fixed_candidate_encs.size(0) == encs.size(0) + 1
+    assert grown.fixed_candidates[-1] == 'A brand new response.'
+
+
+def test_corrupt_cache_file_is_a_clear_error(tiny_bert, pool_file, tmp_path):
+    from parlai_empathy.models.encoding_cache import CacheFormatError
+
+    cache = tmp_path / 'my.encs'
+    cache.write_bytes(b'\x00 definitely not torch')
+    with pytest.raises(CacheFormatError, match='my.encs'):
+        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+                   '--fixed-candidates-path', pool_file, '--candidate-encodings-cache', cache)
+
+
+def test_emo_prepend_without_classifier_says_what_to_train(tiny_bert, tmp_path):
+    with pytest.raises(FileNotFoundError, match='empathy/emotion_classifier'):
+        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 1,
+                   '--emo-classifier-file', tmp_path / 'missing')

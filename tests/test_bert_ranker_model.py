@@ -1,0 +1,140 @@
+"""Unit tests of the plain bi-encoder, the encoding cache and the response pool (no ParlAI loop)."""
+import os
+import shutil
+
+import pytest
+import torch
+
+from bert_ranker_tiny import build_tiny_bert
+from parlai_empathy.data import response_pool
+from parlai_empathy.models.bi_encoder import (
+    BiEncoder,
+    ModelFilesError,
+    in_batch_loss,
+    load_tokenizer,
+    state_checksum,
+)
+from parlai_empathy.models.encoding_cache import CacheFormatError, load_encodings, save_encodings
+
+TEXTS = ['i am so sad today', 'what a great day for a walk!', 'no', 'my dog died last week and i miss him']
+
+
+@pytest.fixture(scope='session')
+def tiny_bert(tmp_path_factory, ed_dir):
+    return build_tiny_bert(str(tmp_path_factory.mktemp('tiny_bert')), os.path.join(ed_dir, 'train.csv'))
+
+
+def _ids(tokenizer, texts):
+    return tokenizer(texts, padding=True, return_tensors='pt')['input_ids']
+
+
+def test_separate_encoders_by_default_and_shared_on_request(tiny_bert):
+    separate = BiEncoder.from_pretrained(tiny_bert)
+    shared = BiEncoder.from_pretrained(tiny_bert, share_encoders=True)
+    assert not separate.shares_encoders and shared.shares_encoders
+    n_separate = sum(p.numel() for p in separate.parameters())
+    n_shared = sum(p.numel() for p in shared.parameters())
+    assert n_separate == 2 * n_shared
+
+
+def test_scores_are_dot_products_of_pooled_vectors(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    ids = _ids(tokenizer, TEXTS)
+    for pooling, projection in [('cls', 0), ('mean', 0), ('cls', 300)]:
+        model = BiEncoder.from_pretrained(tiny_bert, pooling=pooling, projection_dim=projection).eval()
+        with torch.no_grad():
+            ctx, cand = model.encode_context(ids), model.encode_candidates(ids)
+            scores = model(ids, ids)
+        assert ctx.shape == (len(TEXTS), 300 if projection else 32)
+        assert torch.allclose(scores, ctx @ cand.t(), atol=1e-5)
+        assert ctx.std(0).max() > 1e-3, 'different inputs must give different vectors'
+
+
+def test_mean_pooling_ignores_padding(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    alone = _ids(tokenizer, ['no'])
+    padded = _ids(tokenizer, ['no', TEXTS[-1]])[:1]
+    assert padded.size(1) > alone.size(1)
+    with torch.no_grad():
+        assert torch.allclose(model.encode_context(alone), model.encode_context(padded), atol=1e-5)
+
+
+def test_per_example_candidates_match_flat_encoding(tiny_bert):
+    """3-D candidates (inline) are deduplicated before encoding; scores must not change."""
+    tokenizer = load_tokenizer(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert).eval()
+    flat = _ids(tokenizer, TEXTS)
+    per_example = torch.stack([flat, flat.flip(0)])  # two examples sharing candidates
+    ctx = _ids(tokenizer, TEXTS[:2])
+    with torch.no_grad():
+        scores = model(ctx, per_example)
+        expected = model.encode_context(ctx) @ model.encode_candidates(flat).t()
+    assert torch.allclose(scores[0], expected[0], atol=1e-5)
+    assert torch.allclose(scores[1], expected[1].flip(0), atol=1e-5)
+
+
+def test_in_batch_training_learns_to_match_pairs(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean')
+    ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(15):
+        loss = in_batch_loss(model(ctx, cand))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.5
+    assert (model(ctx, cand).argmax(1) == torch.arange(len(TEXTS))).all()
+
+
+def test_checksum_follows_the_weights(tiny_bert):
+    model = BiEncoder.from_pretrained(tiny_bert)
+    before = state_checksum(model)
+    assert before == state_checksum(BiEncoder.from_pretrained(tiny_bert))
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1e-3
+    assert state_checksum(model) != before
+
+
+def test_model_dir_without_tokenizer_files_is_a_clear_error(tiny_bert, tmp_path):
+    weights_only = tmp_path / 'weights_only'
+    weights_only.mkdir()
+    for name in ('config.json', 'model.safetensors'):
+        shutil.copy(os.path.join(tiny_bert, name), weights_only / name)
+    with pytest.raises(ModelFilesError, match='has no tokenizer files'):
+        load_tokenizer(str(weights_only))
+    with pytest.raises(ModelFilesError, match='does not exist'):
+        load_tokenizer(str(tmp_path / 'missing'))
+
+
+def test_encoding_cache_rejects_other_keys_and_foreign_files(tmp_path):
+    path = str(tmp_path / 'pool.encs')
+    key = {'model_checksum': 'a', 'candidates_sha256': 'b', 'vectorizer': 'c'}
+    encs = torch.randn(5, 8)
+    assert load_encodings(path, key) is None
+    save_encodings(path, key, encs)
+    assert torch.equal(load_encodings(path, key), encs)
+    assert load_encodings(path, dict(key, model_checksum='other')) is None
+    assert load_encodings(path, dict(key, candidates_sha256='other')) is None
+    foreign = tmp_path / 'foreign.encs'
+    torch.save({'something': torch.zeros(2)}, foreign)
+    with pytest.raises(CacheFormatError, match='foreign.encs'):
+        load_encodings(str(foreign), key)
+    (tmp_path / 'garbage.encs').write_bytes(b'not a torch file')
+    with pytest.raises(CacheFormatError, match='garbage.encs'):
+        load_encodings(str(tmp_path / 'garbage.encs'), key)
+
+
+def test_response_pool_is_deduplicated_listener_turns(ed_dir):
+    train = response_pool.train_csv_path(ed_dir)
+    pool = response_pool.listener_responses(train, max_tokens=0)
+    short = response_pool.listener_responses(train, max_tokens=20)
+    assert len(pool) == len(set(pool)) > 30000
+    assert set(short) <= set(pool) and len(short) < len(pool)
+    assert all(response_pool.count_tokens(r) <= 20 for r in short)
+    # the first conversation's listener turn (utterance 2), never its speaker turn (utterance 1)
+    assert pool[0] == 'Was this a friend you were in love with, or just a best friend?'
+    assert not any(r.startswith('I remember going to see the fireworks') for r in pool)

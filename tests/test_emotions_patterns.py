@@ -1,0 +1,137 @@
+"""Interaction patterns, pattern subsets and the empathy_ed_patterns teacher on real ED train.
+
+The tags come from a transparent keyword rule (written in the real cache format) instead of a
+trained classifier, so the expected transitions are known: Speakers who say "sorry"/"sad" words
+get 'sadness', Listeners who answer "sorry" get 'caring', and so on.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from parlai_empathy.emotions import patterns, subsets, tag_cache
+from parlai_empathy.emotions.patterns import PatternParams
+
+RULES = {
+    'sadness': ('sad', 'lost', 'died', 'cry', 'miss'),
+    'caring': ('sorry', 'hope', 'hug'),
+    'curiosity': ('?',),
+    'joy': ('happy', 'great', 'awesome', 'fun'),
+    'gratitude': ('thank',),
+    'fear': ('scared', 'afraid', 'nervous'),
+}
+CLASSES = list(RULES) + ['neutral']
+
+
+@pytest.fixture(scope='module')
+def rule_tags(ed_dir, tmp_path_factory):
+    utterances = tag_cache.ed_utterances(ed_dir, ('train', 'valid', 'test'))
+    probs = np.full((len(utterances), len(CLASSES)), 0.05, dtype=np.float32)
+    for row, u in enumerate(utterances):
+        text = u.text.lower()
+        hit = False
+        for col, (label, words) in enumerate(RULES.items()):
+            if any(w in text for w in words):
+                probs[row, col], hit = 0.9, True
+        if not hit:
+            probs[row, -1] = 0.9
+    root = str(tmp_path_factory.mktemp('tags'))
+    classifier = {'key': 'rules-v1' + '0' * 56, 'classes': CLASSES, 'multilabel': True, 'threshold': 0.3}
+    directory = tag_cache.cache_dir(root, classifier['key'], tag_cache.data_key(ed_dir))
+    tag_cache.write_complete(directory, utterances, probs, classifier, tag_cache.data_key(ed_dir))
+    return tag_cache.TagTable(directory)
+
+
+@pytest.fixture(scope='module')
+def train_pairs(rule_tags, ed_dir):
+    return patterns.ed_turn_pairs(rule_tags, ed_dir, 'train')
+
+
+def test_transition_statistics(train_pairs):
+    assert 30000 < len(train_pairs) < 45000 and train_pairs['conv_id'].nunique() > 19000
+    assert set(train_pairs['turn'] % 2) == {1}
+    trans = patterns.transitions(train_pairs, CLASSES).set_index(['speaker', 'listener'])
+    # counts add up: every (speaker label, listener label) of every pair
+    expected = sum(len(s) * len(lst) for s, lst in zip(train_pairs['speaker_labels'], train_pairs['listener_labels']))
+    assert trans['count'].sum() == expected
+    sad_to_caring = trans.loc[('sadness', 'caring')]
+    assert sad_to_caring['lift'] > 1.5  # "I lost my dog" -> "I'm so sorry"
+    speaker_sad = sum('sadness' in s for s in train_pairs['speaker_labels'])
+    assert sad_to_caring['rate'] == pytest.approx(sad_to_caring['count'] / speaker_sad)
+    assert sad_to_caring['pmi'] == pytest.approx(np.log2(sad_to_caring['lift']))
+
+
+def test_pattern_set_is_parametric(train_pairs):
+    trans = patterns.transitions(train_pairs, CLASSES)
+    loose = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20))
+    strict = patterns.select_patterns(trans, PatternParams(min_lift=2.0, min_support=200))
+    assert len(strict) < len(loose) and set(map(tuple, strict[['speaker', 'listener']].values)) <= set(map(tuple, loose[['speaker', 'listener']].values))
+    assert (loose['lift'] >= 1.1).all() and (loose['count'] >= 20).all() and 'neutral' not in set(loose['speaker'])
+    with_neutral = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20, exclude_neutral=False))
+    assert len(with_neutral) >= len(loose)
+
+
+def test_report_files(train_pairs, tmp_path):
+    figures = patterns.write_report(train_pairs, CLASSES, PatternParams(), str(tmp_path))
+    for name in ('summary.md', 'transitions.csv', 'patterns.csv', 'per_ed_emotion.csv', 'lift_matrix.csv',
+                 'heatmap_count.png', 'heatmap_rate.png', 'heatmap_lift.png'):
+        assert os.path.getsize(tmp_path / name) > 0, name
+    with open(tmp_path / 'heatmap_lift.png', 'rb') as f:
+        assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    summary = (tmp_path / 'summary.md').read_text()
+    assert 'sadness' in summary and f"**{figures['patterns']} transitions**" in summary
+    per_emotion = (tmp_path / 'per_ed_emotion.csv').read_text()
+    assert 'devastated' in per_emotion
+
+
+def test_subsets_fractions_disjoint_pools_and_reproducible(train_pairs, tmp_path):
+    ids = sorted(set(train_pairs['conv_id']))
+    params = PatternParams()
+    m87 = subsets.select(train_pairs, ids, CLASSES, params, preset='p87', seed=3)
+    m57 = subsets.select(train_pairs, ids, CLASSES, params, preset='p57', seed=3)
+    assert m87['stats']['fraction'] == pytest.approx(0.87, abs=0.001) and m57['stats']['fraction'] == pytest.approx(0.57, abs=0.001)
+    assert set(m57['conv_ids']) <= set(m87['conv_ids'])  # ranked by pattern density
+    assert m57['stats']['pattern_transitions_per_pair'] >= m87['stats']['pattern_transitions_per_pair']
+    with_ = subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3)
+    without = subsets.select(train_pairs, ids, CLASSES, params, preset='without43', seed=3)
+    assert len(with_['conv_ids']) == len(without['conv_ids']) > 0
+    assert not set(with_['conv_ids']) & set(without['conv_ids'])
+    assert with_['stats']['conversations_with_pattern'] == 1.0 and without['stats']['pattern_transitions'] == 0
+    # seeded: same inputs -> byte-identical manifest; another seed -> another draw
+    first = subsets.write_manifest(with_, str(tmp_path / 'a'))
+    again = subsets.write_manifest(subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3), str(tmp_path / 'b'))
+    assert os.path.basename(first) == os.path.basename(again)
+    assert open(first).read() == open(again).read()
+    pools = with_['selection']['pool_sizes']
+    size = len(with_['conv_ids'])
+    assert size == min(round(0.43 * len(ids)), pools['with'], pools['without'])
+    larger = 'with43' if pools['with'] > pools['without'] else 'without43'
+    draw = lambda seed: subsets.select(train_pairs, ids, CLASSES, params, preset=larger, seed=seed)['conv_ids']  # noqa: E731
+    assert draw(4) != draw(3)
+    assert json.load(open(first))['pattern_params'] == params.as_dict()
+
+
+def test_patterns_teacher_serves_the_subset(rule_tags, ed_dir, tmp_path):
+    from parlai.core.params import ParlaiParser
+
+    from parlai_empathy.tasks.ed_patterns import EDPatternsTeacher
+
+    def teacher(datatype, *args):
+        parser = ParlaiParser(True, False)
+        EDPatternsTeacher.add_cmdline_args(parser)
+        opt = parser.parse_args(['-dt', datatype, '--ed-datapath', ed_dir, '--datapath', str(tmp_path),
+                                 '--goemotions-tags-dir', rule_tags.directory] + list(args))
+        return EDPatternsTeacher(opt)
+
+    train = teacher('train:ordered', '--pattern-subset', 'p57')
+    manifests = os.listdir(os.path.join(rule_tags.directory, 'subsets'))
+    assert len(manifests) == 1 and manifests[0].startswith('p57-')
+    with open(os.path.join(rule_tags.directory, 'subsets', manifests[0])) as f:
+        kept = set(json.load(f)['conv_ids'])
+    convs = set()
+    while not train.epoch_done():
+        convs.add(train.act()['conv_id'])
+    assert convs == kept
+    valid = teacher('valid')
+    assert valid.num_examples() == 5738 or valid.num_examples() > 5700  # the full clean split

@@ -1,0 +1,134 @@
+"""``-m empathy/ethreed`` through the real ``parlai`` CLI (needs ``make reinstall``).
+
+One tiny model on the embedded real ED sample: listener labels from a real tag cache (the
+emotions tagging machinery run with a tiny random ED 32-way classifier), training SIGKILLed
+after a checkpoint and resumed, then eval_model with generation and a chat with a single
+utterance and an empty turn.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parlai_empathy.data import ed_source
+from parlai_empathy.data.emotions import ED_EMOTIONS
+from parlai_empathy.emotions import tag_cache
+from test_emotions_support import make_tiny_bert, make_tiny_classifier
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESET = os.path.join(REPO, 'opt_presets', 'empathy', 'ethreed.opt')
+PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
+TINY = ['--hidden-size', 16, '--embedding-size', 16, '--dict-maxtokens', 1500, '-bs', 4,
+        '-vme', 12, '--short-final-eval', 'true', '--validation-every-n-epochs', -1]
+
+
+@pytest.fixture(scope='module')
+def listener_tags(tmp_path_factory):
+    """A complete tag cache of the sample by an ED 32-way (single-label) classifier."""
+    base = tmp_path_factory.mktemp('ed32')
+    bert = make_tiny_bert(str(base / 'bert'))
+    model_file = make_tiny_classifier(str(base / 'clf' / 'model'), bert, ED_EMOTIONS, multilabel=False)
+    run = tag_cache.tag_ed(model_file, ed_source.sample_dir(), str(base / 'cache'), progress=False)
+    assert run.reused + run.tagged == run.total
+    return run.directory
+
+
+def train_args(model_file, tags, *extra):
+    return ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/ethreed',
+            '-o', PRESET, '-mf', model_file, '--listener-emotions', tags, *TINY, *extra]
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, listener_tags, ed_dir):
+    """Train, SIGKILL once a checkpoint is saved, resume to a few more updates."""
+    folder = tmp_path_factory.mktemp('ethreed')
+    model_file = str(folder / 'model')
+    env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, HF_HUB_OFFLINE='1')
+    first = subprocess.Popen(
+        [PARLAI] + [str(a) for a in train_args(model_file, listener_tags, '--save-every-n-secs', 1,
+                                                '--max-train-steps', 100000)],
+        cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    stats = model_file + '.checkpoint.trainstats'
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None and not os.path.isfile(stats):
+        time.sleep(0.5)
+    time.sleep(1.0)  # let a second checkpoint land, so that the kill may well hit mid-training
+    alive = first.poll() is None
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert alive, first.stderr.read()[-3000:]
+    with open(stats) as f:
+        done_updates = json.load(f)['train_steps']
+    assert done_updates > 0 and not os.path.isfile(model_file)
+
+    target = done_updates + 3
+    resumed = subprocess.run(
+        [PARLAI] + [str(a) for a in train_args(model_file, listener_tags, '--max-train-steps', target)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+    )
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-5000:]
+    return model_file, log, done_updates, target
+
+
+def test_resumes_after_sigkill_and_reports_losses(trained):
+    model_file, log, done_updates, target = trained
+    assert f'Loading existing model params from {model_file}.checkpoint' in log
+    with open(model_file + '.trainstats') as f:
+        assert json.load(f)['train_steps'] == target
+    for metric in ('emo_acc', 'loss_emo', 'loss_kl', 'loss_cov', 'ppl'):
+        assert metric in log
+
+
+def test_eval_model_generates_and_logs_predicted_emotions(trained, run_parlai, tmp_path):
+    model_file = trained[0]
+    world_log = tmp_path / 'world.jsonl'
+    done = run_parlai('eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test',
+                      '-mf', model_file, '--skip-generation', 'false', '--num-examples', 6,
+                      '--world-logs', world_log, '-bs', 3)
+    log = done.stdout + done.stderr
+    assert 'emo_acc' in log and 'ppl' in log
+    with open(world_log) as f:
+        replies = [turn[1] for line in f for turn in json.loads(line)['dialog']]
+    assert len(replies) == 6
+    for reply in replies:
+        assert reply['predicted_emotion'] in ED_EMOTIONS
+        assert reply['predicted_listener_emotion'] in ED_EMOTIONS
+
+
+def test_interactive_answers_a_single_utterance_and_an_empty_turn(trained, run_parlai, tmp_path):
+    script = tmp_path / 'chat.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False,"
+        " 'interactive_mode': True, 'beam_size': 2, 'inference': 'beam'})\n"
+        "for text in ['I passed my driving test today!', '']:\n"
+        "    agent.observe({'text': text, 'episode_done': False})\n"
+        '    reply = agent.act()\n'
+        "    print('REPLY', reply['predicted_emotion'], reply['predicted_listener_emotion'],"
+        " bool(reply['text'].strip()))\n"
+        'agent.reset()\n'
+        "agent.observe({'text': '', 'episode_done': True})\n"
+        "print('REPLY', agent.act()['predicted_emotion'], '-', 'True')\n"
+    )
+    done = run_parlai('python', script, trained[0])
+    replies = [line.split() for line in done.stdout.splitlines() if line.startswith('REPLY')]
+    assert len(replies) == 3
+    for _, speaker, _, has_text in replies:
+        assert speaker in ED_EMOTIONS and has_text == 'True'
+
+
+def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):
+    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
+                      '-m', 'empathy/ethreed', '-mf', tmp_path / 'model', *TINY, check=False)
+    assert done.returncode != 0
+    assert 'empathy_tag_ed' in done.stderr and '--listener-emotions none' in done.stderr
+    done = run_parlai(*train_args(tmp_path / 'model', tmp_path / 'no-such-cache'), check=False)
+    assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr

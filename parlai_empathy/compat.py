@@ -9,6 +9,8 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   has ``int``.
 * ``parlai.core.opt`` imports ``pkg_resources`` (gone in setuptools>=81). When it is missing, a
   small stand-in built on ``importlib.resources`` is registered under that name.
+* ``multiprocessing_train`` assumes CUDA and nccl; :mod:`parlai_empathy.cpu_distributed` makes it
+  use gloo on CPU-only machines (GPU runs are untouched).
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
 module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs, the
@@ -149,5 +151,9 @@ def install_import_hook():
     except Exception as err:  # pragma: no cover - defensive: never break interpreter start-up
         sys.stderr.write(f'parlai_empathy.compat: start-up hook disabled ({err!r})\n')
 
+
+# CPU-only multiprocessing_train (gloo) registers its repairs here too, so that every process --
+# spawned workers included -- gets them from the start-up hook.
+from parlai_empathy import cpu_distributed  # noqa: E402,F401
 
 install_import_hook()

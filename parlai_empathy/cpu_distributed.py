@@ -54,12 +54,15 @@ def _repair_ddp_wrapping(module):
         return
     real_ddp = torch.nn.parallel.DistributedDataParallel
 
-    def distributed_data_parallel(model, device_ids=None, **kwargs):
-        if all(p.device.type == 'cpu' for p in model.parameters()):
-            device_ids = None  # torch requires None for CPU modules
-        return real_ddp(model, device_ids=device_ids, **kwargs)
+    class DistributedDataParallel(real_ddp):
+        """A class, not a function: ParlAI also uses the name in ``isinstance`` checks."""
 
-    parallel = _ModuleView(torch.nn.parallel, DistributedDataParallel=distributed_data_parallel)
+        def __init__(self, module, device_ids=None, **kwargs):
+            if all(p.device.type == 'cpu' for p in module.parameters()):
+                device_ids = None  # torch requires None for CPU modules
+            super().__init__(module, device_ids=device_ids, **kwargs)
+
+    parallel = _ModuleView(torch.nn.parallel, DistributedDataParallel=DistributedDataParallel)
     module.torch = _ModuleView(torch, nn=_ModuleView(torch.nn, parallel=parallel))
 
 

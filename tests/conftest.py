@@ -40,14 +40,14 @@ def raw_excerpts_dir(ed_dir):
 def run_parlai(tmp_path, ed_dir):
     """Run the stock ``parlai`` CLI (or any command) of this venv; returns CompletedProcess."""
 
-    def run(*args, check=True, env=None, timeout=600):
+    def run(*args, check=True, env=None, timeout=600, input=None):
         command = [os.path.join(VENV_BIN, 'parlai')] + [str(a) for a in args] if args[0] != 'python' else [
             sys.executable
         ] + [str(a) for a in args[1:]]
         full_env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, **(env or {}))
         full_env.setdefault('HF_HUB_OFFLINE', '1')
         done = subprocess.run(
-            command, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout
+            command, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout, input=input
         )
         if check and done.returncode != 0:
             raise AssertionError(

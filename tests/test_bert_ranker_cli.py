@@ -54,7 +54,7 @@ def test_interactive_bad_input_gets_answers_not_tracebacks(tiny_bert, tmp_path):
         '\U0001F600'.encode('utf-8'),  # emoji only
         b'[EXIT]',
     ]
-    # run_parlai takes no stdin, so the same stock CLI is called directly here
+    # raw (non-UTF-8) bytes on stdin: the stock CLI is called directly, in binary mode
     done = subprocess.run(
         [os.path.join(VENV_BIN, 'parlai'), 'interactive', '-mf', model_file, '--pool-ed-datapath', 'sample'],
         input=b'\n'.join(lines) + b'\n', capture_output=True, cwd=tmp_path, timeout=300,

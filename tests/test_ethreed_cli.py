@@ -100,6 +100,7 @@ def test_eval_model_generates_and_logs_predicted_emotions(trained, run_parlai, t
     for reply in replies:
         assert reply['predicted_emotion'] in ED_EMOTIONS
         assert reply['predicted_listener_emotion'] in ED_EMOTIONS
+        assert max(reply['emotion_scores'], key=reply['emotion_scores'].get) == reply['predicted_emotion']
 
 
 def test_interactive_answers_a_single_utterance_and_an_empty_turn(trained, run_parlai, tmp_path):
@@ -132,3 +133,16 @@ def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):
     assert 'empathy_tag_ed' in done.stderr and '--listener-emotions none' in done.stderr
     done = run_parlai(*train_args(tmp_path / 'model', tmp_path / 'no-such-cache'), check=False)
     assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr
+
+
+def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
+    model_file = tmp_path / 'model'
+    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df',
+               f'{model_file}.dict', '--dict-maxtokens', 1500)
+    done = run_parlai('multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
+                      '-m', 'empathy/ethreed', '-o', PRESET, '-mf', model_file, '--listener-emotions',
+                      'none', '--glove-init', 'false', '--distributed-world-size', 2,
+                      '--max-train-steps', 3, *TINY)
+    log = done.stdout + done.stderr
+    assert 'Distributed group initialized' in log and 'Traceback' not in log
+    assert 'emo_acc' in log and model_file.exists()

@@ -96,3 +96,14 @@ def test_empty_response_scores_zero_instead_of_crashing(tiny_bert_dir):
     f1 = scorer.f1(['', 'great news !', '   '], ['what happened ?', 'great news !', 'so sorry .'])
     assert f1[0] == 0.0 and f1[2] == 0.0
     assert f1[1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_local_path_containing_t5_still_loads_as_bert(tiny_bert_dir, tmp_path):
+    """bert-score chooses T5EncoderModel for any name containing "t5" (e.g. /tmp/tiny_bert5)."""
+    import shutil
+
+    unlucky = tmp_path / 'models_t5_folder'
+    shutil.copytree(tiny_bert_dir, unlucky)
+    scorer = BertScore(BertScoreConfig(model=str(unlucky), num_layers=2, batch_size=4))
+    assert scorer.f1(['great news !'], ['great news !'])[0] == pytest.approx(1.0, abs=1e-5)
+    assert f'model={unlucky}' in scorer.describe()

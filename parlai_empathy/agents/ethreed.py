@@ -13,7 +13,8 @@ The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
 * Loss = ParlAI's token NLL (L3, also ``ppl``) + the model's L1 + L2 + L4, reported as
   ``loss_emo``, ``loss_kl``, ``loss_cov``; ``emo_acc``/``emo_acc@k`` for the speaker's emotion
   come from the project's metrics suite.
-* Every reply carries ``predicted_emotion`` (speaker) and ``predicted_listener_emotion``.
+* Every reply carries ``predicted_emotion`` (speaker), ``predicted_listener_emotion`` (the
+  policy's R_e_t through the classifier) and ``emotion_scores`` (speaker label -> probability).
 * An empty turn, or a conversation of one utterance, is answered.
 
 Paper training setup: ``-o empathy/ethreed``.
@@ -248,6 +249,11 @@ class EthreedAgent(TorchGeneratorAgent):
             return IGNORE
         return self.listener_tags.get(obs['conv_id'], turn)
 
+    @property
+    def core_model(self):
+        """The Ethreed module itself, also when multiprocessing_train wraps it in DDP."""
+        return getattr(self.model, 'module', self.model)
+
     def _model_input(self, batch):
         return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles)
 
@@ -256,7 +262,7 @@ class EthreedAgent(TorchGeneratorAgent):
         loss, model_output = super().compute_loss(batch, return_output=True)  # L3, ppl
         encoder_states = model_output[2]
         n_tokens = int(batch.label_vec.ne(self.NULL_IDX).sum())
-        extra, parts = self.model.extra_losses(encoder_states, batch.turn_labels,
+        extra, parts = self.core_model.extra_losses(encoder_states, batch.turn_labels,
                                                batch.response_labels, n_tokens)
         loss = loss + extra
         size = batch.label_vec.size(0)
@@ -278,8 +284,11 @@ class EthreedAgent(TorchGeneratorAgent):
         if output is None or batch.text_vec is None:
             return output
         with torch.no_grad():
-            aux = self.model.encoder(*self._model_input(batch)).aux
-        output['predicted_emotion'] = [ED_EMOTIONS[i] for i in aux['speaker_logits'].argmax(-1).tolist()]
+            aux = self.core_model.encoder(*self._model_input(batch)).aux
+        speaker_probs = torch.softmax(aux['speaker_logits'].float(), dim=-1).cpu()
+        output['predicted_emotion'] = [ED_EMOTIONS[i] for i in speaker_probs.argmax(-1).tolist()]
+        # label -> probability, what ``parlai empathy_score`` reads from world logs (emo_acc offline)
+        output['emotion_scores'] = [dict(zip(ED_EMOTIONS, row)) for row in speaker_probs.tolist()]
         output['predicted_listener_emotion'] = [
             ED_EMOTIONS[i] for i in aux['responder_logits'].argmax(-1).tolist()
         ]

@@ -48,6 +48,28 @@ class BertScoreConfig:
         return model2layers[self.model]
 
 
+def _neutral_model_path(model: str) -> str:
+    """bert-score picks the model class by substrings of the name ("t5" -> T5EncoderModel), so a
+    local directory whose path happens to contain one (``/tmp/tiny_bert5``) loads the wrong class.
+    Such a directory is reached through a symlink with a neutral name instead."""
+    if not os.path.isdir(model):
+        return model
+    real = os.path.realpath(model)
+    if 't5' not in real and not os.path.basename(real).startswith('scibert'):
+        return real
+    import hashlib
+    import tempfile
+
+    link_dir = os.path.join(tempfile.gettempdir(), 'parlai-empathy-bertscore')
+    os.makedirs(link_dir, exist_ok=True)
+    link = os.path.join(link_dir, hashlib.sha1(real.encode()).hexdigest()[:12])
+    try:
+        os.symlink(real, link)
+    except FileExistsError:
+        pass
+    return link
+
+
 class BertScore:
     """A loaded BERTScore encoder; build it once per process with :func:`get_scorer`."""
 
@@ -58,7 +80,7 @@ class BertScore:
         if os.path.isdir(config.model) and not os.path.isfile(os.path.join(config.model, 'config.json')):
             raise FileNotFoundError(f'BERTScore model directory {config.model} has no config.json')
         self._scorer = BERTScorer(
-            model_type=config.model,
+            model_type=_neutral_model_path(config.model),
             num_layers=config.layer(),
             batch_size=config.batch_size,
             lang='en',

@@ -20,7 +20,6 @@ from typing import Dict, List, Optional
 
 from parlai_empathy.metrics.suite import COLUMNS, ScoredExample, score_examples, suite_values
 
-RANKER_MODELS = ('transformer/ranker', 'empathy/bert_ranker', 'transformer/biencoder', 'transformer/polyencoder')
 SHOWN = ['p@1,100', 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
 
 
@@ -51,9 +50,32 @@ def parse_entries(specs: List[str]) -> List[Entry]:
 
 
 def model_kind(model_file: str) -> str:
+    """'ranker' or 'generator', from the agent class the model file was trained with."""
+    from parlai.core.loader import load_agent_module
+    from parlai.core.torch_generator_agent import TorchGeneratorAgent
+    from parlai.core.torch_ranker_agent import TorchRankerAgent
+
     with open(model_file + '.opt') as f:
         model = json.load(f).get('model', '')
-    return 'ranker' if model in RANKER_MODELS else 'generator'
+    agent_class = load_agent_module(model)
+    if issubclass(agent_class, TorchRankerAgent):
+        return 'ranker'
+    if issubclass(agent_class, TorchGeneratorAgent):
+        return 'generator'
+    raise ValueError(
+        f'{model_file}: {model} is neither a response generator nor a response ranker, so it has '
+        'no place on the response leaderboard (evaluate classifiers with parlai eval_model)'
+    )
+
+
+def attach_entry_args(entries: List[Entry], specs: List[str]) -> None:
+    """``name=ARGS`` adds eval_model arguments for one entry (e.g. ``gen='--inference beam'``)."""
+    by_name = {e.name: e for e in entries}
+    for spec in specs or []:
+        name, sep, args = spec.partition('=')
+        if not sep or name not in by_name:
+            raise ValueError(f'--entry-args {spec!r}: expected NAME=ARGS with NAME one of {sorted(by_name)}')
+        by_name[name].extra_args += shlex.split(args)
 
 
 def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool):

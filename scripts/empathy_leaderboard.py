@@ -32,6 +32,7 @@ def setup_args():
     group.add_argument('--pool', default=None, help='retrieval pool for rankers; default: built from ED train')
     group.add_argument('--pool-max-tokens', type=int, default=20, help="Rashkin's filter; <= 0 keeps all")
     group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
+    group.add_argument('--entry-args', nargs='*', default=[], help="NAME=ARGS: extra eval_model arguments for one entry")
     group.add_argument('--projects-dir', default=None, help='fill projects/<paper>/README.md tables')
     group.add_argument('--progress', type='bool', default=True)
     # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
@@ -58,6 +59,7 @@ class EmpathyLeaderboard(ParlaiScript):
         opt = self.opt
         started = time.time()
         entries = leaderboard.parse_entries(opt['entries'])
+        leaderboard.attach_entry_args(entries, opt['entry_args'])
         common = shlex.split(opt['eval_args'])
         if opt.get('ed_datapath'):
             common += ['--ed-datapath', opt['ed_datapath']]

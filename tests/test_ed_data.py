@@ -391,3 +391,15 @@ def test_streaming_caches_lengths_in_the_datapath_not_beside_the_source(tmp_path
         assert sorted(os.listdir(folder)) == ['test.csv', 'train.csv', 'valid.csv']
     finally:
         folder.chmod(0o755)
+
+
+def test_candidate_modes_on_a_tiny_split():
+    conv = ed_raw.Conversation('hit:0_conv:1', 'proud', 's', [
+        ed_raw.Utterance(t, i, i + 1) for i, t in enumerate(['a', 'same', 'c', 'same', 'e', 'f'], start=1)
+    ])
+    episodes = ed_episodes.build_episodes([conv], both_sides=True)
+    with pytest.raises(ValueError, match='at least 100 examples, this split has 5'):
+        ed_episodes.attach_rashkin_candidates(episodes)
+    for example in ed_episodes._flat(ed_episodes.attach_random_candidates(episodes, seed=1)):
+        # the gold and every other distinct response, once each, even though 'same' repeats
+        assert sorted(example.label_candidates) == sorted({'same', 'c', 'e', 'f'} | {example.label})

@@ -108,6 +108,11 @@ def attach_rashkin_candidates(episodes: List[List[EDExample]], block: int = RASH
     as in the ED paper's code. With ``--eval-candidates inline``, ParlAI's hits@1 is P@1,100.
     """
     flat = _flat(episodes)
+    if len(flat) < block:
+        raise ValueError(
+            f'P@1,100 needs at least {block} examples, this split has {len(flat)}: '
+            'use a larger split or --ed-candidates random100/none'
+        )
     keep = len(flat) - len(flat) % block
     for start in range(0, keep, block):
         members = flat[start:start + block]
@@ -120,15 +125,18 @@ def attach_rashkin_candidates(episodes: List[List[EDExample]], block: int = RASH
 def attach_random_candidates(episodes: List[List[EDExample]], size: int = RASHKIN_BLOCK, seed: int = 0):
     """A seeded alternative (not Rashkin's): the gold plus ``size - 1`` random other responses."""
     flat = _flat(episodes)
-    pool = [example.label for example in flat]
+    pool = sorted({example.label for example in flat})
     rng = random.Random(seed)
-    for i, example in enumerate(flat):
+    for example in flat:
+        # distinct responses other than the gold; a tiny split just gives fewer candidates
+        others = len(pool) - 1
+        wanted = min(size - 1, others)
         distractors = set()
-        while len(distractors) < min(size - 1, len(pool) - 1):
-            j = rng.randrange(len(pool))
-            if j != i and pool[j] != example.label:
-                distractors.add(j)
-        candidates = [pool[j] for j in sorted(distractors)] + [example.label]
+        while len(distractors) < wanted:
+            text = pool[rng.randrange(len(pool))]
+            if text != example.label:
+                distractors.add(text)
+        candidates = sorted(distractors) + [example.label]
         rng.shuffle(candidates)
         example.label_candidates = candidates
     return episodes

@@ -60,13 +60,14 @@ def _neutral_model_path(model: str) -> str:
     import hashlib
     import tempfile
 
-    link_dir = os.path.join(tempfile.gettempdir(), 'parlai-empathy-bertscore')
+    link_dir = os.path.join(tempfile.gettempdir(), f'parlai-empathy-bertscore-{os.getuid()}')
     os.makedirs(link_dir, exist_ok=True)
     link = os.path.join(link_dir, hashlib.sha1(real.encode()).hexdigest()[:12])
-    try:
-        os.symlink(real, link)
-    except FileExistsError:
-        pass
+    if os.path.islink(link) and os.readlink(link) == real:
+        return link
+    tmp = f'{link}.{os.getpid()}'
+    os.symlink(real, tmp)
+    os.replace(tmp, link)  # also replaces a link that points elsewhere
     return link
 
 

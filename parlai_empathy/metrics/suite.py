@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 from parlai_empathy.metrics import bleu
 from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC, BertScore
 from parlai_empathy.metrics.emotion import TOP_KS, metric_name as emotion_metric_name
-from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100
+from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100, NUM_CANDIDATES
 
 # Report order: the leaderboard's columns.
 COLUMNS = (
@@ -90,7 +90,7 @@ def _record_example(tracker, example: ScoredExample) -> None:
             if example.emotion is None:
                 raise ValueError('emotion scores given but no gold emotion')
             pm.record_emotion_metrics(tracker, example.emotion_scores, example.emotion)
-        if example.ranked_candidates is not None and example.num_candidates == 100:
+        if example.ranked_candidates is not None and example.num_candidates == NUM_CANDIDATES:
             pm.record_retrieval_metrics(tracker, example.ranked_candidates, example.gold, example.num_candidates)
     except ValueError as err:
         raise ValueError(f'{err}{where}') from None
@@ -144,7 +144,7 @@ def _counts(examples: Sequence[ScoredExample], values: Mapping[str, float]) -> D
     """How many examples each figure is computed over."""
     n_generated = sum(e.response is not None for e in examples)
     n_emotion = sum(e.emotion_scores is not None for e in examples)
-    n_ranked = sum(e.ranked_candidates is not None and e.num_candidates == 100 for e in examples)
+    n_ranked = sum(e.ranked_candidates is not None and e.num_candidates == NUM_CANDIDATES for e in examples)
     by_kind = {BERTSCORE_METRIC: n_generated, 'ppl': len(examples), P_AT_1_100: n_ranked}
     by_kind.update({emotion_metric_name(k): n_emotion for k in TOP_KS})
     return {key: by_kind.get(key, n_generated) for key in values}

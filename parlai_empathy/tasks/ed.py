@@ -20,7 +20,7 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
 import parlai.utils.logging as logging  # noqa: E402
 
-from parlai_empathy.data import ed_episodes, ed_raw, ed_source  # noqa: E402
+from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
 
 CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'random100')
 
@@ -29,6 +29,10 @@ class EDTeacherBase(DialogTeacher):
     """Shared options and episode building; subclasses choose the reader."""
 
     cleaned = False
+    # options that change which examples a split yields: they key the streaming length cache
+    length_key_options = ('train_experiencer_only', 'ed_history_length', 'ed_candidates', 'ed_candidates_seed')
+    # response teachers score every reply with the metric suite; classification teachers do not
+    scores_responses = True
 
     @classmethod
     def add_cmdline_args(cls, parser: ParlaiParser, partial_opt: Optional[Opt] = None) -> ParlaiParser:
@@ -97,7 +101,7 @@ class EDTeacherBase(DialogTeacher):
         """
         from parlai_empathy.metrics import parlai_metrics, retrieval
 
-        if not labels or model_response is None:
+        if not self.scores_responses or not labels or model_response is None:
             return
         already = model_response.get('metrics') or {}
         gold = labels[0]
@@ -113,10 +117,10 @@ class EDTeacherBase(DialogTeacher):
         """Streaming caches example counts; ParlAI would write them beside the (maybe read-only)
         source file, so they go into the datapath, keyed by file content and the options that
         change the count."""
-        key = '-'.join(
-            str(opt.get(name))
-            for name in ('train_experiencer_only', 'ed_history_length', 'ed_candidates')
-        )
+        import hashlib
+
+        settings = repr([(name, opt.get(name)) for name in self.length_key_options])
+        key = hashlib.sha256(settings.encode()).hexdigest()[:12]
         checksum = ed_source.file_checksum(opt['datafile'])[:12]
         folder = os.path.join(opt['datapath'], self.task_name, checksum)
         os.makedirs(folder, exist_ok=True)
@@ -135,6 +139,12 @@ class EDTeacherBase(DialogTeacher):
                     )
 
     def setup_data(self, path):
+        # ParlAI consumes this generator in one go while building its tables: the whole load,
+        # ParlAI's message objects included, runs with the cyclic GC paused (see data.bulk)
+        with bulk.paused_gc():
+            yield from self._examples(path)
+
+    def _examples(self, path):
         logging.info(f'{self.task_name}: loading {path}')
         conversations = self.read_conversations(path)
         both_sides = self.split == 'train' and not self.opt.get('train_experiencer_only', False)

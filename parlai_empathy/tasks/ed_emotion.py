@@ -25,6 +25,8 @@ INPUTS = ('situation', 'utterance', 'speaker_utterance')
 class EDEmotionTeacher(CleanTeacher):
     task_name = 'empathy_ed_emotion'
     multilabel = False
+    scores_responses = False  # labels are emotions, not responses: no BLEU/Distinct
+    length_key_options = CleanTeacher.length_key_options + ('ed_emotion_input',)
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):

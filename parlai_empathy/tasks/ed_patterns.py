@@ -43,6 +43,10 @@ def pattern_params(opt) -> PatternParams:
 @register_teacher('empathy_ed_patterns')
 class EDPatternsTeacher(EDGoEmotionsTeacher):
     task_name = 'empathy_ed_patterns'
+    length_key_options = EDGoEmotionsTeacher.length_key_options + (
+        'goemotions_classifier', 'goemotions_tags_dir', 'pattern_min_lift', 'pattern_min_support',
+        'pattern_include_neutral', 'pattern_exclude_mirroring', 'pattern_seed', 'pattern_subset', 'pattern_fraction',
+    )
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):

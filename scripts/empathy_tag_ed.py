@@ -1,4 +1,7 @@
-"""``parlai empathy_tag_ed -mf <classifier>``: tag every ED utterance with GoEmotions labels.
+"""``parlai empathy_tag_ed -mf <classifier>``: tag every ED utterance with emotion labels.
+
+The classifier is a multi-label GoEmotions one (Metz & You's interaction patterns) or a
+single-label ED 32-way one (ETHREED's listener emotions, ``--listener-emotions <cache folder>``).
 
 Probabilities and thresholded labels go to a versioned cache beside ParlAI's built data
 (``<datapath>/empathy_ed_goemotions/``), keyed by classifier and data checksum. A killed run
@@ -14,13 +17,14 @@ from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 from parlai_empathy.data import ed_source  # noqa: E402
 from parlai_empathy.emotions import tag_cache  # noqa: E402
 from parlai_empathy.emotions.classifier_files import load_classifier  # noqa: E402
-from parlai_empathy.emotions.label_check import check_goemotions_classifier  # noqa: E402
+from parlai_empathy.emotions.label_check import check_tagging_classifier  # noqa: E402
+
 
 @register_script('empathy_tag_ed')
 class EmpathyTagED(ParlaiScript):
     @classmethod
     def setup_args(cls):
-        parser = ParlaiParser(True, False, 'Tag every ED utterance with a GoEmotions classifier (resumable cache)')
+        parser = ParlaiParser(True, False, 'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)')
         parser.add_argument('-mf', '--model-file', type=str, required=True, help='a trained empathy/emotion_classifier')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
         parser.add_argument('--goemotions-datapath', type=str, default=None, help='to check the label set (optional)')
@@ -38,7 +42,7 @@ class EmpathyTagED(ParlaiScript):
             torch.set_num_threads(self.opt['threads'])
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         classifier = load_classifier(self.opt['model_file'])
-        check_goemotions_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath'))
+        check_tagging_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath'))
         run = tag_cache.tag_ed(
             self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
             chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],

@@ -14,7 +14,7 @@ import pytest
 from parlai_empathy.data import ed_source, goemotions
 from parlai_empathy.emotions import inference, tag_cache
 from parlai_empathy.emotions.classifier_files import load_classifier
-from parlai_empathy.emotions.label_check import LabelSetMismatch, check_goemotions_classifier
+from parlai_empathy.emotions.label_check import LabelSetMismatch, check_goemotions_classifier, check_tagging_classifier
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
 
 SAMPLE = ed_source.sample_dir()
@@ -121,6 +121,10 @@ def test_label_set_mismatch(tmp_path, goemotions_dir, classifier_file):
     with pytest.raises(LabelSetMismatch, match='not the GoEmotions labels'):
         check_goemotions_classifier(['joy', 'anger'], True, 'x.model', goemotions_dir)
     check_goemotions_classifier(goemotions.read_taxonomy(goemotions_dir).classes('ekman'), True, 'ok', goemotions_dir)
+    # tagging accepts either GoEmotions (multi-label) or the 32 ED emotions (single-label)
+    check_tagging_classifier(list(ED_EMOTIONS), False, 'ed.model', goemotions_dir)
+    with pytest.raises(LabelSetMismatch, match='not the 32 ED emotions'):
+        check_tagging_classifier(['joy', 'anger'], False, 'x.model', goemotions_dir)
     with pytest.raises(FileNotFoundError, match='not a trained emotion classifier'):
         load_classifier(str(tmp_path / 'missing.model'))
 

@@ -14,9 +14,7 @@ import time
 
 import pytest
 
-from parlai_empathy.data import ed_source
 from parlai_empathy.data.emotions import ED_EMOTIONS
-from parlai_empathy.emotions import tag_cache
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,9 +30,14 @@ def listener_tags(tmp_path_factory):
     base = tmp_path_factory.mktemp('ed32')
     bert = make_tiny_bert(str(base / 'bert'))
     model_file = make_tiny_classifier(str(base / 'clf' / 'model'), bert, ED_EMOTIONS, multilabel=False)
-    run = tag_cache.tag_ed(model_file, ed_source.sample_dir(), str(base / 'cache'), progress=False)
-    assert run.reused + run.tagged == run.total
-    return run.directory
+    # the one command that produces listener labels, as a user runs it
+    done = subprocess.run(
+        [PARLAI, 'empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample', '--tag-cache-dir', str(base / 'cache')],
+        capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert 'cache complete' in done.stdout
+    return done.stdout.split('tag cache: ', 1)[1].split()[0]
 
 
 def train_args(model_file, tags, *extra):

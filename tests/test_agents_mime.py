@@ -55,3 +55,50 @@ def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
 def test_multitask_transformer_trains(run_parlai, tmp_path):
     _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     assert 'emo_acc@2' in log and 'loss_cls' in log
+
+
+def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    done = run_parlai(
+        'interactive', '-mf', model_file, '--display-add-fields', 'predicted_emotion,emotion_polarity',
+        '--skip-generation', 'false', input='I finally got the job I wanted!\n\n[EXIT]\n',
+    )
+    assert 'Traceback' not in done.stderr
+    polarities = [line.split('[emotion_polarity]:')[1].strip() for line in done.stdout.splitlines()
+                  if '[emotion_polarity]:' in line]
+    emotions = [line.split('[predicted_emotion]:')[1].strip() for line in done.stdout.splitlines()
+                if '[predicted_emotion]:' in line]
+    assert len(polarities) == len(emotions) == 2, done.stdout[-3000:]  # the empty turn is answered too
+    assert set(polarities) <= {'positive', 'negative'}
+    from parlai_empathy.data.emotions import ED_EMOTIONS
+
+    assert set(emotions) <= set(ED_EMOTIONS)
+
+
+def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
+    model_file = tmp_path / 'model'
+    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df', f'{model_file}.dict',
+               '--dict-maxtokens', 2000)
+    done = run_parlai(
+        'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+        '-o', 'empathy/mime', '-mf', model_file, '--distributed-world-size', 2, '--max-train-steps', 3,
+        '-bs', 4, '-vme', 8, '--short-final-eval', 'true', '--glove-init', 'false', *TINY,
+    )
+    log = done.stdout + done.stderr
+    assert 'Distributed group initialized' in log and 'Traceback' not in log
+    assert 'emo_acc' in log and model_file.exists()
+
+
+def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
+    from resume_helpers import train_kill_resume
+
+    model_file = tmp_path / 'model'
+
+    def train_args(*extra):
+        return ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                '-o', 'empathy/mime', '-mf', model_file, '-bs', 8, '--dict-maxtokens', 2000,
+                '--glove-init', 'false', *TINY, *extra]
+
+    env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir)
+    log, done_updates, target = train_kill_resume(train_args, str(model_file), tmp_path, env)
+    assert target == done_updates + 3 and 'loss_cls' in log

@@ -7,19 +7,18 @@ utterance and an empty turn.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from parlai_empathy.data.emotions import ED_EMOTIONS
+from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = os.path.join(REPO, 'opt_presets', 'empathy', 'ethreed.opt')
-PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
+from resume_helpers import PARLAI  # noqa: E402
 TINY = ['--hidden-size', 16, '--embedding-size', 16, '--dict-maxtokens', 1500, '-bs', 4,
         '-vme', 12, '--short-final-eval', 'true', '--validation-every-n-epochs', -1]
 
@@ -51,40 +50,14 @@ def trained(tmp_path_factory, listener_tags, ed_dir):
     folder = tmp_path_factory.mktemp('ethreed')
     model_file = str(folder / 'model')
     env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, HF_HUB_OFFLINE='1')
-    first = subprocess.Popen(
-        [PARLAI] + [str(a) for a in train_args(model_file, listener_tags, '--save-every-n-secs', 1,
-                                                '--max-train-steps', 100000)],
-        cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+    log, done_updates, target = train_kill_resume(
+        lambda *extra: train_args(model_file, listener_tags, *extra), model_file, folder, env
     )
-    stats = model_file + '.checkpoint.trainstats'
-    deadline = time.time() + 300
-    while time.time() < deadline and first.poll() is None and not os.path.isfile(stats):
-        time.sleep(0.5)
-    time.sleep(1.0)  # let a second checkpoint land, so that the kill may well hit mid-training
-    alive = first.poll() is None
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    assert alive, first.stderr.read()[-3000:]
-    with open(stats) as f:
-        done_updates = json.load(f)['train_steps']
-    assert done_updates > 0 and not os.path.isfile(model_file)
-
-    target = done_updates + 3
-    resumed = subprocess.run(
-        [PARLAI] + [str(a) for a in train_args(model_file, listener_tags, '--max-train-steps', target)],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=600,
-    )
-    log = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, log[-5000:]
     return model_file, log, done_updates, target
 
 
 def test_resumes_after_sigkill_and_reports_losses(trained):
     model_file, log, done_updates, target = trained
-    assert f'Loading existing model params from {model_file}.checkpoint' in log
-    with open(model_file + '.trainstats') as f:
-        assert json.load(f)['train_steps'] == target
     for metric in ('emo_acc', 'loss_emo', 'loss_kl', 'loss_cov', 'ppl'):
         assert metric in log
 

@@ -91,10 +91,14 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
         words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
                                                    self.opt.get('glove_path'), self.opt['glove_fit'])
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
+        # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
+        self.opt['word_table_dim'] = words.table.embedding_dim
         return words
 
     def _glove_table_dim(self, size):
-        # a saved 'project' model has a GloVe-sized table: rebuild the same shape to load it
+        if self.opt.get('word_table_dim'):
+            return self.opt['word_table_dim']
+        # models saved before word_table_dim was recorded: the offline GloVe is 50d
         if self.opt.get('glove_init') and self.opt.get('glove_fit') == 'project':
             return 300 if self.opt.get('glove_path') else 50
         return size.d_model
@@ -147,6 +151,11 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
                 raise ValueError(f'bad "emotion" field in a {self.id} observation: {err}') from err
         return batch
 
+    @property
+    def core_model(self):
+        """The model itself, also when multiprocessing_train wraps it in DDP."""
+        return getattr(self.model, 'module', self.model)
+
     def _model_input(self, batch):
         # the gold emotion steers the model only while training (polarity, posterior)
         gold = batch.get('emotion_ids') if self.model.training else None
@@ -167,8 +176,8 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
                     'Use -t empathy_ed_clean (or empathy_ed).'
                 )
         else:
-            extra, parts = self.model.extra_losses(encoder_states, gold)
-            loss = self.model.response_weight * loss + extra
+            extra, parts = self.core_model.extra_losses(encoder_states, gold)
+            loss = self.core_model.response_weight * loss + extra
             for key, value in parts.items():
                 if key != 'cls' and not self.model.training:
                     continue  # the ELBO terms exist only with the gold emotion, in training
@@ -185,7 +194,7 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
         if output is None or batch.text_vec is None:
             return output
         with torch.no_grad():
-            aux = self.model.encoder(*self._encoder_input(batch)).aux
+            aux = self.core_model.encoder(*self._encoder_input(batch)).aux
         predicted = aux['emotion_logits'].argmax(dim=-1).tolist()
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in predicted]
         output['emotion_polarity'] = [

@@ -2,7 +2,10 @@
 
 The pool is every deduplicated listener response of ED train (cleaned reading), keeping those of
 at most ``--max-tokens`` tokens (20 in Rashkin et al.'s code; 0 keeps all). Pass the file to
-``-m empathy/bert_ranker --eval-candidates fixed --fixed-candidates-path FILE``.
+``-m empathy/bert_ranker --eval-candidates fixed --fixed-candidates-path FILE``. Without
+``--outfile`` the pool goes to ``--outdir`` under the name every tool shares
+(:func:`~parlai_empathy.data.response_pool.ensure_pool`: train.csv checksum and token limit in
+it), and an existing one is reused.
 """
 from parlai_empathy import compat
 
@@ -21,16 +24,24 @@ class EmpathyBuildCandidates(ParlaiScript):
         parser = ParlaiParser(False, False, 'Build the ED train listener-response pool for fixed-candidate retrieval')
         parser.add_argument('--ed-datapath', type=str, default=None,
                             help='ED folder or "sample" (default: PARLAI_EMPATHY_ED_DIR)')
-        parser.add_argument('-o', '--outfile', type=str, required=True, help='candidate file to write')
+        parser.add_argument('-o', '--outfile', type=str, default=None,
+                            help='candidate file to write (rewritten every time)')
+        parser.add_argument('--outdir', type=str, default='.',
+                            help='without --outfile: folder of the shared, checksum-named pool file')
         parser.add_argument('--max-tokens', type=int, default=response_pool.RASHKIN_MAX_TOKENS,
                             help='keep responses of at most this many tokens (0 = all)')
         return parser
 
     def run(self):
-        train_csv = response_pool.train_csv_path(self.opt.get('ed_datapath'))
-        responses = response_pool.listener_responses(train_csv, self.opt['max_tokens'])
-        response_pool.write_pool(responses, self.opt['outfile'])
-        print(f'{len(responses)} responses from {train_csv} written to {self.opt["outfile"]}')
+        ed_dir, max_tokens = self.opt.get('ed_datapath'), self.opt['max_tokens']
+        train_csv = response_pool.train_csv_path(ed_dir)
+        if self.opt.get('outfile'):
+            path = response_pool.write_pool(response_pool.listener_responses(train_csv, max_tokens), self.opt['outfile'])
+        else:
+            path = response_pool.ensure_pool(ed_dir, max_tokens, self.opt['outdir'])
+        with open(path, encoding='utf-8') as f:
+            responses = [line.rstrip('\n') for line in f]
+        print(f'{len(responses)} responses from {train_csv} in {path}')
         return responses
 
 

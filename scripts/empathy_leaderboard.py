@@ -66,11 +66,8 @@ class EmpathyLeaderboard(ParlaiScript):
         pool = opt['pool']
         needs_pool = any(e.source == 'model' and leaderboard.model_kind(e.path) == 'ranker' for e in entries)
         if needs_pool and not pool:
-            pool = os.path.join(opt['outdir'], f'ed_train_listener_pool_max{opt["pool_max_tokens"]}.txt')
-            if not os.path.exists(pool):
-                folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
-                train_csv = os.path.join(folder, 'train.csv')
-                response_pool.write_pool(response_pool.listener_responses(train_csv, opt['pool_max_tokens']), pool)
+            folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
+            pool = response_pool.ensure_pool(folder, opt['pool_max_tokens'], opt['outdir'])
         scorer = bertscore_from_opt(opt)
         results = []
         for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):

@@ -104,6 +104,105 @@ def test_corrupt_cache_file_is_a_clear_error(tiny_bert, pool_file, tmp_path):
                    '--fixed-candidates-path', pool_file, '--candidate-encodings-cache', cache)
 
 
+def test_pool_name_follows_the_ed_folder_and_is_built_once(tmp_path):
+    """Another ED copy (another train.csv) or token limit never reuses a stale pool file."""
+    sample = response_pool.train_csv_path('sample')
+    other = tmp_path / 'other_ed'
+    other.mkdir()
+    for split in ('train', 'valid', 'test'):
+        text = open(os.path.join(os.path.dirname(sample), f'{split}.csv'), encoding='utf-8').read()
+        if split == 'train':  # the first 300 rows only
+            text = ''.join(text.splitlines(keepends=True)[:300])
+        (other / f'{split}.csv').write_text(text, encoding='utf-8')
+    out = tmp_path / 'pools'
+    sample_pool = response_pool.ensure_pool('sample', 20, str(out))
+    other_pool = response_pool.ensure_pool(str(other), 20, str(out))
+    assert sample_pool != other_pool and os.path.dirname(sample_pool) == str(out)
+    assert response_pool.ensure_pool('sample', 0, str(out)) not in (sample_pool, other_pool)
+    with open(other_pool, encoding='utf-8') as f:
+        assert len(f.read().splitlines()) < len(open(sample_pool, encoding='utf-8').read().splitlines())
+    built = os.stat(sample_pool).st_mtime_ns
+    assert response_pool.ensure_pool('sample', 20, str(out)) == sample_pool  # reused, not rebuilt
+    assert os.stat(sample_pool).st_mtime_ns == built
+    assert not [p for p in os.listdir(out) if '.tmp' in p]
+
+
+def test_agent_builds_the_pool_of_its_ed_folder(tiny_bert, tmp_path):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+                       '--pool-ed-datapath', 'sample')
+    expected = response_pool.ensure_pool('sample', response_pool.RASHKIN_MAX_TOKENS, str(tmp_path))
+    assert agent.fixed_candidates_path == expected
+    assert agent.fixed_candidates == open(expected, encoding='utf-8').read().splitlines()
+
+
+@pytest.fixture(scope='module')
+def emotion_classifier(tmp_path_factory):
+    """A tiny random 4-class emotion classifier, saved as the classifier agent saves one."""
+    from test_emotions_support import make_tiny_bert, make_tiny_classifier
+
+    folder = tmp_path_factory.mktemp('emoclf')
+    bert = make_tiny_bert(str(folder / 'bert'))
+    return make_tiny_classifier(str(folder / 'clf' / 'model'), bert, ['sad', 'happy', 'angry', 'afraid'],
+                                multilabel=False)
+
+
+def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_file, emotion_classifier, tmp_path):
+    from parlai_empathy.emotions import classifier_files, inference
+
+    classes = ['sad', 'happy', 'angry', 'afraid']
+    args = ['--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+            '--fixed-candidates-path', pool_file, '--emo-prepend-k', 2,
+            '--emo-classifier-file', emotion_classifier]
+    agent = make_agent(*args)
+    clf = classifier_files.load_classifier(emotion_classifier)
+
+    def expected_prefix(text):
+        probs, _ = inference.predict_all(clf, [text])
+        return [classes[i] for i in probs[0].argsort()[::-1][:2]]
+
+    label = agent.fixed_candidates[3]
+    obs = agent.observe({'text': 'I lost my job.', 'eval_labels': [label], 'episode_done': True})
+    context_words = agent.dict.vec2txt(obs['text_vec']).split()
+    assert context_words[:2] == expected_prefix('I lost my job.')
+    label_words = agent.dict.vec2txt(obs['eval_labels_vec']).split()
+    assert label_words[:2] == expected_prefix(label)
+    row = agent.fixed_candidate_vecs[3]  # the fixed candidate is vectorized exactly like the label
+    vec = obs['eval_labels_vec']
+    assert torch.equal(row[: len(vec)], vec) and (row[len(vec):] == agent.NULL_IDX).all()
+    assert agent.act()['text'] in agent.fixed_candidates  # replies are the bare candidates
+    agent.reset()
+
+    long_obs = agent.observe({'text': 'sad ' * 300, 'episode_done': True})  # truncation keeps the prefix
+    assert len(long_obs['text_vec']) == 100
+    assert agent.dict.vec2txt(long_obs['text_vec']).split()[:2] == expected_prefix('sad ' * 300)
+    agent.reset()
+
+    # inline candidates (P@1,100 blocks) get their prefixes too
+    cands = agent.fixed_candidates[:5]
+    agent = make_agent(*args[:4], '--eval-candidates', 'inline', *args[-4:])
+    obs = agent.observe({'text': 'My dog died.', 'eval_labels': [cands[0]], 'label_candidates': cands,
+                         'episode_done': True})
+    for cand, cvec in zip(cands, obs['label_candidates_vecs']):
+        assert agent.dict.vec2txt(cvec).split()[:2] == expected_prefix(cand)
+
+    # the fixed candidates' emotions are cached with their encodings; another k rebuilds both
+    agent = make_agent(*args)
+    emotions_cache = agent.candidate_cache_path(pool_file) + '.emotions'
+    built = os.stat(emotions_cache).st_mtime_ns
+    make_agent(*args)
+    assert os.stat(emotions_cache).st_mtime_ns == built
+    one = make_agent(*args[:-3], 1, '--emo-classifier-file', emotion_classifier)
+    assert os.stat(emotions_cache).st_mtime_ns != built
+    assert agent.dict.vec2txt(one.fixed_candidate_vecs[3]).split()[0] == expected_prefix(label)[0]
+    assert agent.candidate_cache_key(pool_file)['vectorizer'] != one.candidate_cache_key(pool_file)['vectorizer']
+
+
+def test_emo_prepend_k_above_the_class_count_is_refused(tiny_bert, emotion_classifier, tmp_path):
+    with pytest.raises(ValueError, match='exceeds the 4 classes'):
+        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 5,
+                   '--emo-classifier-file', emotion_classifier)
+
+
 def test_emo_prepend_without_classifier_says_what_to_train(tiny_bert, tmp_path):
     with pytest.raises(FileNotFoundError, match='empathy/emotion_classifier'):
         make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 1,

@@ -261,3 +261,41 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
     assert open(out['plot'], 'rb').read(4) == b'\x89PNG'
     kappa = pd.read_csv(out['agreement']).set_index('aspect')
     assert kappa.loc['fluency', 'raters_per_unit'] == 2
+
+
+def test_likert_checks_need_the_relevance_aspect(logs, tmp_path):
+    """Likert checks are scored on relevance: building one without it must fail up front,
+    not with a KeyError when the first check is answered."""
+    worlds = ['gold=' + logs['gold'], 'echo=' + logs['echo']]
+    with pytest.raises(ValueError, match='--aspects.*relevance.*--checks-per-assignment 0'):
+        build_task(str(tmp_path / 'bad.db'), 'likert', worlds, num_items=3,
+                   checks_per_assignment=1, aspects=['empathy', 'fluency'])
+    db = build_task(str(tmp_path / 'ok.db'), 'likert', worlds, num_items=3,
+                    checks_per_assignment=0, aspects=['empathy', 'fluency'])
+    assert db.config['aspects'] == ['empathy', 'fluency']
+
+
+def test_external_ref_is_resumed_only_by_its_own_worker(logs, tmp_path):
+    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+                    num_items=4, annotators=2, items_per_assignment=2, checks_per_assignment=0)
+    owner, other = db.add_worker('mturk', 'A1'), db.add_worker('mturk', 'A2')
+    first = db.claim(owner['worker_id'], 'mturk:HIT1', 'https://workersandbox.mturk.com')
+    assert db.claim(owner['worker_id'], 'mturk:HIT1') == first  # the same HIT resumes
+    with pytest.raises(TaskError) as e:
+        db.claim(other['worker_id'], 'mturk:HIT1')
+    assert e.value.status == 403 and 'another worker' in str(e.value)
+    assert db.open_assignment(other['worker_id']) is None  # nothing was handed out
+
+
+def test_likert_table_counts_ratings_per_aspect():
+    df = pd.DataFrame([
+        {'model': 'gold', 'aspect': 'empathy', 'score': 5},
+        {'model': 'gold', 'aspect': 'empathy', 'score': 4},
+        {'model': 'gold', 'aspect': 'empathy', 'score': 3},
+        {'model': 'gold', 'aspect': 'fluency', 'score': 4},  # fewer fluency ratings
+        {'model': 'echo', 'aspect': 'empathy', 'score': 2},
+    ])
+    table = analysis.likert_table(df, ['empathy', 'fluency'], ['gold', 'echo']).set_index('Model')
+    assert table.loc['gold', 'empathy_n'] == 3 and table.loc['gold', 'fluency_n'] == 1
+    assert table.loc['gold', 'ratings'] == 1  # the smallest count, not the last aspect's
+    assert table.loc['echo', 'fluency_n'] == 0 and table.loc['echo', 'ratings'] == 0

@@ -13,6 +13,10 @@ A :class:`~parlai.core.torch_ranker_agent.TorchRankerAgent` over HuggingFace ``t
   checksum, the candidate file's sha256 and the vectorization settings.
 * Every text (context, label, inline or fixed candidate) goes through one vectorizer, so a fixed
   candidate equals its label token for token.
+* EmoPrepend-k (``--emo-prepend-k K --emo-classifier-file FILE``): a trained
+  ``empathy/emotion_classifier`` predicts each text's top-K emotions, which are prepended to it
+  ("sad anxious <text>") — contexts, labels and candidates alike, as Rashkin et al. did. The
+  prefix survives truncation. The fixed candidates' emotions are cached beside their encodings.
 """
 from parlai_empathy import compat  # noqa: F401
 
@@ -20,11 +24,9 @@ compat.apply()
 
 import os  # noqa: E402
 import sys  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from typing import List, Optional  # noqa: E402
+from typing import Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
-from parlai.core.dict import DictionaryAgent  # noqa: E402
 from parlai.core.loader import register_agent  # noqa: E402
 from parlai.core.message import Message  # noqa: E402
 from parlai.core.opt import Opt  # noqa: E402
@@ -32,72 +34,25 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
+from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
-from parlai_empathy.models.bi_encoder import POOLINGS, BiEncoder, load_tokenizer, state_checksum  # noqa: E402
-from parlai_empathy.data.ed_source import file_checksum
+from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
+from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
+from parlai_empathy.models.bi_encoder import POOLINGS, BiEncoder, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_encodings, save_encodings  # noqa: E402
 
 DEFAULT_BERT = 'bert-base-uncased'  # the paper's encoder; pass a local directory offline
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
 EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
+EMOTION_MEMO_SIZE = 200_000  # texts whose EmoPrepend prefix is kept in memory (the ED pool: ~60k)
 
 
-def clean_text(text: str) -> str:
-    """Text the tokenizer can take: undecodable bytes (surrogate escapes) become U+FFFD."""
-    return text.encode('utf-8', 'surrogateescape').decode('utf-8', 'replace')
+class BertRankerDictionary(HFTokenizerDictionary):
+    """The ``--bert-model`` tokenizer as a ParlAI dictionary."""
 
-
-class HFTokenizerDictionary(DictionaryAgent):
-    """A ParlAI dictionary backed by the encoder's own HuggingFace tokenizer.
-
-    Like ParlAI's hugging_face dictionaries, it is prebuilt (no ``build_dict`` pass) and maps
-    ParlAI's special tokens onto BERT's: start = [CLS], end = [SEP], null = [PAD].
-    ``txt2vec`` never adds special tokens: the agent adds them after truncation.
-    """
-
-    def __init__(self, opt: Opt, shared=None):
-        self.opt = opt
-        self.hf_tokenizer = shared['hf_tokenizer'] if shared else load_tokenizer(opt['bert_model'])
-        tok = self.hf_tokenizer
-        missing = [n for n in ('cls_token', 'sep_token', 'pad_token', 'unk_token') if getattr(tok, n) is None]
-        if missing:
-            raise ValueError(f'Tokenizer of {opt["bert_model"]!r} lacks BERT special tokens: {missing}')
-        self.tok2ind = tok.get_vocab()
-        self.ind2tok = {i: t for t, i in self.tok2ind.items()}
-        self.freq = defaultdict(lambda: 1)
-        self.null_token, self.start_token = tok.pad_token, tok.cls_token
-        self.end_token, self.unk_token = tok.sep_token, tok.unk_token
-        self._unk_token_idx = tok.unk_token_id
-        self.tokenizer = 'hf'
-        self.lower = False
-        self.minfreq = 0
-        self.maxtokens = -1
-
-    def is_prebuilt(self):
-        return True
-
-    def txt2vec(self, text: str, vec_type=list) -> List[int]:
-        return self.batch_txt2vec([text])[0]
-
-    def batch_txt2vec(self, texts: List[str]) -> List[List[int]]:
-        encoded = self.hf_tokenizer([clean_text(t) for t in texts], add_special_tokens=False, verbose=False)
-        return encoded['input_ids']
-
-    def vec2txt(self, vec, **kwargs) -> str:
-        ids = vec.tolist() if hasattr(vec, 'tolist') else list(vec)
-        return self.hf_tokenizer.decode(ids, skip_special_tokens=True)
-
-    def save(self, filename=None, append=False, sort=True):
-        """ParlAI saves ``<model_file>.dict``; record where the tokenizer comes from instead."""
-        if filename:
-            with open(filename, 'w', encoding='utf-8') as f:
-                f.write(f'# HuggingFace tokenizer of {self.opt["bert_model"]}\n')
-
-    def share(self):
-        return {'opt': self.opt, 'hf_tokenizer': self.hf_tokenizer, 'class': type(self)}
-
-    def act(self):
-        return {}
+    @staticmethod
+    def tokenizer_source(opt: Opt) -> str:
+        return opt['bert_model']
 
 
 @register_agent('empathy/bert_ranker')
@@ -150,16 +105,24 @@ class BertRankerAgent(TorchRankerAgent):
         return parser
 
     def __init__(self, opt: Opt, shared=None):
+        # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
+        self.emo_classifier = None
         if opt.get('emo_prepend_k', 0) > 0:
-            self._check_emotion_classifier(opt)
+            self.emo_classifier = shared['emo_classifier'] if shared else self._load_emotion_classifier(opt)
+        self._emotion_prefix_ids: Dict[str, List[int]] = {}
         super().__init__(opt, shared)
         if self.opt.get('interactive_mode') and not shared:
             self._tolerate_undecodable_stdin()
 
+    def share(self):
+        shared = super().share()
+        shared['emo_classifier'] = self.emo_classifier
+        return shared
+
     # ----------------------------------------------------------------------------- building
     @staticmethod
     def dictionary_class():
-        return HFTokenizerDictionary
+        return BertRankerDictionary
 
     def build_model(self):
         return BiEncoder.from_pretrained(
@@ -176,20 +139,24 @@ class BertRankerAgent(TorchRankerAgent):
         return getattr(self.model, 'module', self.model)
 
     @staticmethod
-    def _check_emotion_classifier(opt):
-        path = opt.get('emo_classifier_file')
+    def _load_emotion_classifier(opt) -> classifier_files.LoadedClassifier:
+        path, k = opt.get('emo_classifier_file'), opt['emo_prepend_k']
         if not path or not os.path.exists(path):
             raise FileNotFoundError(
-                f'--emo-prepend-k {opt["emo_prepend_k"]} needs a trained emotion classifier, but '
+                f'--emo-prepend-k {k} needs a trained emotion classifier, but '
                 f'--emo-classifier-file {path!r} does not exist. Train one first, e.g.\n'
                 '  parlai train_model -t empathy_ed_clean -m empathy/emotion_classifier '
                 '-mf /path/to/emoclf\n'
                 'then pass --emo-classifier-file /path/to/emoclf.'
             )
-        raise NotImplementedError(
-            'EmoPrepend-k: the empathy/emotion_classifier agent is not wired into bert_ranker yet '
-            '(classifier found at {!r}).'.format(path)
-        )
+        classifier = classifier_files.load_classifier(path)
+        if k > len(classifier.classes):
+            raise ValueError(
+                f'--emo-prepend-k {k} exceeds the {len(classifier.classes)} classes of the emotion '
+                f'classifier {path!r}.'
+            )
+        logging.info(f'EmoPrepend-{k} with the {len(classifier.classes)}-class emotion classifier {path}')
+        return classifier
 
     @staticmethod
     def _tolerate_undecodable_stdin():
@@ -202,28 +169,84 @@ class BertRankerAgent(TorchRankerAgent):
                 pass
 
     # ------------------------------------------------------------------------ vectorization
-    def _bert_vec(self, ids: List[int], add_start, add_end, truncate, truncate_left) -> torch.LongTensor:
-        """Truncate word pieces to leave room for [CLS]/[SEP], then add them: the one place
-        where contexts, labels and all candidates get their special tokens."""
-        original = len(ids) + bool(add_start) + bool(add_end)
-        if truncate is not None and original > truncate:
-            keep = max(truncate - bool(add_start) - bool(add_end), 0)
+    def _bert_vec(self, ids: List[int], add_start, add_end, truncate, truncate_left, prefix=()) -> torch.LongTensor:
+        """Truncate the text's word pieces to leave room for [CLS]/[SEP] and the EmoPrepend
+        prefix, then add them: the one place where contexts, labels and all candidates get their
+        special tokens."""
+        specials = bool(add_start) + bool(add_end)
+        if truncate is not None and len(prefix) + len(ids) + specials > truncate:
+            keep = max(truncate - specials - len(prefix), 0)
             ids = ids[len(ids) - keep:] if truncate_left else ids[:keep]
-        ids = ([self.START_IDX] if add_start else []) + list(ids) + ([self.END_IDX] if add_end else [])
+        ids = ([self.START_IDX] if add_start else []) + list(prefix) + list(ids) + ([self.END_IDX] if add_end else [])
         return torch.LongTensor(ids)
 
     def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None, truncate_left=True):
+        prefix = self._emotion_prefixes([text])[0]
         ids = self.dict.txt2vec(text)
-        original = len(ids) + bool(add_start) + bool(add_end)
-        vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left)
+        original = len(prefix) + len(ids) + bool(add_start) + bool(add_end)
+        vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left, prefix)
         return vec, original, original > len(vec)
 
     def vectorize_fixed_candidates(self, cands_batch, add_start=True, add_end=True):
         """Exactly like labels ([CLS] ... [SEP], label truncation), tokenized as one batch."""
+        prefixes = self._emotion_prefixes(cands_batch)
         return [
-            self._bert_vec(ids, True, True, self.label_truncate, False)
-            for ids in self.dict.batch_txt2vec(cands_batch)
+            self._bert_vec(ids, True, True, self.label_truncate, False, prefix)
+            for ids, prefix in zip(self.dict.batch_txt2vec(cands_batch), prefixes)
         ]
+
+    def vectorize(self, obs, history, *args, **kwargs):
+        """With EmoPrepend, classify the example's labels and inline candidates in one batch
+        first; vectorizing them one by one then finds their emotions in the memo."""
+        if self.emo_classifier is not None:
+            texts = list(obs.get('labels', obs.get('eval_labels', None)) or [])
+            source = self.opt['candidates' if 'labels' in obs else 'eval_candidates']
+            if source in ('inline', 'batch-all-cands') and 'label_candidates_vecs' not in obs:
+                texts += list(obs.get('label_candidates') or [])
+            if texts:
+                self._emotion_prefixes(texts)
+        return super().vectorize(obs, history, *args, **kwargs)
+
+    # ------------------------------------------------------------------------- EmoPrepend
+    def _top_emotions(self, texts: List[str]) -> torch.LongTensor:
+        """Class indices ``[len(texts), k]`` of each text's k most probable emotions."""
+        probs, _ = inference.predict_all(self.emo_classifier, texts)
+        return torch.from_numpy(probs).topk(self.opt['emo_prepend_k'], dim=1).indices
+
+    def _remember_emotions(self, texts: List[str], top: torch.LongTensor):
+        if len(self._emotion_prefix_ids) + len(texts) > EMOTION_MEMO_SIZE:
+            self._emotion_prefix_ids.clear()
+        classes = self.emo_classifier.classes
+        names = [' '.join(classes[i] for i in row) for row in top.tolist()]
+        for text, ids in zip(texts, self.dict.batch_txt2vec(names)):
+            self._emotion_prefix_ids[text] = ids
+
+    def _emotion_prefixes(self, texts: List[str]) -> List[List[int]]:
+        """Word pieces of each text's top-k emotion names ("sad anxious"); [] without EmoPrepend.
+
+        Texts not seen before are classified together, in one batched pass."""
+        if self.emo_classifier is None:
+            return [[] for _ in texts]
+        new = [t for t in dict.fromkeys(texts) if t not in self._emotion_prefix_ids]
+        if new:
+            self._remember_emotions(new, self._top_emotions(new))
+        return [self._emotion_prefix_ids[t] for t in texts]
+
+    def _cached_candidate_emotions(self, cand_path: str, cands: List[str]):
+        """The fixed candidates' top-k emotions, cached beside their encodings; another
+        classifier, k or candidate file rebuilds them."""
+        cache_path = self.candidate_cache_path(cand_path) + '.emotions'
+        key = {
+            'emo_classifier': self.emo_classifier.key,
+            'emo_prepend_k': str(self.opt['emo_prepend_k']),
+            'candidates_sha256': file_checksum(cand_path),
+        }
+        top = load_encodings(cache_path, key)
+        if top is None or top.size(0) != len(cands):
+            top = self._top_emotions(cands)
+            save_encodings(cache_path, key, top)
+            logging.info(f'Saved the emotions of {len(cands)} candidates to {cache_path}')
+        self._remember_emotions(cands, top)
 
     def _context_utterances(self, obs, history) -> List[str]:
         """Up to ``--context-turns`` previous utterances, oldest first.
@@ -299,12 +322,12 @@ class BertRankerAgent(TorchRankerAgent):
                 '(or env PARLAI_EMPATHY_ED_DIR) to build the ED train pool automatically.'
             )
         max_tokens = self.opt.get('pool_max_tokens', response_pool.RASHKIN_MAX_TOKENS)
-        train_csv = response_pool.train_csv_path(ed_dir)
-        base = self.opt.get('model_file') or train_csv
-        path = f'{base}.ed_train_listener_max{max_tokens}.cands'
-        if not os.path.exists(path):
-            logging.info(f'Building the ED train response pool from {train_csv} into {path}')
-            response_pool.write_pool(response_pool.listener_responses(train_csv, max_tokens), path)
+        if self.opt.get('model_file'):
+            out_dir = os.path.dirname(os.path.abspath(self.opt['model_file']))
+        else:
+            out_dir = os.path.join(self.opt['datapath'], 'empathy_response_pools')
+        path = response_pool.ensure_pool(ed_dir, max_tokens, out_dir)
+        logging.info(f'ED train response pool of {ed_dir}: {path}')
         return path
 
     def set_fixed_candidates(self, shared):
@@ -319,6 +342,8 @@ class BertRankerAgent(TorchRankerAgent):
         logging.info(f'Loaded {len(cands)} fixed candidates from {path}')
         self.fixed_candidates = cands
         self.num_fixed_candidates = len(cands)
+        if self.emo_classifier is not None:
+            self._cached_candidate_emotions(path, cands)
         self.fixed_candidate_vecs = self._make_candidate_vecs(cands)
         self.fixed_candidate_encs = None
         if self.encode_candidate_vecs:
@@ -335,6 +360,7 @@ class BertRankerAgent(TorchRankerAgent):
             'vectorizer': (
                 f'tokenizer={self.opt["bert_model"]};vocab={len(self.dict)};'
                 f'label_truncate={self.label_truncate};emo_prepend_k={self.opt.get("emo_prepend_k", 0)}'
+                + (f';emo_classifier={self.emo_classifier.key}' if self.emo_classifier is not None else '')
             ),
         }
 

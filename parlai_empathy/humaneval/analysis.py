@@ -88,7 +88,9 @@ def likert_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
 
 
 def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]) -> pd.DataFrame:
-    """Rashkin et al. Table 2 layout: one row per model, one 'mean +- SEM' column per aspect."""
+    """Rashkin et al. Table 2 layout: one row per model, one 'mean +- SEM' column per aspect,
+    plus ``<aspect>_n``, the ratings behind each figure (aspects can differ, e.g. when a task's
+    aspects changed), and ``ratings``, the smallest of them."""
     stats = df.groupby(['model', 'aspect'])['score'].agg(['mean', 'sem', 'count'])
     rows = []
     for model in models:
@@ -98,7 +100,8 @@ def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]
                 s = stats.loc[(model, aspect)]
                 row[ASPECT_TITLES.get(aspect, aspect)] = f"{s['mean']:.2f} ± {s['sem']:.2f}"
                 row[f'{aspect}_mean'], row[f'{aspect}_sem'] = s['mean'], s['sem']
-                row['ratings'] = int(s['count'])
+            row[f'{aspect}_n'] = int(stats.loc[(model, aspect), 'count']) if (model, aspect) in stats.index else 0
+        row['ratings'] = min(row[f'{a}_n'] for a in aspects) if aspects else 0
         rows.append(row)
     return pd.DataFrame(rows)
 

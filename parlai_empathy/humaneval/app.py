@@ -240,9 +240,6 @@ def create_app(db_path: str) -> FastAPI:
             raise TaskError('turkSubmitTo must be an mturk.com address', 400)
         worker = db.add_worker('mturk', worker_ref)
         external = f'mturk:{assignment_ref}'
-        existing = db.assignment_by_external(external)
-        if existing and existing['worker_id'] != worker['worker_id']:
-            raise TaskError('this HIT assignment belongs to another worker', 403)
         if db.claim(worker['worker_id'], external, f'https://{parsed.hostname}') is None:
             return _page('No work', '<p id="no-work">Sorry, there is nothing left for you to '
                          'rate. Please return the HIT.</p>')

@@ -72,9 +72,16 @@ def build_task(
         checks = sampling.check_units(mode, items, check_pool, n_checks, seed + 1) if n_checks else []
         if mode == sampling.AB and acute_pairings_out:
             write_acute_pairings(acute_pairings_out, items, responses, units)
+    aspects = list(aspects or (LIKERT_ASPECTS if mode == sampling.LIKERT else AB_ASPECTS))
+    if mode == sampling.LIKERT and checks and sampling.CHECK_ASPECT not in aspects:
+        raise ValueError(
+            f'Likert attention checks are scored on the {sampling.CHECK_ASPECT!r} rating, but --aspects '
+            f'{",".join(aspects)} lacks it: add {sampling.CHECK_ASPECT} to --aspects, or pass '
+            '--checks-per-assignment 0.'
+        )
     config = {
         'mode': mode,
-        'aspects': list(aspects or (LIKERT_ASPECTS if mode == sampling.LIKERT else AB_ASPECTS)),
+        'aspects': aspects,
         'models': models,
         'seed': seed,
         'annotators': annotators,

@@ -173,12 +173,11 @@ class TaskDB:
             (worker_id,))
         return dict(row) if row else None
 
-    def assignment_by_external(self, external_ref: str) -> Optional[dict]:
-        row = self._one('SELECT * FROM assignments WHERE external_ref = ?', (external_ref,))
-        return dict(row) if row else None
-
     def claim(self, worker_id: int, external_ref: str = None, submit_to: str = None) -> Optional[int]:
         """Give the worker a new assignment from the neediest units; None when none is left.
+
+        With ``external_ref`` (e.g. an MTurk assignment id) the worker who already holds it gets
+        that assignment back; anyone else gets a 403 :class:`TaskError`.
 
         Slots handed out in assignments active within ``lease_seconds`` count as reserved, so
         parallel workers spread over the units; abandoned ones are released after the lease.
@@ -186,9 +185,12 @@ class TaskDB:
         cfg = self.config
         now = time.time()
         with self.transaction() as conn:
-            if external_ref:
-                row = conn.execute('SELECT assignment_id FROM assignments WHERE external_ref = ?',
-                                   (external_ref,)).fetchone()
+            if external_ref:  # a provider's assignment id: resuming is for its own worker only
+                row = conn.execute(
+                    'SELECT assignment_id, worker_id = ? AS own FROM assignments WHERE external_ref = ?',
+                    (worker_id, external_ref)).fetchone()
+                if row and not row['own']:
+                    raise TaskError('this HIT assignment belongs to another worker', 403)
                 if row:
                     return row['assignment_id']
             fresh = now - cfg['lease_seconds']
@@ -269,7 +271,7 @@ class TaskDB:
                 if slot['is_check']:
                     passed = all(w == slot['expected'] for w in record['winners'].values())
             elif slot['is_check']:
-                passed = answer['ratings']['relevance'] <= sampling.CHECK_MAX_RELEVANCE
+                passed = answer['ratings'][sampling.CHECK_ASPECT] <= sampling.CHECK_MAX_RELEVANCE
             conn.execute(
                 'INSERT INTO answers (slot_id, worker_id, unit_id, answer, check_passed, '
                 'submitted, seconds) VALUES (?, ?, ?, ?, ?, ?, ?)',

@@ -15,6 +15,7 @@ AB = 'ab'
 GOLD = '__gold__'
 MISMATCH = '__mismatch__'
 # A mismatched reply must get at most this Relevance score to pass a Likert attention check.
+CHECK_ASPECT = 'relevance'
 CHECK_MAX_RELEVANCE = 2
 
 

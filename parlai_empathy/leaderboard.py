@@ -91,11 +91,16 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
     agent = create_agent(opt, requireModelExists=True)
     world_logger = WorldLogger(opt) if world_logs else None
     world = create_task(opt, agent)
-    bar = tqdm(total=world.num_examples(), desc=desc, unit='ex', disable=not progress, leave=False)
-    while not world.epoch_done():
+    total = world.num_examples()
+    if opt['num_examples'] > 0:  # -ne N, as in eval_model
+        total = min(total, opt['num_examples'])
+    bar = tqdm(total=total, desc=desc, unit='ex', disable=not progress, leave=False)
+    seen = 0
+    while not world.epoch_done() and seen < total:
         world.parley()
         if world_logger is not None:
             world_logger.log(world)
+        seen += opt.get('batchsize', 1)
         bar.update(opt.get('batchsize', 1))
     bar.close()
     if world_logger is not None:

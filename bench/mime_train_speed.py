@@ -8,7 +8,7 @@ Batches are real ED listener-response pairs (train split, whole dialogue history
 MIME uses it), shuffled with a fixed seed; the model's vocabulary is 23,656 rows as in the
 reference. A step is forward, all losses, backward, gradient clipping (2.0) and Adam.
 
-    .venv/bin/python bench/mime_train_speed.py [--threads 2] [--steps 40] [--out bench/RESULTS_models.md]
+    .venv/bin/python bench/mime_train_speed.py [--threads 2] [--steps 40] [--out results_section.md]
 """
 import argparse
 import os

@@ -18,13 +18,13 @@ def tiny_bert(tmp_path_factory, ed_dir):
 
 
 def test_train_then_eval_reports_p_at_1_of_100(run_parlai, tiny_bert, tmp_path):
-    model_file = tmp_path / 'ranker' / 'model'
-    model_file.parent.mkdir()
+    model_file = tmp_path / 'ranker' / 'model'  # a folder nothing has made yet (checkpoints create it)
     run_parlai(
         'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/bert_ranker',
         '--bert-model', tiny_bert, '--pooling', 'mean', '-mf', model_file, '-bs', 8, '-lr', 1e-3,
         '--max-train-steps', 6, '-vmt', 'hits@1', '-vmm', 'max', '-vme', 100,
         '--short-final-eval', 'true', '--ed-candidates', 'rashkin100', '--eval-candidates', 'inline',
+        '--save-every-n-secs', 1,
     )
     assert model_file.exists() and (tmp_path / 'ranker' / 'model.opt').exists()
     report_file = tmp_path / 'report.json'

@@ -5,6 +5,7 @@ ParlAI's special tokens onto BERT's: start = [CLS], end = [SEP], null = [PAD], u
 ``txt2vec`` never adds special tokens: each agent adds them itself, after truncation.
 Agents subclass it and say where their tokenizer comes from (:meth:`tokenizer_source`).
 """
+import os
 from parlai_empathy import compat  # noqa: F401
 
 compat.apply()
@@ -74,6 +75,8 @@ class HFTokenizerDictionary(DictionaryAgent):
     def save(self, filename=None, append=False, sort=True):
         """ParlAI saves ``<model_file>.dict``; record where the tokenizer comes from instead."""
         if filename:
+            # the first save (a checkpoint) may come before anything made the model's folder
+            os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
             with open(filename, 'w', encoding='utf-8') as f:
                 f.write(f'# HuggingFace tokenizer of {self.source}\n')
 

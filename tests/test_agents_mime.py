@@ -75,20 +75,6 @@ def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
     assert set(emotions) <= set(ED_EMOTIONS)
 
 
-def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
-    model_file = tmp_path / 'model'
-    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df', f'{model_file}.dict',
-               '--dict-maxtokens', 2000)
-    done = run_parlai(
-        'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-        '-o', 'empathy/mime', '-mf', model_file, '--distributed-world-size', 2, '--max-train-steps', 3,
-        '-bs', 4, '-vme', 8, '--short-final-eval', 'true', '--glove-init', 'false', *TINY,
-    )
-    log = done.stdout + done.stderr
-    assert 'Distributed group initialized' in log and 'Traceback' not in log
-    assert 'emo_acc' in log and model_file.exists()
-
-
 def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
     from resume_helpers import train_kill_resume
 

@@ -52,7 +52,7 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert 'nrefs:1|case:mixed|eff:no|tok:13a' in (outdir / 'leaderboard.md').read_text()
     assert any('--ed-candidates rashkin100 --eval-candidates inline' in c for c in results['rank']['commands'])
     readme = (projects / 'rashkin' / 'README.md').read_text()
-    first_row = next(line for line in readme.splitlines() if line.startswith('| BERT bi-encoder, pretrained'))
+    first_row = next(line for line in readme.splitlines() if line.startswith('| Bi-encoder, pretrained'))
     ours = f'{results["rank"]["values"]["p@1,100"] * 100:.4g}'
     assert f'| 49.94 | 5.97 | {ours} |' in first_row
     assert 'filled' in done.stdout

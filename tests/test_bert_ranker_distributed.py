@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from conftest import DISTRIBUTED
+
 from bert_ranker_tiny import build_tiny_bert
 
 
@@ -11,6 +13,7 @@ def tiny_bert(tmp_path_factory, ed_dir):
     return build_tiny_bert(str(tmp_path_factory.mktemp('tiny_bert')), os.path.join(ed_dir, 'train.csv'))
 
 
+@DISTRIBUTED
 def test_multiprocessing_train_two_cpu_workers(tiny_bert, tmp_path, run_parlai):
     """The stock command: compat's start-up hook makes ParlAI use gloo in every worker."""
     model_file = tmp_path / 'model'

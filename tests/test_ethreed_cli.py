@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import DISTRIBUTED
+
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
@@ -111,6 +113,7 @@ def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):
     assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr
 
 
+@DISTRIBUTED
 def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
     run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df',

@@ -51,14 +51,24 @@ def _walk(driver, link, choose, screenshot):
     """Open the link, read instructions, answer every item with ``choose(page_text)`` -> values
     (one per question, in order); return the completion code shown at the end."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
     def click_and_wait(element_id):
         # wait for the next page to replace this one before looking at it
         old = driver.find_element(By.TAG_NAME, 'main')
         driver.find_element(By.ID, element_id).click()
-        WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
+
+        def replaced(_):
+            # the old page is gone; chromedriver reports that either as a stale element or as
+            # "node does not belong to the document" (the latter escapes staleness_of)
+            try:
+                old.is_enabled()
+                return False
+            except WebDriverException:
+                return True
+
+        WebDriverWait(driver, 30).until(replaced)
 
     driver.get(link)
     assert driver.find_element(By.ID, 'instructions').is_displayed()

@@ -33,17 +33,24 @@ def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
         'from parlai.core.agents import create_agent_from_model_file\n'
         "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False,"
         " 'inference': 'beam', 'beam_size': 3})\n"
+        'from parlai_empathy.data.emotions import ED_EMOTIONS\n'
+        'passes = []\n'
+        'agent.core_model.encoder.register_forward_hook(lambda m, i, out: passes.append(out.aux))\n'
         "for text in ['I passed my driving test today!', '', 'so ' * 3000]:\n"
+        '    passes.clear()\n'
         "    agent.observe({'text': text, 'episode_done': True})\n"
         '    reply = agent.act()\n'
+        "    from_encoder = ED_EMOTIONS[int(passes[0]['emotion_logits'].argmax())]\n"
         "    print('REPLY', reply['predicted_emotion'], reply['emotion_polarity'],"
-        " bool(reply['text'].strip()))\n"
+        " bool(reply['text'].strip()), len(passes), from_encoder == reply['predicted_emotion'])\n"
     )
     done = run_parlai('python', script, model_file)
     replies = [line.split() for line in done.stdout.splitlines() if line.startswith('REPLY')]
     assert len(replies) == 3  # a normal, an empty and a very long message all get answers
-    for _, emotion, polarity, has_text in replies:
+    for _, emotion, polarity, has_text, passes, same in replies:
         assert polarity in ('positive', 'negative') and has_text == 'True'
+        # the reply's emotion is read off the generation's own encoder pass: one pass per reply
+        assert passes == '1' and same == 'True'
 
 
 @pytest.mark.parametrize('switch', ['--mimicry', '--emotion-grouping', '--stochastic'])

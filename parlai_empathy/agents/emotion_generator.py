@@ -20,9 +20,9 @@ compat.apply()
 
 import torch  # noqa: E402
 from parlai.core.metrics import AverageMetric  # noqa: E402
-from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
+from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
@@ -48,7 +48,7 @@ def utterance_speakers(history_vecs, delimiter_len, total_len):
     return [USER] * (total_len - len(speakers)) + speakers
 
 
-class EmotionGeneratorAgent(TorchGeneratorAgent):
+class EmotionGeneratorAgent(EncoderReadoutAgent):
     """Base agent; subclasses define ``build_model`` from :meth:`model_kwargs`."""
 
     @classmethod
@@ -151,11 +151,6 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
                 raise ValueError(f'bad "emotion" field in a {self.id} observation: {err}') from err
         return batch
 
-    @property
-    def core_model(self):
-        """The model itself, also when multiprocessing_train wraps it in DDP."""
-        return getattr(self.model, 'module', self.model)
-
     def _model_input(self, batch):
         # the gold emotion steers the model only while training (polarity, posterior)
         gold = batch.get('emotion_ids') if self.model.training else None
@@ -189,12 +184,7 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
                 self.record_local_metric(key, values)
         return (loss, model_output) if return_output else loss
 
-    def eval_step(self, batch):
-        output = super().eval_step(batch)
-        if output is None or batch.text_vec is None:
-            return output
-        with torch.no_grad():
-            aux = self.core_model.encoder(*self._encoder_input(batch)).aux
+    def add_readout_fields(self, output, aux):
         predicted = aux['emotion_logits'].argmax(dim=-1).tolist()
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in predicted]
         output['emotion_polarity'] = [
@@ -202,7 +192,6 @@ class EmotionGeneratorAgent(TorchGeneratorAgent):
             for flag in aux.get('user_positive', torch.tensor([polarity(i) == 'positive'
                                                               for i in predicted])).tolist()
         ]
-        return output
 
     def observe(self, observation):
         if 'text' in observation and not str(observation.get('text') or '').strip():

@@ -29,9 +29,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from parlai.core.loader import register_agent  # noqa: E402
 from parlai.core.metrics import AverageMetric  # noqa: E402
-from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
+from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
@@ -89,7 +89,7 @@ def alternating_roles(n):
 
 
 @register_agent('empathy/ethreed')
-class EthreedAgent(TorchGeneratorAgent):
+class EthreedAgent(EncoderReadoutAgent):
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
@@ -249,11 +249,6 @@ class EthreedAgent(TorchGeneratorAgent):
             return IGNORE
         return self.listener_tags.get(obs['conv_id'], turn)
 
-    @property
-    def core_model(self):
-        """The Ethreed module itself, also when multiprocessing_train wraps it in DDP."""
-        return getattr(self.model, 'module', self.model)
-
     def _model_input(self, batch):
         return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles)
 
@@ -279,12 +274,7 @@ class EthreedAgent(TorchGeneratorAgent):
                 self.record_local_metric(key, full)
         return (loss, model_output) if return_output else loss
 
-    def eval_step(self, batch):
-        output = super().eval_step(batch)
-        if output is None or batch.text_vec is None:
-            return output
-        with torch.no_grad():
-            aux = self.core_model.encoder(*self._model_input(batch)).aux
+    def add_readout_fields(self, output, aux):
         speaker_probs = torch.softmax(aux['speaker_logits'].float(), dim=-1).cpu()
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in speaker_probs.argmax(-1).tolist()]
         # label -> probability, what ``parlai empathy_score`` reads from world logs (emo_acc offline)
@@ -292,7 +282,6 @@ class EthreedAgent(TorchGeneratorAgent):
         output['predicted_listener_emotion'] = [
             ED_EMOTIONS[i] for i in aux['responder_logits'].argmax(-1).tolist()
         ]
-        return output
 
     def observe(self, observation):
         if 'text' in observation and not str(observation.get('text') or '').strip():

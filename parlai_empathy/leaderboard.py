@@ -1,8 +1,10 @@
 """A leaderboard: every model evaluated on ED test with the one metric suite.
 
 Each entry is a trained model file (evaluated here, in ParlAI's own eval loop, with the suite's
-metrics recorded by the ED teacher), a saved ``eval_model`` report, or saved world logs (scored
-offline with the same code). Rankers are evaluated twice, as Rashkin et al. did: P@1,100 on the
+metrics recorded by the ED teacher), a saved ``eval_model`` report, saved world logs (scored
+offline with the same code), or a row of an earlier leaderboard's ``results.json``
+(``name=path/results.json``, or ``name=path/results.json#row`` for a row named otherwise): runs
+evaluated one at a time are gathered into one board without evaluating anything again. Rankers are evaluated twice, as Rashkin et al. did: P@1,100 on the
 test set's 100-example candidate blocks, and BLEU of the response retrieved from the ED train
 listener pool. BERTScore is computed once per model from the world logs, in batches.
 
@@ -31,6 +33,8 @@ class Entry:
 
     @property
     def source(self) -> str:
+        if '#' in self.path or os.path.basename(self.path) == 'results.json':
+            return 'leaderboard'
         if self.path.endswith('.jsonl'):
             return 'world_logs'
         if self.path.endswith('.json') and not os.path.exists(self.path + '.opt'):
@@ -43,7 +47,8 @@ def parse_entries(specs: List[str]) -> List[Entry]:
     entries = []
     for spec in specs:
         name, _, path = spec.partition('=') if '=' in spec else (os.path.basename(spec), '', spec)
-        if not os.path.exists(path) and not os.path.exists(path + '.opt'):
+        file_path = path.split('#', 1)[0]
+        if not os.path.exists(file_path) and not os.path.exists(file_path + '.opt'):
             raise FileNotFoundError(f'leaderboard entry {name!r}: {path} does not exist')
         entries.append(Entry(name, path))
     return entries
@@ -116,6 +121,8 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
     """Figures for one entry, with the command lines that reproduce them."""
     started = time.time()
     result = {'name': entry.name, 'path': entry.path, 'source': entry.source, 'values': {}, 'commands': []}
+    if entry.source == 'leaderboard':
+        return earlier_result(entry)
     if entry.source == 'report':
         with open(entry.path) as f:
             saved = json.load(f)
@@ -155,13 +162,31 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
     return result
 
 
+def earlier_result(entry: Entry) -> Dict:
+    """The row of an earlier leaderboard's results.json, renamed to this entry."""
+    path, _, row = entry.path.partition('#')
+    with open(path) as f:
+        rows = json.load(f).get('results', [])
+    wanted = row or entry.name
+    found = [r for r in rows if r.get('name') == wanted]
+    if not found and not row and len(rows) == 1:
+        found = rows
+    if not found:
+        names = ', '.join(r.get('name', '?') for r in rows)
+        raise ValueError(f'leaderboard entry {entry.name!r}: {path} has no row {wanted!r} (rows: {names}); '
+                         f'name it as {entry.name}={path}#ROW')
+    result = dict(found[0], name=entry.name, path=entry.path, source='leaderboard')
+    result['values'] = dict(found[0].get('values', {}))
+    return result
+
+
 def add_bertscore(result: Dict, scorer) -> None:
     """BERTScore F1 of the saved responses, batched (and any figure the logs alone give)."""
     from parlai_empathy.metrics.saved_outputs import read_world_logs
 
     logs = result.get('world_logs')
-    if not logs:
-        return
+    if not logs or result.get('source') == 'leaderboard':
+        return  # an earlier board's row keeps the figures it was scored with
     examples: List[ScoredExample] = read_world_logs(logs)
     scored = score_examples(examples, scorer=scorer)
     for key, value in scored.values.items():

@@ -57,6 +57,18 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert f'| 49.94 | 5.97 | {ours} |' in first_row
     assert 'filled' in done.stdout
 
+    # boards made one run at a time are gathered into one, nothing evaluated again
+    merged = tmp_path / 'lb2'
+    run_parlai('empathy_leaderboard', '--entries', f'generator={outdir}/results.json#gen',
+               f'rank={outdir}/results.json', '--outdir', merged, '--bertscore-model', 'none')
+    gathered = {r['name']: r for r in json.loads((merged / 'results.json').read_text())['results']}
+    assert gathered['generator']['values'] == results['gen']['values']
+    assert gathered['rank']['values'] == results['rank']['values']
+    assert gathered['rank']['commands'] == results['rank']['commands']
+    wrong = run_parlai('empathy_leaderboard', '--entries', f'mime={outdir}/results.json', '--outdir',
+                       tmp_path / 'lb3', '--bertscore-model', 'none', check=False)
+    assert wrong.returncode != 0 and "has no row 'mime' (rows: gen, rank)" in wrong.stderr
+
 
 def test_leaderboard_rejects_a_classifier_entry(run_parlai, tmp_path):
     model_file = tmp_path / 'clf'

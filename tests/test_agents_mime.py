@@ -82,6 +82,30 @@ def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
     assert set(emotions) <= set(ED_EMOTIONS)
 
 
+def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
+    """Stock ``multiprocessing_train`` with 2 gloo workers trains, evaluates on both and exits."""
+    import json
+
+    model_file = tmp_path / 'model'
+    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df', f'{model_file}.dict',
+               '--dict-maxtokens', 2000)
+    done = run_parlai(
+        'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+        '-o', 'empathy/mime', '-mf', model_file, '--distributed-world-size', 2, '--max-train-steps', 3,
+        '-bs', 4, '-vme', 4, '--short-final-eval', 'true', '--glove-init', 'false', *TINY,
+        timeout=180,  # the launcher used to hang at exit now and then (gloo teardown); fail, not block
+    )
+    log = done.stdout + done.stderr
+    assert 'Distributed group initialized' in log and 'Traceback' not in log
+    assert 'emo_acc' in log and model_file.exists()
+    stats = json.loads((tmp_path / 'model.trainstats').read_text())
+    assert stats['train_steps'] == 3
+    # -vme 4 is split across the workers (2 each), and each evaluates one whole batch of 4: 8 gathered
+    # examples (a single process would stop at 4) mean both workers evaluated and were synced
+    assert stats['final_valid_report']['exs'] == 8 and stats['final_test_report']['exs'] == 8
+    assert (tmp_path / 'model.valid').exists() and (tmp_path / 'model.test').exists()
+
+
 def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
     from resume_helpers import train_kill_resume
 

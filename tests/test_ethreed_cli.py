@@ -12,8 +12,6 @@ import sys
 
 import pytest
 
-from conftest import DISTRIBUTED
-
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
@@ -129,7 +127,6 @@ def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):
     assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr
 
 
-@DISTRIBUTED
 def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
     run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df',
@@ -137,7 +134,7 @@ def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     done = run_parlai('multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
                       '-m', 'empathy/ethreed', '-o', PRESET, '-mf', model_file, '--listener-emotions',
                       'none', '--glove-init', 'false', '--distributed-world-size', 2,
-                      '--max-train-steps', 3, *TINY)
+                      '--max-train-steps', 3, *TINY, timeout=180)
     log = done.stdout + done.stderr
     assert 'Distributed group initialized' in log and 'Traceback' not in log
     assert 'emo_acc' in log and model_file.exists()

@@ -87,6 +87,13 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     assert torch.allclose(changed.fixed_candidate_encs, fresh, atol=1e-5)
     assert load_encodings(cache, changed.candidate_cache_key(pool_file)) is not None
 
+    rebuilt = os.stat(cache).st_mtime_ns
+    in_bf16 = make_agent(*fixed, '--bf16', 'true')  # encodings made in bfloat16 are not float32 ones
+    assert os.stat(cache).st_mtime_ns != rebuilt
+    assert in_bf16.candidate_cache_key(pool_file) != changed.candidate_cache_key(pool_file)
+    assert torch.allclose(in_bf16.fixed_candidate_encs, fresh, rtol=0.05, atol=0.05)
+    built = os.stat(cache).st_mtime_ns
+
     other_pool = tmp_path / 'pool.cands'  # same name, other content: rebuilt for the new file
     other_pool.write_text(open(pool_file, encoding='utf-8').read() + 'A brand new response.\n', encoding='utf-8')
     grown = make_agent(*fixed[:-1], other_pool)

@@ -90,6 +90,26 @@ def test_in_batch_training_learns_to_match_pairs(tiny_bert):
     assert (model(ctx, cand).argmax(1) == torch.arange(len(TEXTS))).all()
 
 
+def test_bf16_autocast_keeps_float32_weights_vectors_and_rankings(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean')
+    ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
+    with torch.no_grad():
+        exact = model(ctx, cand)
+        model.set_bf16(True)
+        fast = model(ctx, cand)
+    assert fast.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
+    assert not torch.equal(fast, exact)  # the products really ran in bfloat16 ...
+    assert torch.allclose(fast, exact, rtol=0.05, atol=0.05 * exact.abs().max().item())  # ... closely
+    loss = in_batch_loss(model(ctx, cand))  # and it trains: float32 gradients reach every weight
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and g.dtype == torch.float32 for g in grads)
+    model.set_bf16(False)
+    with torch.no_grad():
+        assert torch.equal(model(ctx, cand), exact)
+
+
 def test_checksum_follows_the_weights(tiny_bert):
     model = BiEncoder.from_pretrained(tiny_bert)
     before = state_checksum(model)

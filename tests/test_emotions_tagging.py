@@ -48,6 +48,20 @@ def test_partial_cache_resumes_without_recomputing(classifier_file, tmp_path):
     assert table.meta['counts']['by_split'] == {s: sum(u.split == s for u in utterances) for s in ('test', 'train', 'valid')}
 
 
+def test_bf16_tagging_is_recorded_close_and_never_mixed(classifier_file, tmp_path):
+    exact = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'fp32'), chunk_size=300, progress=False)
+    partial = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, max_chunks=1,
+                               progress=False, bf16=True)
+    with pytest.raises(tag_cache.TagCacheError, match='started in bf16.*--bf16 true'):
+        tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, progress=False)
+    fast = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, progress=False, bf16=True)
+    assert fast.reused == partial.tagged and fast.reused + fast.tagged == fast.total
+    exact_table, fast_table = tag_cache.TagTable(exact.directory), tag_cache.TagTable(fast.directory)
+    assert exact_table.meta['classifier']['precision'] == 'fp32' and fast_table.meta['classifier']['precision'] == 'bf16'
+    assert not np.array_equal(fast_table.probs, exact_table.probs)
+    np.testing.assert_allclose(fast_table.probs, exact_table.probs, atol=0.02)
+
+
 def test_command_killed_mid_run_resumes(classifier_file, tmp_path):
     args = [os.path.join(os.path.dirname(sys.executable), 'parlai'), 'empathy_tag_ed', '-mf', classifier_file,
             '--ed-datapath', 'sample', '--tag-cache-dir', str(tmp_path), '--chunk-size', '20', '--threads', '1']

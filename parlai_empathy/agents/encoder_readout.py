@@ -4,6 +4,8 @@ MIME, Multi-TR and ETHREED answer with the emotions their encoder read off the c
 user's emotion, the mimicry polarity, the listener's planned emotion). Those come from the same
 encoder pass that produced the reply: a forward hook keeps the encoder's ``aux`` outputs, so
 evaluation and interactive chat never encode a batch twice.
+
+Replies are plain text (:mod:`parlai_empathy.agents.detokenize`), as the rankers' are.
 """
 from parlai_empathy import compat  # noqa: F401
 
@@ -11,6 +13,8 @@ compat.apply()
 
 import torch  # noqa: E402
 from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
+
+from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 
 
 class EncoderReadoutAgent(TorchGeneratorAgent):
@@ -55,3 +59,6 @@ class EncoderReadoutAgent(TorchGeneratorAgent):
 
     def add_readout_fields(self, output, aux):
         raise NotImplementedError
+
+    def _v2t(self, vec):
+        return detokenize(super()._v2t(vec))

@@ -87,4 +87,6 @@ def test_opt_presets_resolve_by_plain_name():
     from parlai.scripts.train_model import setup_args
 
     opt = setup_args().parse_args(['-o', 'empathy/mime', '-t', 'empathy_ed_clean'])
-    assert opt['model'] == 'empathy/mime' and opt['learningrate'] == 0.0001 and opt['batchsize'] == 16
+    assert opt['model'] == 'empathy/mime' and opt['batchsize'] == 16
+    # the reference code's Noam schedule: warm-up to d_model^-0.5 * 8000^-0.5 = 6.45e-4
+    assert (opt['lr_scheduler'], opt['warmup_updates'], opt['learningrate']) == ('invsqrt', 8000, 0.000645)

@@ -102,6 +102,8 @@ def load_plan(projects_dir: str, project: str, runs_dir: str, only: Sequence[str
 def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None) -> None:
     """Run one parlai command, its output teed to ``<log_dir>/<name>.log``; a failure names the log."""
     os.makedirs(log_dir, exist_ok=True)
+    if step.creates:
+        os.makedirs(os.path.dirname(step.creates) or '.', exist_ok=True)
     log_path = os.path.join(log_dir, step.name.replace(' ', '_').replace('/', '_') + '.log')
     parlai = parlai or [sys.executable, '-m', 'parlai']
     print(f'[reproduce] {step.name}: {step.shell()}', flush=True)

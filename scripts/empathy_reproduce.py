@@ -57,8 +57,6 @@ class EmpathyReproduce(ParlaiScript):
             elif opt['dry_run']:
                 print(step.shell())
             else:
-                if step in plan.rows.values():
-                    os.makedirs(os.path.dirname(step.creates), exist_ok=True)
                 reproduce.run_step(step, logs)
         if not opt['dry_run']:
             print(f'[reproduce] {opt["project"]}: table filled in {os.path.join(plan.readme_dir, "README.md")}')

@@ -73,15 +73,6 @@ class ListenerEmotionTags:
         self.labels = {(conv, idx): best[row] for (_, conv, idx), row in table.row.items()}
         self.path = directory
 
-    @staticmethod
-    def cache_of(model_file, opt):
-        from parlai_empathy.data import ed_source
-        from parlai_empathy.emotions import tag_cache
-
-        ed_dir = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
-        root = tag_cache.default_root(opt['datapath'], opt.get('tag_cache_dir'))
-        return tag_cache.locate(root, model_file, ed_dir)
-
     def get(self, conv_id, utterance_idx):
         key = (str(conv_id), int(utterance_idx))
         if key not in self.labels:
@@ -156,7 +147,11 @@ class EthreedAgent(EncoderReadoutAgent):
                 )
             return None
         if os.path.isfile(path):  # a classifier model file: its cache for this ED folder
-            path = ListenerEmotionTags.cache_of(path, opt)
+            from parlai_empathy.data import ed_source
+            from parlai_empathy.emotions import tag_cache
+
+            ed_dir = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
+            path = tag_cache.locate_for_options(path, ed_dir, opt['datapath'], opt.get('tag_cache_dir'))
         if not os.path.isdir(path) and 'train' not in opt.get('datatype', 'train'):
             warn_once(f'{path} (listener emotions) is missing: L1 ignores listener turns here')
             return None

@@ -245,6 +245,11 @@ def locate(root: str, model_file: str, ed_dir: str) -> str:
     return cache_dir(root, read_settings(model_file)['key'], data_key(ed_dir))
 
 
+def locate_for_options(model_file: str, ed_dir: str, parlai_datapath: str, explicit_root: Optional[str] = None) -> str:
+    """The cache folder of ``model_file`` under the root the options name (``--tag-cache-dir``)."""
+    return locate(default_root(parlai_datapath, explicit_root), model_file, ed_dir)
+
+
 class TagTable:
     """A complete cache, loaded: lookup by (split, conv_id, utterance_idx)."""
 

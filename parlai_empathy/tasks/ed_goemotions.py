@@ -34,8 +34,8 @@ def open_tags(opt, ed_dir: str) -> tag_cache.TagTable:
             'GoEmotions tags needed: pass --goemotions-classifier <model file> (after running '
             f'{tag_cache.TAG_COMMAND}) or --goemotions-tags-dir <cache folder>'
         )
-    root = tag_cache.default_root(opt['datapath'], opt.get('tag_cache_dir'))
-    return tag_cache.TagTable(tag_cache.locate(root, opt['goemotions_classifier'], ed_dir))
+    return tag_cache.TagTable(tag_cache.locate_for_options(opt['goemotions_classifier'], ed_dir, opt['datapath'],
+                                                          opt.get('tag_cache_dir')))
 
 
 @register_teacher('empathy_ed_goemotions')

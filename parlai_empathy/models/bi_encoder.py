@@ -5,6 +5,11 @@ encoder is a BERT-family transformer whose final hidden states are pooled into o
 optionally projected (their "BERTAdapter" projects to 300 dimensions). A candidate's score is the
 dot product of the two vectors; training uses a softmax over the candidates of a batch.
 
+``similarity='cosine'`` normalizes both vectors first and multiplies the scores by a fixed scale.
+Sentence encoders such as all-MiniLM-L6-v2 were pretrained that way (cosine x 20 in a softmax over
+in-batch negatives), so scoring by cosine keeps fine-tuning on the objective they already learned;
+their raw dot products favour long-norm candidates instead.
+
 Nothing here imports ParlAI, so the module is usable (and tested) on its own.
 """
 import hashlib
@@ -14,8 +19,12 @@ from typing import Optional
 import torch
 from torch import nn
 
+from parlai_empathy.models import fused_bert
+
 TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json', 'spm.model', 'sentencepiece.bpe.model')
 POOLINGS = ('cls', 'mean')
+SIMILARITIES = ('dot', 'cosine')
+DEFAULT_COSINE_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 
 
 class ModelFilesError(FileNotFoundError):
@@ -89,35 +98,55 @@ class PooledEncoder(nn.Module):
     """
 
     bf16 = False
+    # inference (eval mode, no gradients) of plain BERT layers through PyTorch's fused layer:
+    # see fused_bert; False forces the HuggingFace path everywhere
+    fused_inference = True
 
-    def __init__(self, transformer: nn.Module, pooling: str = 'cls', projection_dim: int = 0):
+    def __init__(self, transformer: nn.Module, pooling: str = 'cls', projection_dim: int = 0, normalize: bool = False):
         super().__init__()
+        self._fused = None
         if pooling not in POOLINGS:
             raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
         self.transformer = transformer
         self.pooling = pooling
+        self.normalize = normalize
         hidden = transformer.config.hidden_size
         self.projection = nn.Linear(hidden, projection_dim) if projection_dim > 0 else None
         self.output_dim = projection_dim if projection_dim > 0 else hidden
 
     def forward(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.bf16:
+        weights_dtype = next(self.transformer.parameters()).dtype
+        if self.bf16 and weights_dtype != torch.bfloat16:
             with torch.autocast(token_ids.device.type, dtype=torch.bfloat16):
                 return self._pooled(token_ids, mask).float()
-        return self._pooled(token_ids, mask)
+        # bfloat16 weights (inference with --bf16) need no autocast, whose per-operator casts
+        # would cost more than one short context's arithmetic
+        return self._pooled(token_ids, mask).float()
+
+    def _last_hidden(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+        inference = not self.training and not torch.is_grad_enabled()
+        if inference and self.fused_inference and not torch.is_autocast_enabled(token_ids.device.type):
+            if self._fused is None and fused_bert.supports(self.transformer):
+                self._fused = fused_bert.FusedBertInference(self.transformer)
+            if self._fused is not None:
+                return self._fused(token_ids, mask)
+        return self.transformer(input_ids=token_ids, attention_mask=mask.long()).last_hidden_state
 
     def _pooled(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.transformer(input_ids=token_ids, attention_mask=mask.long()).last_hidden_state
+        hidden = self._last_hidden(token_ids, mask)
         if self.pooling == 'cls':
             pooled = hidden[:, 0]
         else:  # mean over real (non-padding) tokens
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.projection(pooled) if self.projection is not None else pooled
+        if self.projection is not None:
+            pooled = self.projection(pooled)
+        return nn.functional.normalize(pooled, dim=-1) if self.normalize else pooled
 
 
 class BiEncoder(nn.Module):
-    """Context and candidate encoders scored by a dot product.
+    """Context and candidate encoders scored by a dot product (of unit vectors, times
+    ``cosine_scale``, with ``similarity='cosine'``).
 
     The paper fine-tunes two separate copies of BERT; ``share_encoders`` ties them (half the
     parameters, the usual choice when data is small).
@@ -130,14 +159,21 @@ class BiEncoder(nn.Module):
         pad_id: int = 0,
         pooling: str = 'cls',
         projection_dim: int = 0,
+        similarity: str = 'dot',
+        cosine_scale: float = DEFAULT_COSINE_SCALE,
     ):
         super().__init__()
+        if similarity not in SIMILARITIES:
+            raise ValueError(f'similarity must be one of {SIMILARITIES}, not {similarity!r}')
         self.pad_id = pad_id
-        self.context_encoder = PooledEncoder(context_transformer, pooling, projection_dim)
+        self.similarity = similarity
+        self.scale = cosine_scale if similarity == 'cosine' else 1.0
+        normalize = similarity == 'cosine'
+        self.context_encoder = PooledEncoder(context_transformer, pooling, projection_dim, normalize)
         if candidate_transformer is None:
             self.candidate_encoder = self.context_encoder
         else:
-            self.candidate_encoder = PooledEncoder(candidate_transformer, pooling, projection_dim)
+            self.candidate_encoder = PooledEncoder(candidate_transformer, pooling, projection_dim, normalize)
         self.output_dim = self.context_encoder.output_dim
 
     @classmethod
@@ -148,14 +184,31 @@ class BiEncoder(nn.Module):
         pad_id: int = 0,
         pooling: str = 'cls',
         projection_dim: int = 0,
+        similarity: str = 'dot',
+        cosine_scale: float = DEFAULT_COSINE_SCALE,
     ) -> 'BiEncoder':
         context = load_encoder(name_or_dir)
         candidate = None if share_encoders else load_encoder(name_or_dir)
-        return cls(context, candidate, pad_id=pad_id, pooling=pooling, projection_dim=projection_dim)
+        return cls(
+            context, candidate, pad_id=pad_id, pooling=pooling, projection_dim=projection_dim,
+            similarity=similarity, cosine_scale=cosine_scale,
+        )
 
     def set_bf16(self, enabled: bool) -> None:
         """bfloat16 autocast for both encoders (see :class:`PooledEncoder`)."""
         self.context_encoder.bf16 = self.candidate_encoder.bf16 = bool(enabled)
+
+    def set_fused_inference(self, enabled: bool) -> None:
+        """Fused-layer inference for both encoders (see :mod:`fused_bert`)."""
+        self.context_encoder.fused_inference = self.candidate_encoder.fused_inference = bool(enabled)
+
+    def train(self, mode: bool = True) -> 'BiEncoder':
+        """Switching to the mode it is already in is free: ParlAI calls ``eval()`` before every
+        batch, and walking the ~240 submodules of two BERTs costs about 2 ms, a sixth of one
+        interactive query."""
+        if mode == self.training and all(m.training == mode for m in self.children()):
+            return self
+        return super().train(mode)
 
     @property
     def shares_encoders(self) -> bool:
@@ -180,13 +233,15 @@ class BiEncoder(nn.Module):
             token_ids, mask = token_ids[:, :width], mask[:, :width]
         return self.candidate_encoder(token_ids, mask)
 
-    @staticmethod
-    def score(context_vecs: torch.Tensor, candidate_vecs: torch.Tensor) -> torch.Tensor:
-        """Dot products: ``[batch, dim] x [n, dim] -> [batch, n]`` (candidates shared by the
-        batch) or ``[batch, dim] x [batch, n, dim] -> [batch, n]`` (per-example candidates)."""
+    def score(self, context_vecs: torch.Tensor, candidate_vecs: torch.Tensor) -> torch.Tensor:
+        """Scaled dot products of encoder outputs: ``[batch, dim] x [n, dim] -> [batch, n]``
+        (candidates shared by the batch) or ``[batch, dim] x [batch, n, dim] -> [batch, n]``
+        (per-example candidates)."""
         if candidate_vecs.dim() == 2:
-            return context_vecs @ candidate_vecs.t()
-        return torch.bmm(candidate_vecs, context_vecs.unsqueeze(-1)).squeeze(-1)
+            scores = context_vecs @ candidate_vecs.t()
+        else:
+            scores = torch.bmm(candidate_vecs, context_vecs.unsqueeze(-1)).squeeze(-1)
+        return scores * self.scale if self.scale != 1.0 else scores
 
     def forward(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor) -> torch.Tensor:
         return self.score(self.encode_context(context_ids), self.encode_candidates(candidate_ids))

@@ -89,7 +89,9 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
 
     rebuilt = os.stat(cache).st_mtime_ns
     in_bf16 = make_agent(*fixed, '--bf16', 'true')  # encodings made in bfloat16 are not float32 ones
-    assert os.stat(cache).st_mtime_ns != rebuilt
+    assert in_bf16.candidate_cache_path(pool_file) != cache  # kept beside them, so neither is rebuilt
+    assert os.stat(cache).st_mtime_ns == rebuilt
+    assert os.path.exists(in_bf16.candidate_cache_path(pool_file))
     assert in_bf16.candidate_cache_key(pool_file) != changed.candidate_cache_key(pool_file)
     assert in_bf16.fixed_candidate_encs.dtype == torch.bfloat16  # kept and scored in bf16: half the memory
     assert torch.allclose(in_bf16.fixed_candidate_encs.float(), fresh, rtol=0.05, atol=0.05)

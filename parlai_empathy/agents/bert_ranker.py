@@ -399,7 +399,8 @@ class BertRankerAgent(TorchRankerAgent):
             return self.opt['candidate_encodings_cache']
         stem = os.path.splitext(os.path.basename(cand_path))[0]
         base = self.opt.get('model_file') or cand_path
-        return f'{base}.{stem}.encs'
+        # float32 and bfloat16 encodings side by side: switching --bf16 must not rebuild the other
+        return f'{base}.{stem}{".bf16" if self.opt.get("bf16") else ""}.encs'
 
     def _cached_candidate_encs(self, cand_path: str) -> torch.Tensor:
         cache_path = self.candidate_cache_path(cand_path)

@@ -69,12 +69,14 @@ class FusedBertInference:
         if not supports(transformer):
             raise ValueError(f'{type(transformer).__name__} is not a plain BERT encoder')
         self.transformer = transformer
+        # dtype casts and load_state_dict keep these Parameter objects and change their data
+        self._source_parameters = list(transformer.encoder.parameters())
         self._layers: List[nn.TransformerEncoderLayer] = []
         self._signature: Optional[Tuple] = None
 
     def _weights_signature(self) -> Tuple:
         """Changes on every in-place update (version counter) and every re-allocation (pointer)."""
-        return tuple((p.data_ptr(), p._version) for p in self.transformer.encoder.parameters())
+        return tuple((p.data_ptr(), p._version) for p in self._source_parameters)
 
     def _current_layers(self) -> List[nn.TransformerEncoderLayer]:
         signature = self._weights_signature()

@@ -3,8 +3,8 @@
 One interactive query encodes one short context (about 20 word pieces). At that size a HuggingFace
 BERT layer is bound by Python and per-operator dispatch (some 30 small operators per layer), not by
 arithmetic. In eval mode without gradients, ``nn.TransformerEncoderLayer`` runs a whole post-norm
-layer as one native call (PyTorch's "fast path"), which takes about a fifth off the encoding of one
-context on this project's CPU. The copy is rebuilt whenever the source weights change (training
+layer as one native call (PyTorch's "fast path"): 1.05-1.2x faster encodings of one context on
+this project's CPU (bench/RESULTS.md). The copy is rebuilt whenever the source weights change (training
 steps, ``load_state_dict``, a dtype cast), so it can never answer with stale weights.
 
 Only plain BERT layers qualify (absolute positions, exact GELU, no cross-attention): MiniLM and

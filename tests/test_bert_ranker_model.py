@@ -111,6 +111,21 @@ def test_switching_to_the_current_mode_is_a_no_op_but_real_switches_reach_every_
     assert all(not m.training for m in model.modules())
 
 
+def test_inference_encodes_length_sorted_chunks_with_the_same_vectors(tiny_bert, ed_dir):
+    from parlai_empathy.data.ed_raw import read_clean
+    from parlai_empathy.models import bi_encoder
+
+    conversations, _ = read_clean(os.path.join(ed_dir, 'valid.csv'))
+    texts = [u.text for c in conversations[:30] for u in c.utterances][:3 * bi_encoder.INFERENCE_CHUNK_ROWS + 5]
+    ids = _ids(load_tokenizer(tiny_bert), texts)
+    assert (ids == 0).float().mean() > 0.3, 'real ED texts padded to the longest are mostly padding'
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    with torch.no_grad():
+        chunked = model.encode_candidates(ids)
+    one_by_one = torch.cat([model.encode_candidates(row[row != 0].unsqueeze(0)).detach() for row in ids])
+    assert torch.allclose(chunked, one_by_one, atol=1e-5)
+
+
 def test_mean_pooling_ignores_padding(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()

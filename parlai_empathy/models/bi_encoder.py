@@ -25,6 +25,7 @@ TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json', 'spm.
 POOLINGS = ('cls', 'mean')
 SIMILARITIES = ('dot', 'cosine')
 DEFAULT_COSINE_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
+INFERENCE_CHUNK_ROWS = 32  # rows per length-sorted chunk when encoding without gradients
 
 
 class ModelFilesError(FileNotFoundError):
@@ -215,7 +216,32 @@ class BiEncoder(nn.Module):
         return self.candidate_encoder is self.context_encoder
 
     def encode_context(self, token_ids: torch.LongTensor) -> torch.Tensor:
-        return self.context_encoder(token_ids, token_ids != self.pad_id)
+        return self._encode(self.context_encoder, token_ids)
+
+    def _encode(self, encoder: PooledEncoder, token_ids: torch.LongTensor) -> torch.Tensor:
+        """Pooled vectors of right-padded ``[n, len]`` token ids.
+
+        In inference, rows are encoded in chunks of similar length, each cut to its own longest
+        row: a batch of ED texts is about 60% padding when padded to its longest member, and
+        padding costs as much arithmetic as text. Same vectors, about twice as fast on a CPU.
+        """
+        mask = token_ids != self.pad_id
+        lengths = mask.sum(1)
+        if torch.is_grad_enabled() or token_ids.size(0) <= INFERENCE_CHUNK_ROWS:
+            width = int(lengths.max().item()) if token_ids.numel() else 0
+            if 0 < width < token_ids.size(1):  # drop all-padding columns: same result, less work
+                token_ids, mask = token_ids[:, :width], mask[:, :width]
+            return encoder(token_ids, mask)
+        order = torch.argsort(lengths, descending=True)
+        chunks = []
+        for start in range(0, order.numel(), INFERENCE_CHUNK_ROWS):
+            rows = order[start:start + INFERENCE_CHUNK_ROWS]
+            width = max(int(lengths[rows].max().item()), 1)
+            chunks.append(encoder(token_ids[rows, :width], mask[rows, :width]))
+        encoded = torch.cat(chunks)
+        restored = torch.empty_like(encoded)
+        restored[order] = encoded
+        return restored
 
     def encode_candidates(self, token_ids: torch.LongTensor) -> torch.Tensor:
         """Encode ``[n, len]`` or ``[batch, n, len]`` candidate token ids.
@@ -227,11 +253,7 @@ class BiEncoder(nn.Module):
             batch, n, length = token_ids.shape
             unique, inverse = torch.unique(token_ids.reshape(batch * n, length), dim=0, return_inverse=True)
             return self.encode_candidates(unique)[inverse].view(batch, n, -1)
-        mask = token_ids != self.pad_id
-        width = int(mask.sum(1).max().item()) if token_ids.numel() else 0
-        if 0 < width < token_ids.size(1):  # drop all-padding columns: same result, less work
-            token_ids, mask = token_ids[:, :width], mask[:, :width]
-        return self.candidate_encoder(token_ids, mask)
+        return self._encode(self.candidate_encoder, token_ids)
 
     def score(self, context_vecs: torch.Tensor, candidate_vecs: torch.Tensor) -> torch.Tensor:
         """Scaled dot products of encoder outputs: ``[batch, dim] x [n, dim] -> [batch, n]``

@@ -8,7 +8,9 @@
   file ``{model}`` (usually ``train_model``).
 
 Placeholders: ``{runs}`` (``--runs-dir``), ``{model}`` (``{runs}/<entry>/model``), ``{bert}``
-(``--bert``: the BERT-family encoder, a hub name, a directory or ``offline-minilm``).
+(``--bert``: the BERT-family encoder, a hub name, a directory or ``offline-minilm``), and
+``{ranker_args}``, an argument of its own that expands into zero or more arguments: how the
+bi-encoder pools and scores for that encoder (:func:`default_ranker_args`).
 
 A row is trained once: a finished run leaves ``<model>.reproduced``; an interrupted one is simply
 run again, and ParlAI resumes it from ``<model>.checkpoint``. Then one ``parlai
@@ -23,6 +25,18 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 DONE_SUFFIX = '.reproduced'
+RANKER_ARGS = '{ranker_args}'
+SENTENCE_ENCODER_RANKER_ARGS = '--pooling mean --similarity cosine'
+
+
+def default_ranker_args(bert: str) -> str:
+    """BERT's own scoring (CLS, dot product) for BERT; for sentence encoders such as
+    all-MiniLM-L6-v2, the mean pooling and cosine they were pretrained with (measured on ED:
+    bench/RESULTS.md, "cosine vs dot")."""
+    name = bert.lower()
+    if name == 'offline-minilm' or 'minilm' in name or 'sentence-transformers' in name:
+        return SENTENCE_ENCODER_RANKER_ARGS
+    return ''
 
 
 @dataclass
@@ -54,14 +68,21 @@ class ReproduceSpecError(ValueError):
 
 
 def _fill(argv: Sequence, values: Dict[str, str], where: str) -> List[str]:
+    filled = []
     try:
-        return [str(arg).format(**values) for arg in argv]
+        for arg in argv:
+            if str(arg) == RANKER_ARGS:
+                filled += shlex.split(values['ranker_args'])
+            else:
+                filled.append(str(arg).format(**values))
     except (KeyError, IndexError) as err:
         raise ReproduceSpecError(f'{where}: unknown placeholder {err} (known: {", ".join(values)})') from None
+    return filled
 
 
 def load_plan(projects_dir: str, project: str, runs_dir: str, only: Sequence[str] = (),
-              extra_train_args: Sequence[str] = (), bert: str = 'bert-base-uncased') -> Plan:
+              extra_train_args: Sequence[str] = (), bert: str = 'bert-base-uncased',
+              ranker_args: Optional[str] = None) -> Plan:
     """The steps of one project's ``reproduce`` section, placeholders filled."""
     spec_path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(spec_path):
@@ -74,7 +95,8 @@ def load_plan(projects_dir: str, project: str, runs_dir: str, only: Sequence[str
     if not section:
         raise ReproduceSpecError(f'{spec_path} has no "reproduce" section')
     runs_dir = os.path.abspath(runs_dir)
-    values = {'runs': runs_dir, 'bert': bert}
+    values = {'runs': runs_dir, 'bert': bert,
+              'ranker_args': default_ranker_args(bert) if ranker_args is None else ranker_args}
     prepare = []
     for i, step in enumerate(section.get('prepare', [])):
         where = f'{spec_path} reproduce.prepare[{i}]'

@@ -33,6 +33,9 @@ class EmpathyReproduce(ParlaiScript):
         parser.add_argument('--bert', type=str, default='bert-base-uncased',
                             help='the BERT-family encoder of the rankers and classifiers: a hub name, a '
                             'directory, or offline-minilm (all-MiniLM-L6-v2 from PyPI, no hub needed)')
+        parser.add_argument('--ranker-args', type=str, default=None,
+                            help='how the bi-encoder rows pool and score (default: the paper\'s CLS and dot '
+                            'product for BERT; "--pooling mean --similarity cosine" for MiniLM sentence encoders)')
         parser.add_argument('--rows', type=str, default='', help='comma-separated entries (default: every row)')
         parser.add_argument('--train-args', type=str, default='',
                             help='appended to every row\'s train command, e.g. "--max-train-time 3600" on a CPU budget')
@@ -46,7 +49,7 @@ class EmpathyReproduce(ParlaiScript):
         runs_dir = opt['runs_dir'] or os.path.join('runs', opt['project'])
         only = [r for r in opt['rows'].split(',') if r]
         plan = reproduce.load_plan(opt['projects_dir'], opt['project'], runs_dir, only,
-                                   shlex.split(opt['train_args']), opt['bert'])
+                                   shlex.split(opt['train_args']), opt['bert'], opt['ranker_args'])
         logs = os.path.join(runs_dir, 'logs')
         board = reproduce.Step('leaderboard', reproduce.leaderboard_argv(
             plan, os.path.join(runs_dir, 'leaderboard'), opt['projects_dir'], shlex.split(opt['leaderboard_args'])))

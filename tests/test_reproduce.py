@@ -59,3 +59,20 @@ def test_unknown_project_or_row_is_named(run_parlai):
     done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS, '--rows', 'ethreed_v2',
                       '--dry-run', check=False)
     assert done.returncode != 0 and 'ethreed_no_policy' in done.stderr
+
+
+def test_ranker_rows_score_as_their_encoder_was_pretrained():
+    """MiniLM sentence encoders get mean pooling + cosine, BERT the paper's defaults, and an
+    explicit --ranker-args wins."""
+    from parlai_empathy import reproduce
+
+    def ranker_rows(**kwargs):
+        plan = reproduce.load_plan(PROJECTS, 'rashkin2019_empatheticdialogues', 'runs', **kwargs)
+        return [step.argv for step in plan.rows.values() if 'empathy/bert_ranker' in step.argv]
+
+    minilm = ranker_rows(bert='offline-minilm')
+    assert minilm and all(' '.join(argv).count('--pooling mean --similarity cosine') == 1 for argv in minilm)
+    bert_base = ranker_rows(bert='bert-base-uncased')
+    assert bert_base and not any('--similarity' in argv or '{ranker_args}' in argv for argv in bert_base)
+    explicit = ranker_rows(bert='offline-minilm', ranker_args='--pooling cls')
+    assert all('--similarity' not in argv and '--pooling' in argv for argv in explicit)

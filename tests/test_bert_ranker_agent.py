@@ -214,6 +214,19 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
                          'episode_done': True})
     for cand, cvec in zip(cands, obs['label_candidates_vecs']):
         assert agent.dict.vec2txt(cvec).split()[:2] == expected_prefix(cand)
+    # batch copies (eval with -bs N) share one memo: a block's candidates are classified once
+    from parlai.core.agents import create_agent_from_shared
+    from parlai_empathy.emotions import inference as inference_module
+
+    copy = create_agent_from_shared(agent.share())
+    classified = []
+    original = inference_module.predict_all
+    inference_module.predict_all = lambda clf, texts, *a, **k: classified.append(list(texts)) or original(clf, texts, *a, **k)
+    try:
+        copy.observe({'text': 'My cat died.', 'eval_labels': [cands[1]], 'label_candidates': cands, 'episode_done': True})
+    finally:
+        inference_module.predict_all = original
+    assert classified == [['My cat died.']], 'the candidates were classified already, by the other copy'
 
     # the fixed candidates' emotions are cached with their encodings; another k rebuilds both
     agent = make_agent(*args)

@@ -125,7 +125,9 @@ class BertRankerAgent(TorchRankerAgent):
         self.emo_classifier = None
         if opt.get('emo_prepend_k', 0) > 0:
             self.emo_classifier = shared['emo_classifier'] if shared else self._load_emotion_classifier(opt)
-        self._emotion_prefix_ids: Dict[str, List[int]] = {}
+        # one memo for the agent and all its batch copies: ParlAI vectorizes each example in the
+        # copy that observed it, and a P@1,100 block's candidates must be classified only once
+        self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
         super().__init__(opt, shared)
         if self.opt.get('interactive_mode') and not shared:
             self._tolerate_undecodable_stdin()
@@ -133,6 +135,7 @@ class BertRankerAgent(TorchRankerAgent):
     def share(self):
         shared = super().share()
         shared['emo_classifier'] = self.emo_classifier
+        shared['emotion_prefix_ids'] = self._emotion_prefix_ids
         return shared
 
     # ----------------------------------------------------------------------------- building

@@ -105,7 +105,8 @@ class PooledEncoder(nn.Module):
 
     def __init__(self, transformer: nn.Module, pooling: str = 'cls', projection_dim: int = 0, normalize: bool = False):
         super().__init__()
-        self._fused = None
+        # decided once: a plain BERT gets a fused copy (its layers built on first use), others never
+        self._fused = fused_bert.FusedBertInference(transformer) if fused_bert.supports(transformer) else None
         if pooling not in POOLINGS:
             raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
         self.transformer = transformer
@@ -126,11 +127,9 @@ class PooledEncoder(nn.Module):
 
     def _last_hidden(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
         inference = not self.training and not torch.is_grad_enabled()
-        if inference and self.fused_inference and not torch.is_autocast_enabled(token_ids.device.type):
-            if self._fused is None and fused_bert.supports(self.transformer):
-                self._fused = fused_bert.FusedBertInference(self.transformer)
-            if self._fused is not None:
-                return self._fused(token_ids, mask)
+        fused = self._fused is not None and self.fused_inference
+        if inference and fused and not torch.is_autocast_enabled(token_ids.device.type):
+            return self._fused(token_ids, mask)
         return self.transformer(input_ids=token_ids, attention_mask=mask.long()).last_hidden_state
 
     def _pooled(self, token_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:

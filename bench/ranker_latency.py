@@ -69,6 +69,7 @@ def main():
     torch.set_num_threads(os.cpu_count() or 1)
 
     from parlai_empathy.data import response_pool
+    from parlai_empathy.models.bi_encoder import pool_for_scoring
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='ranker_latency_')
     responses = response_pool.listener_responses(os.path.join(args.ed_dir, 'train.csv'), args.max_tokens)
@@ -129,9 +130,8 @@ def main():
                 figures[f'{precision}_{label}context_encoding_only_ms_median'] = statistics.median(enc)
             warm.bi_encoder.set_fused_inference(True)
         # scoring + top-100 against a matrix the size of the full pool (pool-size-dependent part)
-        dtype = torch.bfloat16 if precision == 'bf16' else torch.float32
-        full = torch.randn(full_pool_size, warm.bi_encoder.output_dim).to(dtype)
-        query = torch.randn(1, warm.bi_encoder.output_dim).to(dtype)
+        full = pool_for_scoring(torch.randn(full_pool_size, warm.bi_encoder.output_dim), half=precision == 'bf16')
+        query = torch.randn(1, warm.bi_encoder.output_dim).to(full.dtype)
         score_ms = []
         for _ in range(50):
             t = time.perf_counter()

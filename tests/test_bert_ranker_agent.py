@@ -59,6 +59,17 @@ def test_context_holds_the_last_four_utterances_within_100_tokens(tiny_bert, tmp
     assert len(long_obs['eval_labels_vec']) == 100 and long_obs['eval_labels_vec'][-1] == agent.END_IDX
 
 
+def test_interactive_context_comes_from_the_dialogue_history_tokenized_once(tiny_bert, tmp_path, pool_file):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+                       '--fixed-candidates-path', pool_file, '--interactive-mode', 'true')
+    agent.observe({'text': 'my dog died last week', 'episode_done': False})
+    first_reply = agent.act()['text']
+    obs = agent.observe({'text': 'i miss him so much', 'episode_done': False})
+    assert obs['full_text'] == '\n'.join(['my dog died last week', first_reply, 'i miss him so much'])
+    assert torch.equal(obs['text_vec'], agent._vectorize_text(obs['full_text'], True, True, 100, True))
+    assert agent.history.history_vecs == []  # utterances are not tokenized one by one as well
+
+
 def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_file, tmp_path):
     from parlai_empathy.models.encoding_cache import load_encodings
 
@@ -93,7 +104,7 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     assert os.stat(cache).st_mtime_ns == rebuilt
     assert os.path.exists(in_bf16.candidate_cache_path(pool_file))
     assert in_bf16.candidate_cache_key(pool_file) != changed.candidate_cache_key(pool_file)
-    assert in_bf16.fixed_candidate_encs.dtype == torch.bfloat16  # kept and scored in bf16: half the memory
+    assert in_bf16.fixed_candidate_encs.dtype == torch.float16  # kept and scored in 16 bits: half the memory
     assert torch.allclose(in_bf16.fixed_candidate_encs.float(), fresh, rtol=0.05, atol=0.05)
     in_bf16.observe({'text': 'my dog died last week and i miss him', 'episode_done': True})
     assert in_bf16.act()['text'] in in_bf16.fixed_candidates

@@ -13,6 +13,7 @@ from parlai_empathy.models.bi_encoder import (
     ModelFilesError,
     in_batch_loss,
     load_tokenizer,
+    pool_for_scoring,
     state_checksum,
 )
 from parlai_empathy.models.encoding_cache import CacheFormatError, load_encodings, save_encodings
@@ -99,6 +100,44 @@ def test_fused_inference_matches_the_huggingface_layers_and_follows_weight_updat
         model.to(torch.bfloat16)
         with torch.no_grad():
             assert torch.nn.functional.cosine_similarity(model.encode_context(ids), updated).min() > 0.99
+
+
+def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert, monkeypatch):
+    tokenizer = load_tokenizer(tiny_bert)
+    native = torch._transformer_encoder_layer_fwd
+    calls = []
+    monkeypatch.setattr(torch, '_transformer_encoder_layer_fwd', lambda *a: calls.append(1) or native(*a))
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    reference = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    reference.load_state_dict(model.state_dict())
+    reference.set_fused_inference(False)
+    layers = model.context_encoder.transformer.config.num_hidden_layers
+    with torch.no_grad():
+        for text in TEXTS:  # one unpadded query each, as in `parlai interactive`
+            ids = _ids(tokenizer, [text])
+            assert torch.allclose(model.encode_context(ids), reference.encode_context(ids), atol=1e-5)
+    assert len(calls) == layers * len(TEXTS), 'every layer of an unpadded input takes the native kernel'
+
+
+def test_pool_layouts_for_scoring_keep_every_value_and_score(tiny_bert, ed_dir):
+    responses = response_pool.listener_responses(os.path.join(ed_dir, 'valid.csv'), 20)[:300]
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine').eval()
+    tokenizer = load_tokenizer(tiny_bert)
+    with torch.no_grad():
+        pool = model.encode_candidates(_ids(tokenizer, responses))
+        query = model.encode_context(_ids(tokenizer, responses[:5]))
+    reference = model.score(query, pool)
+    as_float = pool_for_scoring(pool, half=False)
+    assert as_float.shape == pool.shape and torch.equal(as_float, pool)
+    assert as_float.t().is_contiguous(), 'float32 pools are stored [dim, n] for contiguous reads'
+    assert torch.allclose(model.score(query, as_float), reference, atol=1e-5)
+    # bfloat16-made encodings survive float16 storage bit for bit; scores stay within float16 rounding
+    made_in_bf16 = pool.to(torch.bfloat16)
+    half = pool_for_scoring(made_in_bf16.float(), half=True)
+    assert half.dtype == torch.float16 and torch.equal(half.float(), made_in_bf16.float())
+    half_scores = model.score(query.to(torch.float16), half).float()
+    assert torch.allclose(half_scores, model.score(query, made_in_bf16.float()), atol=0.05)
+    assert torch.equal(half_scores.argmax(1), model.score(query, made_in_bf16.float()).argmax(1))
 
 
 def test_switching_to_the_current_mode_is_a_no_op_but_real_switches_reach_every_module(tiny_bert):

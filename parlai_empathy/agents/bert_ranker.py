@@ -31,6 +31,7 @@ from parlai.core.loader import register_agent  # noqa: E402
 from parlai.core.message import Message  # noqa: E402
 from parlai.core.opt import Opt  # noqa: E402
 from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.torch_agent import History  # noqa: E402
 from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
@@ -38,7 +39,7 @@ from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
-from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, BiEncoder, state_checksum  # noqa: E402
+from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_encodings, save_encodings  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
 
@@ -46,6 +47,15 @@ DEFAULT_BERT = 'bert-base-uncased'  # the paper's encoder; pass a local director
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
 EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
 EMOTION_MEMO_SIZE = 200_000  # texts whose EmoPrepend prefix is kept in memory (the ED pool: ~60k)
+
+
+class UtteranceHistory(History):
+    """ParlAI's dialogue history without its per-utterance token lists: the context is tokenized
+    once, as the joined last ``--context-turns`` utterances (``_set_text_vec``), so tokenizing
+    every utterance again as it arrives would be wasted work on every message."""
+
+    def _update_vecs(self, text):
+        pass
 
 
 class BertRankerDictionary(HFTokenizerDictionary):
@@ -142,6 +152,10 @@ class BertRankerAgent(TorchRankerAgent):
     @staticmethod
     def dictionary_class():
         return BertRankerDictionary
+
+    @classmethod
+    def history_class(cls):
+        return UtteranceHistory
 
     def build_model(self):
         model = BiEncoder.from_pretrained(
@@ -418,6 +432,6 @@ class BertRankerAgent(TorchRankerAgent):
             logging.info(f'Saved {encs.size(0)} candidate encodings to {cache_path}')
         else:
             logging.info(f'Reusing {encs.size(0)} cached candidate encodings from {cache_path}')
-        # with --bf16 the pool is kept and scored in bfloat16: half the memory, and scoring a
-        # query against ~40k encodings is bound by reading them
-        return encs.to(torch.bfloat16 if self.opt.get('bf16') else torch.float32)
+        # with --bf16 the pool is kept and scored in 16 bits: half the memory, and scoring a query
+        # against ~40k encodings is bound by reading them
+        return pool_for_scoring(encs, half=bool(self.opt.get('bf16')))

@@ -22,7 +22,11 @@ from typing import Dict, List, Optional
 
 from parlai_empathy.metrics.suite import COLUMNS, ScoredExample, score_examples, suite_values
 
-SHOWN = ['p@1,100', 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
+# P@1,100 on blocks of shuffled test examples (--ed-candidates rashkin100_shuffled, seed 0): the
+# paper's "100 randomly selected examples"; plain p@1,100 is on blocks of consecutive examples
+P100_SHUFFLED = 'p@1,100_shuffled'
+
+SHOWN = ['p@1,100', P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
 
 
 @dataclass
@@ -117,7 +121,7 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
 
 
 def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],
-                   progress: bool = True) -> Dict:
+                   progress: bool = True, p100_shuffled: bool = True) -> Dict:
     """Figures for one entry, with the command lines that reproduce them."""
     started = time.time()
     result = {'name': entry.name, 'path': entry.path, 'source': entry.source, 'values': {}, 'commands': []}
@@ -143,6 +147,13 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         report = _eval(p100, None, f'{entry.name} P@1,100', progress)
         result['values'].update(suite_values(report))
         result['commands'].append('parlai eval_model ' + shlex.join(p100))
+        if p100_shuffled:
+            shuffled = base + ['--ed-candidates', 'rashkin100_shuffled', '--ed-candidates-seed', '0',
+                               '--eval-candidates', 'inline']
+            report = _eval(shuffled, None, f'{entry.name} P@1,100 shuffled', progress)
+            if 'p@1,100' in suite_values(report):
+                result['values'][P100_SHUFFLED] = suite_values(report)['p@1,100']
+            result['commands'].append('parlai eval_model ' + shlex.join(shuffled))
         if pool_path is None:
             raise ValueError('rankers need the retrieval pool (--pool); build it with parlai empathy_build_candidates')
         # test responses are not in the train pool: ParlAI must not look for the gold among them

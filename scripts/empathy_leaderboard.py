@@ -34,6 +34,9 @@ def setup_args():
     group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
     group.add_argument('--entry-args', nargs='*', default=[], help="NAME=ARGS: extra eval_model arguments for one entry")
     group.add_argument('--projects-dir', default=None, help='fill projects/<paper>/README.md tables')
+    group.add_argument('--p100-shuffled', type='bool', default=True,
+                       help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
+                       '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
     group.add_argument('--progress', type='bool', default=True)
     # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
     score_parser = score_args()
@@ -71,7 +74,8 @@ class EmpathyLeaderboard(ParlaiScript):
         scorer = bertscore_from_opt(opt)
         results = []
         for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
-            result = leaderboard.evaluate_entry(entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'])
+            result = leaderboard.evaluate_entry(
+                entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'])
             leaderboard.add_bertscore(result, scorer)
             results.append(result)
         notes = {}

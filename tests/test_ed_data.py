@@ -101,6 +101,29 @@ def test_rashkin_p_at_1_100_blocks(parlai_datapath, ed_dir):
     assert blocked[-1]['episode_done'] is True
 
 
+def test_shuffled_p_at_1_100_blocks_mix_conversations_and_are_seeded(parlai_datapath, ed_dir):
+    args = ('--ed-datapath', ed_dir, '--ed-candidates', 'rashkin100_shuffled', '--ed-candidates-seed', '1')
+    shuffled = ed_teacher_examples(CleanTeacher, 'test', parlai_datapath, *args)
+    again = ed_teacher_examples(CleanTeacher, 'test', parlai_datapath, *args)
+    other_seed = ed_teacher_examples(CleanTeacher, 'test', parlai_datapath, *args[:-1], '2')
+    plain = ed_teacher_examples(CleanTeacher, 'test', parlai_datapath, '--ed-datapath', ed_dir)
+    assert len(shuffled) == 5200 and all(m['episode_done'] for m in shuffled)
+    assert [m['eval_labels'] for m in shuffled] == [m['eval_labels'] for m in again]
+    assert [m['eval_labels'] for m in shuffled] != [m['eval_labels'] for m in other_seed]
+    # 5,200 distinct examples of the 5,259, each with its own context
+    keys = {(m['conv_id'], m['turn']) for m in shuffled}
+    assert len(keys) == 5200 and keys <= {(m['conv_id'], m['turn']) for m in plain}
+    by_key = {(m['conv_id'], m['turn']): m for m in plain}
+    for message in shuffled[:50]:
+        assert message['context_utterances'] == by_key[(message['conv_id'], message['turn'])]['context_utterances']
+    for start in (0, 5100):
+        block = shuffled[start:start + 100]
+        labels = [m['eval_labels'][0] for m in block]
+        assert all(m['label_candidates'] == labels for m in block)
+        # a consecutive block spans ~50 conversations (two Listener turns each); a shuffled one ~100
+        assert len({m['conv_id'] for m in block}) > 90
+
+
 def test_random_candidates_are_seeded_and_hold_the_gold(parlai_datapath, ed_dir):
     args = ('--ed-datapath', ed_dir, '--ed-candidates', 'random100', '--ed-candidates-seed', '3')
     a = ed_teacher_examples(CleanTeacher, 'valid', parlai_datapath, *args)

@@ -45,6 +45,10 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert 'p@1,100' not in results['gen']['values']
     # the ranker's P@1,100 is ParlAI's hits@1 over 100-candidate blocks: one block in the sample
     assert 0.0 <= results['rank']['values']['p@1,100'] <= 1.0
+    # and on blocks of shuffled examples (the paper's "randomly selected" wording), a second pass
+    assert 0.0 <= results['rank']['values']['p@1,100_shuffled'] <= 1.0
+    assert any('--ed-candidates rashkin100_shuffled --ed-candidates-seed 0' in c for c in results['rank']['commands'])
+    assert 'p@1,100_shuffled' not in results['gen']['values']
     rows = list(csv.DictReader(open(outdir / 'leaderboard.csv')))
     assert [r['model'] for r in rows] == ['gen', 'rank']
     assert float(rows[0]['avg_bleu']) == pytest.approx(results['gen']['values']['avg_bleu'])

@@ -100,12 +100,21 @@ def _flat(episodes):
     return [example for episode in episodes for example in episode]
 
 
-def attach_rashkin_candidates(episodes: List[List[EDExample]], block: int = RASHKIN_BLOCK) -> List[List[EDExample]]:
+def attach_rashkin_candidates(
+    episodes: List[List[EDExample]], block: int = RASHKIN_BLOCK, shuffle_seed: Optional[int] = None
+) -> List[List[EDExample]]:
     """Rashkin et al.'s P@1,100 protocol.
 
-    Examples are taken in order in consecutive blocks of ``block``; each example's candidates are
-    the gold responses of its block (its own among them), and the last partial block is dropped,
-    as in the ED paper's code. With ``--eval-candidates inline``, ParlAI's hits@1 is P@1,100.
+    Examples are taken in blocks of ``block``; each example's candidates are the gold responses of
+    its block (its own among them), and the last partial block is dropped, as in the ED paper's
+    code. With ``--eval-candidates inline``, ParlAI's hits@1 is P@1,100.
+
+    The paper's code reports two variants. Unshuffled (``shuffle_seed=None``): blocks of
+    consecutive examples, so a block holds the other Listener turns of the same conversations,
+    which are hard distractors. Shuffled: blocks of a random permutation, "a hundred randomly
+    selected examples in the test set" as the paper words it, which is easier. The shuffled blocks
+    mix conversations, so every example becomes its own episode; its context stays in
+    ``context_utterances`` (and in ``text`` with ``--ed-history-length``).
     """
     flat = _flat(episodes)
     if len(flat) < block:
@@ -113,12 +122,16 @@ def attach_rashkin_candidates(episodes: List[List[EDExample]], block: int = RASH
             f'P@1,100 needs at least {block} examples, this split has {len(flat)}: '
             'use a larger split or --ed-candidates random100/none'
         )
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(flat)
     keep = len(flat) - len(flat) % block
     for start in range(0, keep, block):
         members = flat[start:start + block]
         pool = [example.label for example in members]
         for example in members:
             example.label_candidates = pool
+    if shuffle_seed is not None:
+        return [[example] for example in flat[:keep]]
     return _truncate(episodes, keep)
 
 

@@ -22,7 +22,7 @@ import parlai.utils.logging as logging  # noqa: E402
 
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
 
-CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'random100')
+CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'rashkin100_shuffled', 'random100')
 
 
 class EDTeacherBase(DialogTeacher):
@@ -69,10 +69,14 @@ class EDTeacherBase(DialogTeacher):
             help='label_candidates to emit. inline: the raw files\' 9th field when present (ParlAI\'s '
             'behaviour); rashkin100: Rashkin et al.\'s P@1,100 protocol - consecutive blocks of 100 '
             'examples share their gold responses as candidates and the last partial block is dropped, '
-            'so that --eval-candidates inline makes hits@1 equal P@1,100; random100: the gold plus 99 '
-            'seeded random responses of the split (not Rashkin\'s protocol); none.',
+            'so that --eval-candidates inline makes hits@1 equal P@1,100; rashkin100_shuffled: the '
+            'same on blocks of a seeded random permutation (the paper\'s "100 randomly selected test '
+            'examples", the shuffled figure its code prints; every example its own episode); '
+            'random100: the gold plus 99 seeded random responses of the split (not Rashkin\'s '
+            'protocol); none.',
         )
-        group.add_argument('--ed-candidates-seed', type=int, default=0, help='seed for random100')
+        group.add_argument('--ed-candidates-seed', type=int, default=0,
+                           help='seed for rashkin100_shuffled and random100')
         return parser
 
     def __init__(self, opt, shared=None):
@@ -154,9 +158,10 @@ class EDTeacherBase(DialogTeacher):
             for episode in episodes:
                 for example in episode:
                     example.label_candidates = None
-        elif mode == 'rashkin100':
+        elif mode in ('rashkin100', 'rashkin100_shuffled'):
             total = sum(len(e) for e in episodes)
-            episodes = ed_episodes.attach_rashkin_candidates(episodes)
+            seed = self.opt.get('ed_candidates_seed', 0) if mode == 'rashkin100_shuffled' else None
+            episodes = ed_episodes.attach_rashkin_candidates(episodes, shuffle_seed=seed)
             kept = sum(len(e) for e in episodes)
             logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)')
         elif mode == 'random100':

@@ -20,11 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
 from parlai_empathy.metrics.suite import COLUMNS, ScoredExample, score_examples, suite_values
-
-# P@1,100 on blocks of shuffled test examples (--ed-candidates rashkin100_shuffled, seed 0): the
-# paper's "100 randomly selected examples"; plain p@1,100 is on blocks of consecutive examples
-P100_SHUFFLED = 'p@1,100_shuffled'
 
 SHOWN = ['p@1,100', P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
 

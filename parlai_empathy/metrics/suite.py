@@ -15,14 +15,14 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 from parlai_empathy.metrics import bleu
 from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC, BertScore
 from parlai_empathy.metrics.emotion import TOP_KS, metric_name as emotion_metric_name
-from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100, NUM_CANDIDATES
+from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100, NUM_CANDIDATES, SHUFFLED_METRIC as P_AT_1_100_SHUFFLED
 
 # Report order: the leaderboard's columns.
 COLUMNS = (
     ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'multi_bleu',
      'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2', BERTSCORE_METRIC, 'ppl']
     + [emotion_metric_name(k) for k in TOP_KS]
-    + [P_AT_1_100]
+    + [P_AT_1_100, P_AT_1_100_SHUFFLED]
 )
 DISTINCT_TOKENIZER = 'lowercase + sacrebleu 13a tokenizer'
 

@@ -165,6 +165,36 @@ def test_inference_encodes_length_sorted_chunks_with_the_same_vectors(tiny_bert,
     assert torch.allclose(chunked, one_by_one, atol=1e-5)
 
 
+def test_training_encodes_chunks_with_the_same_loss_and_gradients(tiny_bert, ed_dir):
+    from parlai_empathy.data.ed_raw import read_clean
+    from parlai_empathy.models import bi_encoder
+
+    conversations, _ = read_clean(os.path.join(ed_dir, 'valid.csv'))
+    utterances = [c.utterances for c in conversations if len(c.utterances) >= 2][:32]
+    tokenizer = load_tokenizer(tiny_bert)
+    contexts = _ids(tokenizer, [u[0].text for u in utterances])
+    responses = _ids(tokenizer, [u[1].text for u in utterances])
+    assert contexts.size(0) > bi_encoder.TRAINING_CHUNK_ROWS
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine').eval()  # no dropout
+
+    def loss_and_grads(whole_batch: bool):
+        model.zero_grad()
+        if whole_batch:  # the batch encoded at once, padded to its longest row
+            loss = in_batch_loss(model.score(model.context_encoder(contexts, contexts != 0),
+                                             model.candidate_encoder(responses, responses != 0)))
+        else:
+            loss = in_batch_loss(model(contexts, responses))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    chunked_loss, chunked_grads = loss_and_grads(whole_batch=False)
+    whole_loss, whole_grads = loss_and_grads(whole_batch=True)
+    assert torch.allclose(chunked_loss, whole_loss, atol=1e-5)
+    assert len(chunked_grads) == len(whole_grads)
+    for chunked, whole in zip(chunked_grads, whole_grads):
+        assert torch.allclose(chunked, whole, atol=1e-5)
+
+
 def test_mean_pooling_ignores_padding(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()

@@ -26,6 +26,7 @@ POOLINGS = ('cls', 'mean')
 SIMILARITIES = ('dot', 'cosine')
 DEFAULT_COSINE_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 INFERENCE_CHUNK_ROWS = 32  # rows per length-sorted chunk when encoding without gradients
+TRAINING_CHUNK_ROWS = 8  # the same with gradients (of 8, 16 and 32, 8 trained fastest on one CPU thread)
 
 
 class ModelFilesError(FileNotFoundError):
@@ -220,27 +221,27 @@ class BiEncoder(nn.Module):
     def _encode(self, encoder: PooledEncoder, token_ids: torch.LongTensor) -> torch.Tensor:
         """Pooled vectors of right-padded ``[n, len]`` token ids.
 
-        In inference, rows are encoded in chunks of similar length, each cut to its own longest
-        row: a batch of ED texts is about 60% padding when padded to its longest member, and
-        padding costs as much arithmetic as text. Same vectors, about twice as fast on a CPU.
+        Rows are encoded in chunks of similar length, each cut to its own longest row: a batch of
+        ED texts is about 60% padding when padded to its longest member, and padding costs as much
+        arithmetic as text. Same vectors; on a CPU about twice as fast in inference (chunks of
+        32 rows) and 1.45x in training (chunks of 8; an in-batch-negatives batch must stay whole
+        for the softmax, but its encodings need not be computed together).
         """
         mask = token_ids != self.pad_id
         lengths = mask.sum(1)
-        if torch.is_grad_enabled() or token_ids.size(0) <= INFERENCE_CHUNK_ROWS:
+        chunk_rows = TRAINING_CHUNK_ROWS if torch.is_grad_enabled() else INFERENCE_CHUNK_ROWS
+        if token_ids.size(0) <= chunk_rows:
             width = int(lengths.max().item()) if token_ids.numel() else 0
             if 0 < width < token_ids.size(1):  # drop all-padding columns: same result, less work
                 token_ids, mask = token_ids[:, :width], mask[:, :width]
             return encoder(token_ids, mask)
         order = torch.argsort(lengths, descending=True)
         chunks = []
-        for start in range(0, order.numel(), INFERENCE_CHUNK_ROWS):
-            rows = order[start:start + INFERENCE_CHUNK_ROWS]
+        for start in range(0, order.numel(), chunk_rows):
+            rows = order[start:start + chunk_rows]
             width = max(int(lengths[rows].max().item()), 1)
             chunks.append(encoder(token_ids[rows, :width], mask[rows, :width]))
-        encoded = torch.cat(chunks)
-        restored = torch.empty_like(encoded)
-        restored[order] = encoded
-        return restored
+        return torch.cat(chunks)[torch.argsort(order)]  # back to the input order (differentiable)
 
     def encode_candidates(self, token_ids: torch.LongTensor) -> torch.Tensor:
         """Encode ``[n, len]`` or ``[batch, n, len]`` candidate token ids.

@@ -5,8 +5,8 @@ A :class:`~parlai.core.torch_ranker_agent.TorchRankerAgent` over HuggingFace ``t
 
 * Training: ``--candidates batch`` (in-batch negatives, a softmax over the batch). Larger batches
   give more negatives per example: the paper used 256, Metz & You 32.
-* P@1,100: the ED teachers' ``--ed-candidates rashkin100`` plus ``--eval-candidates inline``
-  make ParlAI's ``hits@1`` equal P@1,100.
+* P@1,100: the ED teachers' ``--ed-candidates rashkin100`` (or ``rashkin100_shuffled``) plus
+  ``--eval-candidates inline`` make ParlAI's ``hits@1`` equal P@1,100.
 * Retrieval (BLEU protocol, interactive): ``--eval-candidates fixed`` ranks the deduplicated ED
   train listener responses (``parlai empathy_build_candidates``; built on the fly if no
   ``--fixed-candidates-path`` is given). Their encodings are cached on disk, keyed by the weights'

@@ -104,9 +104,10 @@ def test_fused_inference_matches_the_huggingface_layers_and_follows_weight_updat
 
 def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert, monkeypatch):
     tokenizer = load_tokenizer(tiny_bert)
-    native = torch._transformer_encoder_layer_fwd
-    calls = []
-    monkeypatch.setattr(torch, '_transformer_encoder_layer_fwd', lambda *a: calls.append(1) or native(*a))
+    module_forward = torch.nn.TransformerEncoderLayer.forward
+    module_calls = []
+    monkeypatch.setattr(torch.nn.TransformerEncoderLayer, 'forward',
+                        lambda self, *a, **k: module_calls.append(1) or module_forward(self, *a, **k))
     model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
     reference = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
     reference.load_state_dict(model.state_dict())
@@ -116,7 +117,16 @@ def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert,
         for text in TEXTS:  # one unpadded query each, as in `parlai interactive`
             ids = _ids(tokenizer, [text])
             assert torch.allclose(model.encode_context(ids), reference.encode_context(ids), atol=1e-5)
-    assert len(calls) == layers * len(TEXTS), 'every layer of an unpadded input takes the native kernel'
+        assert module_calls == [], 'unpadded inputs skip the module and call its kernel directly'
+        padded = _ids(tokenizer, TEXTS)
+        assert torch.allclose(model.encode_context(padded), reference.encode_context(padded), atol=1e-5)
+        assert len(module_calls) == layers, 'padded batches go through the module, which masks them'
+        # PyTorch's switch for its fused attention paths is honoured
+        module_calls.clear()
+        monkeypatch.setattr(torch.backends.mha, 'get_fastpath_enabled', lambda: False)
+        ids = _ids(tokenizer, TEXTS[:1])
+        assert torch.allclose(model.encode_context(ids), reference.encode_context(ids), atol=1e-5)
+        assert len(module_calls) == layers
 
 
 def test_pool_layouts_for_scoring_keep_every_value_and_score(tiny_bert, ed_dir):

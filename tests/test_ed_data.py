@@ -116,6 +116,9 @@ def test_shuffled_p_at_1_100_blocks_mix_conversations_and_are_seeded(parlai_data
     by_key = {(m['conv_id'], m['turn']): m for m in plain}
     for message in shuffled[:50]:
         assert message['context_utterances'] == by_key[(message['conv_id'], message['turn'])]['context_utterances']
+        # what ParlAI's history would hold at this turn of the unshuffled episode
+        assert message['text'] == '\n'.join(message['context_utterances'])
+    assert any(len(m['context_utterances']) > 1 for m in shuffled[:50])
     for start in (0, 5100):
         block = shuffled[start:start + 100]
         labels = [m['eval_labels'][0] for m in block]

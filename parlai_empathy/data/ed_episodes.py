@@ -101,7 +101,8 @@ def _flat(episodes):
 
 
 def attach_rashkin_candidates(
-    episodes: List[List[EDExample]], block: int = RASHKIN_BLOCK, shuffle_seed: Optional[int] = None
+    episodes: List[List[EDExample]], block: int = RASHKIN_BLOCK, shuffle_seed: Optional[int] = None,
+    whole_context_text: bool = True,
 ) -> List[List[EDExample]]:
     """Rashkin et al.'s P@1,100 protocol.
 
@@ -113,8 +114,10 @@ def attach_rashkin_candidates(
     consecutive examples, so a block holds the other Listener turns of the same conversations,
     which are hard distractors. Shuffled: blocks of a random permutation, "a hundred randomly
     selected examples in the test set" as the paper words it, which is easier. The shuffled blocks
-    mix conversations, so every example becomes its own episode; its context stays in
-    ``context_utterances`` (and in ``text`` with ``--ed-history-length``).
+    mix conversations, so every example becomes its own episode; with ``whole_context_text`` its
+    ``text`` becomes all its previous utterances joined by newlines, what ParlAI's dialogue history
+    holds at that turn of the unshuffled episode, so history-based agents see the same context in
+    both protocols (``context_utterances`` carries it too).
     """
     flat = _flat(episodes)
     if len(flat) < block:
@@ -131,6 +134,9 @@ def attach_rashkin_candidates(
         for example in members:
             example.label_candidates = pool
     if shuffle_seed is not None:
+        if whole_context_text:
+            for example in flat[:keep]:
+                example.text = '\n'.join(example.context_utterances)
         return [[example] for example in flat[:keep]]
     return _truncate(episodes, keep)
 

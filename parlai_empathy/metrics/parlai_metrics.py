@@ -147,9 +147,11 @@ def emotion_metrics(scores, gold, labels: Sequence[str] = None) -> Dict[str, Met
     return {name: AverageMetric(int(hit), 1) for name, hit in emotion.topk_hits(scores, gold, labels).items()}
 
 
-def retrieval_metrics(ranked: Sequence[str], gold: str, num_candidates: Optional[int]) -> Dict[str, Metric]:
-    """p@1,100 for one example ranked among exactly 100 candidates."""
-    return {retrieval.METRIC: AverageMetric(int(retrieval.top1_correct(ranked, gold, num_candidates)), 1)}
+def retrieval_metrics(ranked: Sequence[str], gold: str, num_candidates: Optional[int],
+                      name: str = retrieval.METRIC) -> Dict[str, Metric]:
+    """p@1,100 for one example ranked among exactly 100 candidates (``name``: the protocol's
+    column, ``p@1,100`` or ``p@1,100_shuffled``)."""
+    return {name: AverageMetric(int(retrieval.top1_correct(ranked, gold, num_candidates)), 1)}
 
 
 def _record(tracker, metrics: Dict[str, Metric]) -> None:
@@ -169,8 +171,9 @@ def record_emotion_metrics(tracker, scores, gold, labels: Sequence[str] = None) 
     _record(tracker, emotion_metrics(scores, gold, labels))
 
 
-def record_retrieval_metrics(tracker, ranked: Sequence[str], gold: str, num_candidates: Optional[int]) -> None:
-    _record(tracker, retrieval_metrics(ranked, gold, num_candidates))
+def record_retrieval_metrics(tracker, ranked: Sequence[str], gold: str, num_candidates: Optional[int],
+                             name: str = retrieval.METRIC) -> None:
+    _record(tracker, retrieval_metrics(ranked, gold, num_candidates, name))
 
 
 def _transpose(per_example: List[Dict[str, Metric]]) -> Dict[str, List[Metric]]:

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 NUM_CANDIDATES = 100
 METRIC = 'p@1,100'  # on blocks of consecutive test examples (--ed-candidates rashkin100)
 # the same on blocks of shuffled test examples (--ed-candidates rashkin100_shuffled): the ED
-# paper's "100 randomly selected examples"; measured in a pass of its own, then named so
+# paper's "100 randomly selected examples"; the ED teachers record it under this name
 SHUFFLED_METRIC = 'p@1,100_shuffled'
 
 

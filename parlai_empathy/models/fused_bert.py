@@ -31,6 +31,8 @@ def supports(transformer: nn.Module) -> bool:
         and getattr(config, 'position_embedding_type', 'absolute') == 'absolute'
         and not getattr(config, 'is_decoder', False)
         and not getattr(config, 'add_cross_attention', False)
+        # the module's own fast path refuses odd head counts; the direct kernel call must too
+        and getattr(config, 'num_attention_heads', 1) % 2 == 0
     )
 
 
@@ -62,6 +64,12 @@ def _fused_layer(layer: nn.Module, config) -> nn.TransformerEncoderLayer:
             target.copy_(source)
     fused.requires_grad_(False)
     return fused.eval()
+
+
+def _fast_path_allowed() -> bool:
+    """PyTorch's switch for its fused attention paths (``torch.backends.mha``), honoured here too."""
+    mha = getattr(torch.backends, 'mha', None)
+    return mha is None or not hasattr(mha, 'get_fastpath_enabled') or mha.get_fastpath_enabled()
 
 
 def _native_layer_call(layer: nn.TransformerEncoderLayer) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
@@ -115,7 +123,7 @@ class FusedBertInference:
         hidden = self.transformer.embeddings(input_ids=token_ids)
         padding = None if bool(mask.all()) else ~mask.bool()
         layers = self._current_layers()
-        if padding is None and all(call is not None for call in self._native_calls):
+        if padding is None and _fast_path_allowed() and all(call is not None for call in self._native_calls):
             for call in self._native_calls:
                 hidden = call(hidden)
             return hidden

@@ -114,8 +114,10 @@ class EDTeacherBase(DialogTeacher):
             parlai_metrics.record_generation_metrics(self.metrics, gold, response)
         ranked = model_response.get('text_candidates')
         candidates = teacher_action.get('label_candidates')
-        if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and retrieval.METRIC not in already:
-            parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates))
+        shuffled = self.opt.get('ed_candidates') == 'rashkin100_shuffled'
+        name = retrieval.SHUFFLED_METRIC if shuffled else retrieval.METRIC
+        if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and name not in already:
+            parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates), name)
 
     def length_cache_path(self, opt):
         """Streaming caches example counts; ParlAI would write them beside the (maybe read-only)
@@ -161,7 +163,8 @@ class EDTeacherBase(DialogTeacher):
         elif mode in ('rashkin100', 'rashkin100_shuffled'):
             total = sum(len(e) for e in episodes)
             seed = self.opt.get('ed_candidates_seed', 0) if mode == 'rashkin100_shuffled' else None
-            episodes = ed_episodes.attach_rashkin_candidates(episodes, shuffle_seed=seed)
+            episodes = ed_episodes.attach_rashkin_candidates(
+                episodes, shuffle_seed=seed, whole_context_text=self.opt.get('ed_history_length', 0) <= 0)
             kept = sum(len(e) for e in episodes)
             logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)')
         elif mode == 'random100':

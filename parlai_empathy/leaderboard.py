@@ -147,9 +147,9 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         if p100_shuffled:
             shuffled = base + ['--ed-candidates', 'rashkin100_shuffled', '--ed-candidates-seed', '0',
                                '--eval-candidates', 'inline']
-            report = _eval(shuffled, None, f'{entry.name} P@1,100 shuffled', progress)
-            if P100_SHUFFLED in suite_values(report):
-                result['values'][P100_SHUFFLED] = suite_values(report)[P100_SHUFFLED]
+            values = suite_values(_eval(shuffled, None, f'{entry.name} P@1,100 shuffled', progress))
+            if P100_SHUFFLED in values:
+                result['values'][P100_SHUFFLED] = values[P100_SHUFFLED]
             result['commands'].append('parlai eval_model ' + shlex.join(shuffled))
         if pool_path is None:
             raise ValueError('rankers need the retrieval pool (--pool); build it with parlai empathy_build_candidates')

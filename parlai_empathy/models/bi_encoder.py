@@ -281,9 +281,9 @@ def pool_for_scoring(encodings: torch.Tensor, half: bool) -> torch.Tensor:
     Scoring one query against ~40k encodings reads the whole pool, so the layout decides its cost
     (on this project's CPU, 39k x 384: bench/RESULTS.md). ``half``: float16, row-major, 0.9 ms; its
     10-bit mantissa holds bfloat16 encodings exactly (all but components under 6e-5 in magnitude,
-    which lose a few low bits), and PyTorch's float16 GEMV is ~1.7x faster than its bfloat16 one. Otherwise float32 stored as ``[dim, n]`` and returned as its transposed
-    view (same values and shape): ``query @ pool.t()`` then reads contiguous rows, 2.2 ms instead
-    of 5.8 ms.
+    which lose a few low bits), and PyTorch's float16 GEMV is ~1.7x faster than its bfloat16 one.
+    Otherwise float32 stored as ``[dim, n]`` and returned as its transposed view (same values and
+    shape): ``query @ pool.t()`` then reads contiguous rows, 2.2 ms instead of 5.8 ms.
     """
     if half:
         return encodings.to(torch.float16).contiguous()

@@ -7,8 +7,9 @@ layer as one native call (PyTorch's "fast path"): 1.05-1.2x faster encodings of 
 this project's CPU (bench/RESULTS.md). An unpadded input (one interactive query) skips even the
 module's per-call fast-path checks (~0.15 ms per layer, ~15% of a short query's encoding) and calls
 the native kernel those checks lead to, ``torch._transformer_encoder_layer_fwd``, directly; a
-PyTorch without that operator, and padded batches, go through the module. The copy is rebuilt whenever the source weights change (training
-steps, ``load_state_dict``, a dtype cast), so it can never answer with stale weights.
+PyTorch without that operator, and padded batches, go through the module. The copy is rebuilt
+whenever the source weights change (training steps, ``load_state_dict``, a dtype cast), so it can
+never answer with stale weights.
 
 Only plain BERT layers qualify (absolute positions, exact GELU, no cross-attention): MiniLM and
 BERT-base do; other families keep the HuggingFace path.
@@ -72,12 +73,12 @@ def _fast_path_allowed() -> bool:
     return mha is None or not hasattr(mha, 'get_fastpath_enabled') or mha.get_fastpath_enabled()
 
 
-def _native_layer_call(layer: nn.TransformerEncoderLayer) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """The fused kernel that ``layer``'s fast path ends in, bound to its weights, for unpadded
-    inputs; None where this PyTorch lacks it."""
-    kernel = getattr(torch, '_transformer_encoder_layer_fwd', None)
-    if kernel is None:
-        return None
+# the kernel the module's fast path ends in; None in a PyTorch without it (then: the module)
+_LAYER_KERNEL = getattr(torch, '_transformer_encoder_layer_fwd', None)
+
+
+def _native_layer_call(layer: nn.TransformerEncoderLayer) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``layer``'s fused kernel bound to its weights, for unpadded inputs."""
     attention = layer.self_attn
     weights = (
         attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
@@ -87,7 +88,7 @@ def _native_layer_call(layer: nn.TransformerEncoderLayer) -> Optional[Callable[[
         layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
         layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias,
     )
-    return lambda hidden: kernel(hidden, *weights, None, None)
+    return lambda hidden: torch._transformer_encoder_layer_fwd(hidden, *weights, None, None)
 
 
 class FusedBertInference:
@@ -101,7 +102,7 @@ class FusedBertInference:
         # dtype casts and load_state_dict keep these Parameter objects and change their data
         self._source_parameters = list(transformer.encoder.parameters())
         self._layers: List[nn.TransformerEncoderLayer] = []
-        self._native_calls: List[Optional[Callable[[torch.Tensor], torch.Tensor]]] = []
+        self._native_calls: List[Callable[[torch.Tensor], torch.Tensor]] = []  # empty without the kernel
         self._signature: Optional[Tuple] = None
 
     def _weights_signature(self) -> Tuple:
@@ -113,7 +114,7 @@ class FusedBertInference:
         if signature != self._signature:
             config = self.transformer.config
             self._layers = [_fused_layer(layer, config) for layer in self.transformer.encoder.layer]
-            self._native_calls = [_native_layer_call(layer) for layer in self._layers]
+            self._native_calls = [_native_layer_call(layer) for layer in self._layers] if _LAYER_KERNEL else []
             self._signature = signature
         return self._layers
 
@@ -123,7 +124,7 @@ class FusedBertInference:
         hidden = self.transformer.embeddings(input_ids=token_ids)
         padding = None if bool(mask.all()) else ~mask.bool()
         layers = self._current_layers()
-        if padding is None and _fast_path_allowed() and all(call is not None for call in self._native_calls):
+        if padding is None and self._native_calls and _fast_path_allowed():
             for call in self._native_calls:
                 hidden = call(hidden)
             return hidden

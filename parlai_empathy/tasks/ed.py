@@ -21,6 +21,7 @@ from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
 import parlai.utils.logging as logging  # noqa: E402
 
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
+from parlai_empathy.metrics import retrieval  # noqa: E402
 
 CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'rashkin100_shuffled', 'random100')
 
@@ -91,6 +92,9 @@ class EDTeacherBase(DialogTeacher):
             opt['datafile'] = shared['opt']['datafile']
             opt['length_datafile'] = shared['opt'].get('length_datafile')
         self.id = self.task_name
+        # the column a P@1,100 hit is recorded under: each block protocol has its own
+        shuffled = opt.get('ed_candidates') == 'rashkin100_shuffled'
+        self.p100_metric = retrieval.SHUFFLED_METRIC if shuffled else retrieval.METRIC
         super().__init__(opt, shared)
 
     def read_conversations(self, path):
@@ -103,7 +107,7 @@ class EDTeacherBase(DialogTeacher):
         already recorded the suite's figures for a reply (they appear in its ``metrics``) are not
         counted twice.
         """
-        from parlai_empathy.metrics import parlai_metrics, retrieval
+        from parlai_empathy.metrics import parlai_metrics
 
         if not self.scores_responses or not labels or model_response is None:
             return
@@ -114,8 +118,7 @@ class EDTeacherBase(DialogTeacher):
             parlai_metrics.record_generation_metrics(self.metrics, gold, response)
         ranked = model_response.get('text_candidates')
         candidates = teacher_action.get('label_candidates')
-        shuffled = self.opt.get('ed_candidates') == 'rashkin100_shuffled'
-        name = retrieval.SHUFFLED_METRIC if shuffled else retrieval.METRIC
+        name = self.p100_metric
         if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and name not in already:
             parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates), name)
 

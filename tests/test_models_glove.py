@@ -51,7 +51,7 @@ def test_dimension_fitting_modes():
         WordEmbedding.from_glove(words, d_model=300, glove_fit='stretch')
 
 
-def test_dialogue_embedding_sums_word_position_speaker():
+def test_dialogue_embedding_sums_word_and_speaker():
     words = WordEmbedding(10, 8)
     embed = DialogueEmbedding(words, prepend_ctx=True)
     tokens = torch.tensor([[4, 5, 0]])

@@ -92,14 +92,80 @@ def test_elbo_terms(sample_batch):
     model = Mime(len(vocab), size=TINY)
     aux = model.encoder(context, speakers, emotion).aux
     assert (aux['kl_pos'] > 0).all() and (aux['kl_neg'] > 0).all()
-    # reconstruction: only the group holding the gold emotion reconstructs it
-    gold_positive = torch.tensor([polarity(int(e)) == 'positive' for e in emotion])
-    assert ((aux['recon_pos'] > 0) == gold_positive).all()
-    assert ((aux['recon_neg'] > 0) == ~gold_positive).all()
+    assert not any(key.startswith('recon') for key in aux)  # the reference has no reconstruction term
     assert torch.allclose(aux['d_pos'].sum(-1), torch.ones(8)) and aux['d_neg'].shape == (8, 19)
+    # the reference's reductions: KL summed over the batch, cross-entropy a batch mean
+    states = model.encoder(context, speakers, emotion)
+    total, parts = model.extra_losses(states, emotion)
+    expected = torch.nn.functional.cross_entropy(states.aux['emotion_logits'], emotion) \
+        + states.aux['kl_pos'].sum() + states.aux['kl_neg'].sum()
+    assert torch.allclose(total, expected)
     model.eval()  # no posterior at inference: no KL
     aux = model.encoder(context, speakers).aux
-    assert (aux['kl_pos'] == 0).all() and (aux['kl_neg'] == 0).all()
+    assert 'kl_pos' not in aux and 'kl_neg' not in aux
+
+
+def test_posterior_sees_the_pooled_emotion_encoding_and_never_reaches_the_decoder(sample_batch):
+    """As in the reference: q_g(z | c, mean(M_g)); the memory comes from the prior sample only."""
+    vocab, _, (context, speakers, response, emotion) = sample_batch
+    torch.manual_seed(0)
+    model = Mime(len(vocab), size=TINY)
+    torch.manual_seed(3)
+    trained = model.encoder(context, speakers, emotion)
+    with torch.no_grad():
+        for param in model.encoder.sampler.posterior.parameters():
+            param.add_(1.0)
+    torch.manual_seed(3)
+    changed = model.encoder(context, speakers, emotion)
+    assert torch.equal(trained.memory, changed.memory)  # the posterior changes only the KL
+    assert not torch.allclose(trained.aux['kl_pos'], changed.aux['kl_pos'])
+    # gradients of the KL reach the emotion encoders through the pooled M
+    model.zero_grad()
+    changed.aux['kl_pos'].sum().backward()
+    assert model.encoder.mimic_encoder.merge_hidden.weight.grad.abs().sum() > 0
+
+
+def test_label_smoothing_matches_the_reference_kl_up_to_a_constant():
+    from parlai_empathy.models.generator_interface import smoothed_token_losses
+
+    torch.manual_seed(0)
+    vocab, pad, eps = 11, 0, 0.1
+    logits = torch.randn(6, vocab, requires_grad=True)
+    targets = torch.tensor([3, 5, 1, 9, 10, 2])
+    smoothed, nll = smoothed_token_losses(logits, targets, pad, eps)
+    assert torch.allclose(nll, torch.nn.functional.cross_entropy(logits, targets, reduction='none'))
+    # the reference: KLDiv(log p, t) summed, t = eps / (V - 2) everywhere, 1 - eps on the gold, 0 on pad
+    target = torch.full((6, vocab), eps / (vocab - 2))
+    target.scatter_(1, targets.unsqueeze(1), 1 - eps)
+    target[:, pad] = 0
+    reference = torch.nn.functional.kl_div(torch.log_softmax(logits, -1), target, reduction='sum')
+    entropy = -(target * target.clamp(min=1e-30).log()).sum()
+    assert torch.allclose(smoothed.sum(), reference + entropy, atol=1e-4)
+    grad_ours, = torch.autograd.grad(smoothed.sum(), logits, retain_graph=True)
+    grad_ref, = torch.autograd.grad(reference, logits)
+    assert torch.allclose(grad_ours, grad_ref, atol=1e-6)
+
+
+def test_feed_forward_is_a_width_3_convolution_causal_in_the_decoder():
+    from parlai_empathy.models.transformer_blocks import FeedForward
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 8)
+    causal = FeedForward(8, 5, kernel=3, causal=True)
+    out = causal(x)
+    changed = x.clone()
+    changed[:, 4] += 1.0
+    out_changed = causal(changed)
+    assert torch.allclose(out[:, :4], out_changed[:, :4])  # no position sees the future
+    assert not torch.allclose(out[:, 4:], out_changed[:, 4:])
+    centred = FeedForward(8, 5, kernel=3)
+    out_c, out_c_changed = centred(x), centred(changed)
+    assert not torch.allclose(out_c[:, 3], out_c_changed[:, 3])  # sees one step ahead
+    assert torch.allclose(out_c[:, :2], out_c_changed[:, :2])  # receptive field 5 (two convs)
+    # padding is zeroed: appending padding changes nothing at real positions
+    keep = torch.tensor([[True] * 4 + [False] * 2] * 2)
+    padded = centred(torch.cat([x[:, :4], torch.randn(2, 2, 8)], dim=1), keep)
+    assert torch.allclose(padded[:, :4], centred(x[:, :4]), atol=1e-6)
 
 
 def _memory(model, context, speakers, emotion):
@@ -121,6 +187,11 @@ def test_mimicry_polarity_gold_in_training_classifier_at_inference(sample_batch)
     aux = model.encoder(context, speakers).aux
     predicted = aux['emotion_logits'].argmax(-1)
     assert torch.equal(aux['user_positive'], model.encoder.is_positive[predicted])
+    # the reference scores its perplexity with the gold polarity: polarity='gold' at inference
+    aux = model.encoder(context, speakers, positive, polarity='gold').aux
+    assert aux['user_positive'].all() and 'kl_pos' not in aux
+    with pytest.raises(ValueError, match='gold emotion'):
+        model.encoder(context, speakers, polarity='gold')
 
 
 def test_ablation_switches_change_the_computation(sample_batch):
@@ -135,9 +206,9 @@ def test_ablation_switches_change_the_computation(sample_batch):
 
     no_grouping = Mime(len(vocab), size=TINY, grouping=False)
     aux = no_grouping.encoder(context, speakers, emotion).aux
-    assert aux['d_all'].shape == (8, 32) and 'd_pos' not in aux
+    assert aux['d_all'].shape == (8, 32) and 'd_pos' not in aux and (aux['kl_all'] > 0).all()
     assert not hasattr(no_grouping.encoder, 'fusion')
-    assert len(no_grouping.encoder.samplers) == 1
+    assert no_grouping.encoder.sampler.n_groups == 1
 
     deterministic = Mime(len(vocab), size=TINY, stochastic=False).eval()
     stochastic = Mime(len(vocab), size=TINY).eval()
@@ -148,7 +219,7 @@ def test_ablation_switches_change_the_computation(sample_batch):
                                stochastic.encoder(context, speakers).memory)
     deterministic.train()
     _, parts = deterministic.training_loss(context, speakers, emotion, ys=response, emotion=emotion)
-    assert parts['kl_pos'] == 0 and parts['kl_neg'] == 0 and parts['recon_pos'] > 0
+    assert 'kl_pos' not in parts and 'kl_neg' not in parts and parts['cls'] > 0
 
 
 def test_emotion_embeddings_learn_from_the_response_loss(sample_batch):
@@ -183,6 +254,9 @@ def test_incremental_decoding_matches_full_decoding(cls, sample_batch):
 
 def test_paper_configuration_parameter_count():
     """Paper: 17.80M parameters (D_h 300, vocab ~23.6k); reference code measures 17.30M."""
+    from parlai_empathy.models.transformer_blocks import FeedForward
+
+    assert isinstance(Mime(100, size=TINY).decoder.stack.blocks[0].ffn, FeedForward)
     mime = Mime(23656)
     count = sum(p.numel() for p in mime.parameters())
     print(f'MIME paper configuration: {count / 1e6:.2f}M parameters (paper 17.80M)')
@@ -192,7 +266,7 @@ def test_paper_configuration_parameter_count():
 
 
 def test_bad_input_errors():
-    model = Mime(100, size=TINY, max_positions=16)
+    model = Mime(100, size=TINY._replace(max_positions=16))
     with pytest.raises(ValueError, match='max_positions'):
         model.encoder(torch.ones(1, 20, dtype=torch.long))
     with pytest.raises(ValueError, match='ys'):

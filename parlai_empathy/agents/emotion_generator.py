@@ -6,29 +6,75 @@ emotion)``:
 * speakers: each history utterance's tokens are tagged 0 (the user / ED Speaker, who said the
   last utterance) or 1 (the model / ED Listener), alternating backwards from the last one;
 * emotion: the ED 32-way ``emotion`` field of the observation, the gold label used in training;
-* the loss is ParlAI's response loss (gamma = 1) plus the model's ``extra_losses``;
+* the loss is the MIME reference's: the label-smoothed (``--label-smoothing`` 0.1) response
+  loss summed over the batch's tokens, plus the model's ``extra_losses`` (batch-mean emotion
+  cross-entropy, MIME's KL summed over the batch);
+* perplexity two ways: ``ppl`` (ParlAI's, token-weighted over the corpus) and ``ppl_ex`` (exp of
+  the mean over examples of each example's mean token NLL: what the reference prints, since it
+  scores its test set one example per batch); MIME adds ``ppl_gold``/``ppl_ex_gold``, the same
+  with the gold user polarity, as the reference scores (it generates with the predicted one);
 * ``emo_acc``/``emo_acc@2``/``emo_acc@5`` come from the project's metrics suite;
 * every reply carries ``predicted_emotion`` and ``emotion_polarity`` (the user polarity the
   model conditioned on).
 
-Word embeddings start from GloVe (``--glove-init``): by default the offline 6B 50d vectors,
-padded to the model size; ``--glove-path`` takes a 300d text file.
+Text is MoEL's (``--dict-tokenizer moel``: lowercase, contractions expanded, nltk word tokens;
+``parlai_empathy.data.moel_text``), so perplexity counts the paper's units. Word embeddings start
+from GloVe (``--glove-init``): by default the offline 6B 50d vectors, padded to the model size;
+``--glove-path`` takes the paper's 300d text file.
+
+The MIME paper's training setup is the default of both agents (``parser.set_defaults`` below):
+Adam (0.9, 0.98, eps 1e-9) under the Noam schedule (warmup 8,000, peak 300^-0.5 * 8000^-0.5 =
+6.455e-4: ParlAI's ``invsqrt``), batch 16, no gradient clipping (the reference's
+``max_grad_norm`` is never applied), Listener turns only, validation on perplexity every 1,000
+updates with patience 3, beam 5 without length penalty, at most 50 generated tokens.
 """
 from parlai_empathy import compat  # noqa: F401
 
 compat.apply()
 
 import torch  # noqa: E402
+from parlai.core.dict import DictionaryAgent  # noqa: E402
 from parlai.core.metrics import AverageMetric  # noqa: E402
+from parlai.core.torch_generator_agent import PPLMetric  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
+from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
+NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
+
+
+class MoelDictionaryAgent(DictionaryAgent):
+    """ParlAI's dictionary with ``--dict-tokenizer moel``: MoEL's tokens (see ``moel_text``)."""
+
+    @staticmethod
+    def moel_tokenize(text):
+        return moel_tokens(text)
+
+
+def paper_batch_size(parser, partial_opt, size):
+    """The paper's batch size as the default, except in interactive scripts: their world would
+    then be a batch of ``size`` chats reading one console."""
+    if not (partial_opt or {}).get('interactive_mode'):
+        parser.set_defaults(batchsize=size)
+
+
+def record_response_metrics(agent, response, suffix=''):
+    """ParlAI's generator metrics (loss, ppl, token_acc, token_em) and ``ppl_ex`` from a
+    :class:`~parlai_empathy.models.generator_interface.ResponseLoss`."""
+    nll, tokens = response.nll.detach().float().cpu(), response.tokens.detach().float().cpu()
+    correct = response.correct.detach().float().cpu()
+    if not suffix:
+        agent.record_local_metric('loss', AverageMetric.many(nll, tokens))
+        agent.record_local_metric('token_acc', AverageMetric.many(correct, tokens))
+        agent.record_local_metric('token_em', AverageMetric.many(correct == tokens))
+    agent.record_local_metric('ppl' + suffix, PPLMetric.many(nll, tokens))
+    agent.record_local_metric('ppl_ex' + suffix, PPLMetric.many(nll / tokens.clamp(min=1), [1] * len(nll)))
 
 
 def utterance_speakers(history_vecs, delimiter_len, total_len):
@@ -62,7 +108,14 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help='total key/value width of attention (MIME reference: 40)')
         group.add_argument('--ffn-size', type=int, default=50, help='FFN width (MIME reference: 50)')
         group.add_argument('--n-layers', type=int, default=1)
+        group.add_argument('--ffn-kernel', type=int, default=3,
+                           help='width of the feed-forward convolutions (reference: 3; 1 = linear)')
         group.add_argument('--dropout', type=float, default=0.0)
+        group.add_argument('--label-smoothing', type=float, default=0.1,
+                           help='label smoothing of the training loss (reference: 0.1); '
+                           'perplexity is always the plain NLL')
+        group.add_argument('--max-response-length', type=int, default=50,
+                           help='generated tokens at most (reference: max_dec_step 50)')
         group.add_argument('--glove-init', type='bool', default=True,
                            help='initialize word embeddings from GloVe')
         group.add_argument('--glove-path', type=str, default=None,
@@ -72,14 +125,31 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            'or keep GloVe size and learn a projection')
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
-        parser.set_defaults(text_truncate=256, label_truncate=64, truncate=256)
+        parser.set_defaults(
+            text_truncate=256, label_truncate=128, truncate=256,
+            dict_tokenizer='moel', dict_lower=True,
+            optimizer='adam', learningrate=NOAM_PEAK_LR, betas=(0.9, 0.98), adam_eps=1e-9,
+            lr_scheduler='invsqrt', warmup_updates=8000, invsqrt_lr_decay_gamma=8000,
+            gradient_clip=-1, train_experiencer_only=True,
+            validation_every_n_steps=1000, validation_metric='ppl', validation_metric_mode='min',
+            validation_patience=3, skip_generation=True,
+            inference='beam', beam_size=5, beam_min_length=1, beam_length_penalty=0.0,
+        )
+        paper_batch_size(parser, partial_opt, 16)
         return parser
+
+    @staticmethod
+    def dictionary_class():
+        return MoelDictionaryAgent
 
     # ----- model construction -------------------------------------------------------------
     def transformer_size(self):
         opt = self.opt
-        return TransformerSize(opt['embedding_size'], opt['n_heads'], opt['attention_size'],
-                               opt['ffn_size'], opt['n_layers'], opt['dropout'])
+        return TransformerSize(
+            opt['embedding_size'], opt['n_heads'], opt['attention_size'], opt['ffn_size'],
+            opt['n_layers'], opt['dropout'], opt.get('ffn_kernel', 3),
+            max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
+        )
 
     def build_words(self):
         """The shared word table, GloVe-initialized on a fresh model."""
@@ -113,8 +183,6 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return dict(
             vocab_size=len(self.dict), padding_idx=self.NULL_IDX, start_idx=self.START_IDX,
             end_idx=self.END_IDX, size=self.transformer_size(), words=self.build_words(),
-            max_positions=max(1024, (self.opt.get('text_truncate') or 0) + 2,
-                              (self.opt.get('label_truncate') or 0) + 2),
             cls_weight=self.opt['emotion_loss_weight'],
         )
 
@@ -161,20 +229,28 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     # ----- losses and metrics -------------------------------------------------------------
     def compute_loss(self, batch, return_output=False):
-        loss, model_output = super().compute_loss(batch, return_output=True)
-        encoder_states = model_output[2]
+        """The reference's objective in training; every perplexity figure in evaluation."""
+        if batch.label_vec is None:
+            raise ValueError('Cannot compute loss without a label.')
+        training = self.model.training
         gold = batch.get('emotion_ids')
-        if gold is None:
-            if self.model.training:
-                raise ValueError(
-                    f'{self.id} trains on the ED "emotion" field; the task gives none. '
-                    'Use -t empathy_ed_clean (or empathy_ed).'
-                )
-        else:
+        if gold is None and training:
+            raise ValueError(
+                f'{self.id} trains on the ED "emotion" field; the task gives none. '
+                'Use -t empathy_ed_clean (or empathy_ed).'
+            )
+        if not training and gold is not None:
+            self.record_extra_eval_metrics(batch, gold)  # before the pass whose readout is kept
+        smoothing = self.opt.get('label_smoothing', 0.0) if training else 0.0
+        response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
+                                                 loss_smoothing=smoothing)
+        record_response_metrics(self, response)
+        loss = self.core_model.response_weight * (response.smoothed if training else response.nll.sum())
+        if gold is not None:
             extra, parts = self.core_model.extra_losses(encoder_states, gold)
-            loss = self.core_model.response_weight * loss + extra
+            loss = loss + extra
             for key, value in parts.items():
-                if key != 'cls' and not self.model.training:
+                if key != 'cls' and not training:
                     continue  # the ELBO terms exist only with the gold emotion, in training
                 self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * len(gold)))
             for key, values in batch_emotion_metrics(
@@ -182,7 +258,14 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                 gold.tolist(),
             ).items():
                 self.record_local_metric(key, values)
-        return (loss, model_output) if return_output else loss
+        return (loss, (None, None, encoder_states)) if return_output else loss
+
+    def record_extra_eval_metrics(self, batch, gold):
+        """Model-specific evaluation figures (MIME: perplexity with the gold polarity)."""
+
+    def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
+        return super()._generate(batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts),
+                                 prefix_tokens=prefix_tokens)
 
     def add_readout_fields(self, output, aux):
         predicted = aux['emotion_logits'].argmax(dim=-1).tolist()

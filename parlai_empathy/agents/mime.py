@@ -1,8 +1,9 @@
 """``-m empathy/mime``: MIME (Majumder et al., EMNLP 2020) as a ParlAI TorchGeneratorAgent.
 
 The model is ``parlai_empathy.models.mime.Mime``; the shared agent plumbing (speaker ids,
-emotion field, extra losses, emo_acc, reply fields) is ``emotion_generator.EmotionGeneratorAgent``.
-Paper training setup: ``-o empathy/mime`` (Adam, lr 1e-4, batch 16, beam 5).
+emotion field, the reference's loss, perplexities, emo_acc, reply fields) is
+``emotion_generator.EmotionGeneratorAgent``. Plain ``-m empathy/mime`` trains with the paper's
+setup (Adam under the Noam schedule, peak lr 6.455e-4, batch 16, beam 5): see that module.
 """
 from parlai_empathy import compat  # noqa: F401
 
@@ -10,7 +11,10 @@ compat.apply()
 
 from parlai.core.loader import register_agent  # noqa: E402
 
-from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent  # noqa: E402
+from parlai_empathy.agents.emotion_generator import (  # noqa: E402
+    EmotionGeneratorAgent,
+    record_response_metrics,
+)
 from parlai_empathy.models.mime import Mime  # noqa: E402
 
 
@@ -35,6 +39,13 @@ class MimeAgent(EmotionGeneratorAgent):
     def __init__(self, opt, shared=None):
         super().__init__(opt, shared)
         self.id = 'Mime'
+
+    def record_extra_eval_metrics(self, batch, gold):
+        """``ppl_gold``/``ppl_ex_gold``: the response scored with the gold user polarity, as the
+        reference computes its perplexity (it generates with the predicted polarity, as here)."""
+        response, _, _ = self.model(batch.text_vec, batch.get('speaker_vec'), gold, 'gold',
+                                    ys=batch.label_vec, loss_smoothing=0.0)
+        record_response_metrics(self, response, suffix='_gold')
 
     def build_model(self):
         return Mime(

@@ -1,25 +1,15 @@
 """Input embeddings shared by the project's generators.
 
 ``WordEmbedding`` is the word table (optionally GloVe-initialized, optionally projected to the
-model size); ``DialogueEmbedding`` adds position and speaker embeddings and, for MIME, the
-learned CTX vector prepended to the context whose encoding is c = H_0.
+model size); ``DialogueEmbedding`` adds speaker embeddings and, for MIME, the learned CTX vector
+prepended to the context whose encoding is c = H_0. Positions are the transformer stacks' own
+timing signal (``transformer_blocks``), added after their input projection as in the MIME/MoEL
+reference code; word vectors are not scaled by sqrt(d) there either.
 """
-import math
-
 import torch
 from torch import nn
 
 from parlai_empathy.models import glove
-
-
-def sinusoidal_positions(n_positions, dim):
-    """The fixed sine/cosine position table of Vaswani et al. (no parameters to train)."""
-    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
-    rate = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(n_positions, dim)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
-    return table
 
 
 class WordEmbedding(nn.Module):
@@ -66,39 +56,31 @@ class WordEmbedding(nn.Module):
 
 
 class DialogueEmbedding(nn.Module):
-    """Token representation = word + position + speaker (MIME Sec. 3.2), with an optional CTX.
+    """Token representation = word + speaker (MIME Sec. 3.2), with an optional CTX vector first.
 
-    ``forward(tokens, speakers)`` returns ``(x, keep)``: ``x`` is ``[B, S(+1), d_model]`` and
-    ``keep`` is True at real (non-padding) positions. With ``prepend_ctx`` a learned CTX vector
-    (plus its position and no speaker) comes first, always kept.
+    The reference adds the embedding of a USR/SYS tag token to every word; here the speakers have
+    their own small table (the same function). ``forward(tokens, speakers)`` returns ``(x,
+    keep)``: ``x`` is ``[B, S(+1), d_model]`` and ``keep`` is True at real (non-padding)
+    positions. With ``prepend_ctx`` a learned CTX vector (the reference's CLS token) comes first,
+    always kept.
     """
 
-    def __init__(self, words, padding_idx=0, n_speakers=2, max_positions=1024, prepend_ctx=False,
-                 dropout=0.0):
+    def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0):
         super().__init__()
         d_model = words.d_model
         self.words = words
         self.padding_idx = padding_idx
-        self.register_buffer('positions', sinusoidal_positions(max_positions, d_model), persistent=False)
         self.speakers = nn.Embedding(n_speakers, d_model) if n_speakers else None
         self.ctx = nn.Parameter(torch.randn(d_model) * d_model ** -0.5) if prepend_ctx else None
         self.dropout = nn.Dropout(dropout)
-        self.scale = math.sqrt(d_model)
 
-    def forward(self, tokens, speakers=None, position_offset=0):
+    def forward(self, tokens, speakers=None):
         keep = tokens.ne(self.padding_idx)
-        x = self.words(tokens) * self.scale
+        x = self.words(tokens)
         if self.speakers is not None and speakers is not None:
             x = x + self.speakers(speakers)
         if self.ctx is not None:
-            ctx = self.ctx.expand(tokens.size(0), 1, -1)
+            ctx = self.ctx.expand(tokens.size(0), 1, -1).to(x.dtype)
             x = torch.cat([ctx, x], dim=1)
             keep = torch.cat([keep.new_ones(tokens.size(0), 1), keep], dim=1)
-        length = x.size(1)
-        if position_offset + length > self.positions.size(0):
-            raise ValueError(
-                f'sequence of {position_offset + length} tokens is longer than max_positions='
-                f'{self.positions.size(0)}; truncate the input'
-            )
-        x = x + self.positions[position_offset: position_offset + length]
         return self.dropout(x), keep

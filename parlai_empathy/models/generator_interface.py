@@ -7,14 +7,14 @@ ParlAI's ``TorchGeneratorModel`` contract (parlai/core/torch_generator_agent.py)
 encoder_states)``. :class:`GeneratorModel` provides all of it for a model that builds an
 ``encoder`` producing :class:`EncoderStates`, so an agent can wrap MIME or Multi-TR directly.
 """
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parlai_empathy.models.embeddings import DialogueEmbedding
-from parlai_empathy.models.transformer_blocks import TransformerDecoder, reorder_cache
+from parlai_empathy.models.transformer_blocks import reorder_cache
 
 
 class EncoderStates(NamedTuple):
@@ -30,15 +30,15 @@ class EncoderStates(NamedTuple):
 
 
 class ResponseDecoder(nn.Module):
-    """Response embedding (shared word table + positions) and a transformer decoder stack.
+    """Response word embedding (the shared word table) and a transformer decoder stack.
 
     Called as ParlAI calls a decoder; with the incremental cache a step runs only the new token.
     """
 
-    def __init__(self, embedding, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0):
+    def __init__(self, words, size):
         super().__init__()
-        self.embedding = embedding  # a DialogueEmbedding without speakers or CTX
-        self.stack = TransformerDecoder(d_model, n_heads, attn_dim, ffn_dim, n_layers, dropout)
+        self.words = words
+        self.stack = size.decoder(input_dim=words.d_model)
 
     def forward(self, tokens, encoder_states, incr_state=None):
         """One search step as ParlAI calls it: ``incr_state`` None on the first step, then the
@@ -46,16 +46,46 @@ class ResponseDecoder(nn.Module):
         incr_state = incr_state or {}
         offset = incr_state.get('length', 0)
         new_tokens = tokens[:, offset:]
-        x, _ = self.embedding(new_tokens, position_offset=offset)
         cache = {key: value for key, value in incr_state.items() if key != 'length'}
-        hidden = self.stack(x, encoder_states.memory, encoder_states.keep, cache)
+        hidden = self.stack(self.words(new_tokens), encoder_states.memory, encoder_states.keep,
+                            cache, offset)
         cache['length'] = offset + new_tokens.size(1)
         return hidden, cache
 
     def forward_full(self, tokens, encoder_states):
         """Teacher-forced pass over whole sequences (training, perplexity), no cache kept."""
-        x, _ = self.embedding(tokens)
-        return self.stack(x, encoder_states.memory, encoder_states.keep)
+        return self.stack(self.words(tokens), encoder_states.memory, encoder_states.keep)
+
+
+@dataclass
+class ResponseLoss:
+    """The response term of a batch under teacher forcing (real target tokens only).
+
+    ``smoothed`` is the label-smoothed loss summed over every token of the batch (what the MIME
+    reference back-propagates); the per-example figures are plain NLL, for perplexity.
+    """
+
+    smoothed: torch.Tensor  # scalar
+    nll: torch.Tensor  # [B] summed token NLL per example
+    tokens: torch.Tensor  # [B] real target tokens per example
+    correct: torch.Tensor  # [B] tokens whose argmax is the target
+
+
+def smoothed_token_losses(logits, targets, padding_idx, smoothing=0.0):
+    """Per-token ``(label-smoothed loss, NLL)`` of ``targets`` [N] under ``logits`` [N, V].
+
+    Label smoothing as in the MoEL/MIME reference (``LabelSmoothing``): the target distribution
+    gives 1 - eps to the gold token and eps / (V - 2) to every other token but padding. The
+    reference minimizes its KL divergence to the model; that differs from this cross-entropy by
+    the target's entropy, a constant, so the gradients are the same.
+    """
+    logp = F.log_softmax(logits.float(), dim=-1)
+    gold = logp.gather(1, targets.unsqueeze(1)).squeeze(1)
+    if not smoothing:
+        return -gold, -gold
+    others = logp.sum(dim=-1) - gold - logp[:, padding_idx]
+    smoothed = -(1.0 - smoothing) * gold - smoothing / (logp.size(-1) - 2) * others
+    return smoothed, -gold
 
 
 class GeneratorModel(nn.Module):
@@ -68,6 +98,15 @@ class GeneratorModel(nn.Module):
         self.longest_label = 1
         self.response_weight = 1.0  # gamma in MIME's loss
 
+    def init_weights(self, keep=()):
+        """Every weight matrix xavier-uniform, as the reference's main.py does after building the
+        model (biases, layer norms and 1-d vectors keep PyTorch's defaults); the modules in
+        ``keep`` (the GloVe-initialized word table) are left as they are."""
+        kept = {id(p) for module in keep for p in module.parameters()}
+        for param in self.parameters():
+            if param.dim() > 1 and id(param) not in kept:
+                nn.init.xavier_uniform_(param)
+
     def decode_forced(self, encoder_states, ys):
         """Teacher forcing: logits ``[B, T, V]`` for targets ``ys`` (no START in ys)."""
         inputs = torch.cat([self.START.expand(ys.size(0), 1), ys[:, :-1]], dim=1)
@@ -75,11 +114,19 @@ class GeneratorModel(nn.Module):
         logits = self.output(hidden)
         return logits, logits.argmax(dim=-1)
 
-    def forward(self, *xs, ys=None, prev_enc=None, maxlen=None, bsz=None):
+    def forward(self, *xs, ys=None, prev_enc=None, maxlen=None, bsz=None, loss_smoothing=None):
+        """ParlAI's teacher-forced call: ``(scores, preds, encoder_states)``.
+
+        With ``loss_smoothing`` (agents' loss path) the first item is a :class:`ResponseLoss`
+        computed at real target tokens only, and ``preds`` is None; going through ``forward``
+        keeps DistributedDataParallel's gradient hooks in play.
+        """
         if ys is None:
             raise ValueError('forward() needs ys (teacher forcing); generation is done by search')
         self.longest_label = max(self.longest_label, ys.size(1))
         encoder_states = prev_enc if prev_enc is not None else self.encoder(*xs)
+        if loss_smoothing is not None:
+            return self.response_loss(encoder_states, ys, loss_smoothing), None, encoder_states
         scores, preds = self.decode_forced(encoder_states, ys)
         return scores, preds, encoder_states
 
@@ -100,37 +147,42 @@ class GeneratorModel(nn.Module):
         return reorder_cache(incremental_state, inds)
 
     def extra_losses(self, encoder_states, emotion):
-        """Model-specific weighted losses beside the response NLL: ``(total, parts)``."""
+        """Model-specific weighted losses beside the response term: ``(total, parts)``."""
         raise NotImplementedError
 
-    def response_loss(self, encoder_states, ys):
-        """Token NLL of ``ys`` under teacher forcing, computing logits only at real tokens.
+    def response_loss(self, encoder_states, ys, smoothing=0.0) -> ResponseLoss:
+        """The response term of ``ys`` under teacher forcing, logits only at real tokens.
 
         Padding is typically half of a batch's response positions; skipping it halves the cost
-        of the output layer, the most expensive matrix product of these models. Returns
-        ``(summed NLL, number of tokens, number predicted correctly)``.
+        of the output layer, the most expensive matrix product of these models.
         """
         inputs = torch.cat([self.START.expand(ys.size(0), 1), ys[:, :-1]], dim=1)
         hidden = self.decoder.forward_full(inputs, encoder_states)
         real = ys.ne(self.NULL_IDX)
         logits = self.output(hidden[real])
         targets = ys[real]
-        nll = F.cross_entropy(logits, targets, reduction='sum')
-        correct = (logits.argmax(dim=-1) == targets).sum()
-        return nll, targets.numel(), correct
+        smoothed, nll = smoothed_token_losses(logits, targets, self.NULL_IDX, smoothing)
+        example = real.nonzero()[:, 0]
+        per_example = nll.new_zeros(ys.size(0))
+        correct = (logits.argmax(dim=-1) == targets).to(nll.dtype)
+        return ResponseLoss(
+            smoothed=smoothed.sum(),
+            nll=per_example.index_add(0, example, nll),
+            tokens=real.sum(dim=1),
+            correct=per_example.index_add(0, example, correct),
+        )
 
-    def training_loss(self, *xs, ys, emotion):
-        """gamma * mean response NLL + the model's extra losses; returns ``(total, parts)``.
+    def training_loss(self, *xs, ys, emotion, smoothing=0.1):
+        """The reference's objective: gamma * label-smoothed response loss summed over tokens +
+        the model's extra losses (:meth:`extra_losses`); returns ``(total, parts)``.
 
-        ``xs`` are the encoder inputs (tokens, speakers, gold emotion); agents compute the
-        response loss through ParlAI and add :meth:`extra_losses` the same way.
+        ``xs`` are the encoder inputs (tokens, speakers, gold emotion); agents compute the same
+        through ``forward(..., loss_smoothing=...)``.
         """
-        encoder_states = self.encoder(*xs)
-        nll_sum, n_tokens, _ = self.response_loss(encoder_states, ys)
-        nll = nll_sum / max(n_tokens, 1)
+        response, _, encoder_states = self(*xs, ys=ys, loss_smoothing=smoothing)
         extra, parts = self.extra_losses(encoder_states, emotion)
-        parts['resp'] = nll.detach()
-        return self.response_weight * nll + extra, parts
+        parts['resp'] = (response.nll.sum() / response.tokens.sum().clamp(min=1)).detach()
+        return self.response_weight * response.smoothed + extra, parts
 
     @torch.no_grad()
     def greedy_decode(self, *xs, maxlen=30):
@@ -152,16 +204,6 @@ class GeneratorModel(nn.Module):
         return tokens[:, 1:], encoder_states
 
 
-def build_response_side(words, vocab_size, size, padding_idx=0, max_positions=1024):
+def build_response_side(words, vocab_size, size):
     """The decoder (sharing the word table ``words``) and output layer both models use."""
-    embedding = DialogueEmbedding(words, padding_idx, n_speakers=0, max_positions=max_positions,
-                                  dropout=size.dropout)
-    decoder = ResponseDecoder(embedding, size.d_model, size.n_heads, size.attn_dim, size.ffn_dim,
-                              size.n_layers, size.dropout)
-    return decoder, nn.Linear(size.d_model, vocab_size)
-
-
-def response_nll(scores, ys, padding_idx):
-    """Mean token negative log-likelihood of the targets (padding ignored)."""
-    return F.cross_entropy(scores.reshape(-1, scores.size(-1)), ys.reshape(-1),
-                           ignore_index=padding_idx)
+    return ResponseDecoder(words, size), nn.Linear(size.d_model, vocab_size)

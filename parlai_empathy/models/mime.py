@@ -1,33 +1,46 @@
 """MIME: MIMicking Emotions for Empathetic Response Generation (Majumder et al., EMNLP 2020).
 
-Read top to bottom with the paper's method section:
+Read top to bottom with the paper's method section; where the paper is silent, the reference code
+(declare-lab/MIME @ 7c34f3a: ``model/trainer.py``, ``VAE_noEmo_posterior.py``,
+``emotion_input_attention.py``, ``complex_res_gate.py``) decides.
 
-1. Context encoding. Word + position + speaker embeddings of the concatenated context, a CTX
-   token first; a transformer encoder gives H and c = H_0.
+1. Context encoding. Word + speaker embeddings of the concatenated context, a CTX token first; a
+   transformer encoder gives H and c = H_0.
 2. User-emotion classification. s = E_E W_E c, with E_E (32 x D_h) the emotion embeddings,
    also used to build the response emotions below; trained with cross-entropy (L_cls).
 3. Emotion grouping. The 32 emotions split into 13 positive / 19 negative (Table 1).
-4. Stochastic emotion sampling, per group g: a prior N(mu_g(c), sigma_g(c)) and, in training, a
-   posterior N(mu'_g(c, e), sigma'_g(c, e)) given the gold user emotion's embedding e; z_g is
-   reparameterized, d_g = softmax(FC_g(z_g)) and e_g = d_g E_E[g]. ELBO_g = KL(q || p) (training)
-   + reconstruction -log d_g(gold) when the gold emotion belongs to g.
+4. Stochastic emotion sampling, per group g: the prior h = ReLU(W_h c) (one layer shared by the
+   groups), N(mu_g(h), sigma_g(h)); z_g is sampled from it (in training *and* at inference),
+   d_g = softmax(FC_g(z_g)) and e_g = d_g E_E[g].
 5. Emotion mimicry. m = e_pos if the user emotion is positive, else e_neg; m~ is the other.
-   Polarity: the gold label in training (as in the reference implementation), the classifier's
-   prediction at inference.
+   Polarity: the gold label in training, the classifier's prediction at inference (as the
+   reference generates); ``polarity='gold'`` at inference scores with the gold one (as the
+   reference computes its test perplexity).
 6. A second transformer encoder over [H_i (+) m] gives M; another over [H_i (+) m~] gives M~.
 7. Fusion. gate = sigmoid(W_1 [M (+) M~]); M_fused = W_2 (gate * [M (+) M~]).
 8. A transformer decoder attends to M_fused.
-Loss: alpha L_cls + beta (ELBO_pos + ELBO_neg) + gamma L_resp (all 1 in the paper).
+
+The ELBO term, as the reference trains it: a posterior N(mu'_g, sigma'_g) per group, computed
+from [c (+) mean(M_g)] where M_g is the emotion-encoder output of that group's side (M for the
+mimicked group, M~ for the other). Its sample is never decoded: both training and inference
+decode the prior sample, and the posterior enters the loss only through KL(q_g || p_g).
+
+Loss (reference ``train_one_batch``): the label-smoothed response loss summed over the batch's
+tokens + sum_g KL_g summed over batch and latent dimensions + the batch-mean emotion
+cross-entropy (alpha = beta = gamma = 1). :meth:`Mime.extra_losses` gives the last two.
 
 Ablations (the paper's Table 4): ``mimicry=False`` (m = e_pos and m~ = e_neg whatever the user's
 polarity), ``grouping=False`` (one distribution over all 32 emotions, one emotion encoder, no
-fusion), ``stochastic=False`` (z_g = mu_g(c): no sampling, no posterior, no KL).
+fusion), ``stochastic=False`` (z_g = mu_g: no sampling, no posterior, no KL).
 
-Differences from the reference code, on purpose: its posterior is conditioned on the pooled
-emotion-encoder output and its posterior samples never reach the decoder; here the posterior
-sees the gold emotion, its sample feeds the decoder in training (a standard conditional VAE),
-and the ELBO has the reconstruction term. Both use the prior at inference.
+Deviations from the reference, on purpose:
+
+* its prior and posterior return the *positive* group's log-variance for the negative group too
+  (the negative log-variance layers are built and never used); each group has its own here;
+* the posterior's pooled M_g averages real positions only (the reference averages padding too).
 """
+from typing import List, NamedTuple, Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,6 +52,8 @@ from parlai_empathy.models.generator_interface import (
 )
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
+POLARITIES = ('predicted', 'gold')
+
 
 def gaussian_kl(mu_q, logvar_q, mu_p, logvar_p):
     """KL(N(mu_q, var_q) || N(mu_p, var_p)) summed over the latent dimensions: ``[B]``, >= 0."""
@@ -47,44 +62,59 @@ def gaussian_kl(mu_q, logvar_q, mu_p, logvar_p):
     ).sum(dim=-1)
 
 
-class GroupEmotionSampler(nn.Module):
-    """Step 4 for one emotion group: z_g -> d_g -> e_g = d_g E_E[g], with its ELBO terms."""
+def masked_mean(states, keep):
+    """Mean of ``states`` [B, S, D] over the positions where ``keep`` [B, S] is True."""
+    weights = keep.unsqueeze(-1).to(states.dtype)
+    return (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
-    def __init__(self, group_ids, d_model, latent_dim, stochastic=True):
+
+class GroupSample(NamedTuple):
+    """Step 4 for one group: the emotion vector e_g, its distribution d_g and the prior."""
+
+    emotion: torch.Tensor  # [B, D]
+    distribution: torch.Tensor  # [B, |g|]
+    mu: torch.Tensor  # [B, latent]
+    logvar: torch.Tensor  # [B, latent]
+
+
+class EmotionSampler(nn.Module):
+    """Step 4 for every group, and the posterior KL of the ELBO."""
+
+    def __init__(self, groups, d_model, latent_dim, stochastic=True):
         super().__init__()
-        self.register_buffer('group_ids', torch.tensor(group_ids), persistent=False)
-        # position of each of the 32 emotions inside this group, -1 when not a member
-        position = torch.full((NUM_EMOTIONS,), -1, dtype=torch.long)
-        position[torch.tensor(group_ids)] = torch.arange(len(group_ids))
-        self.register_buffer('position_in_group', position, persistent=False)
         self.stochastic = stochastic
-        self.prior = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(),
-                                   nn.Linear(d_model, 2 * latent_dim))
+        for i, ids in enumerate(groups):
+            self.register_buffer(f'group_ids_{i}', torch.tensor(ids), persistent=False)
+        self.n_groups = len(groups)
+        self.prior_hidden = nn.Linear(d_model, d_model)  # shared by the groups
+        self.prior = nn.ModuleList(nn.Linear(d_model, 2 * latent_dim) for _ in groups)  # mu, logvar
         if stochastic:
-            self.posterior = nn.Sequential(nn.Linear(2 * d_model, d_model), nn.ReLU(),
-                                           nn.Linear(d_model, 2 * latent_dim))
-        self.to_distribution = nn.Linear(latent_dim, len(group_ids))  # FC_g, shared by q and p
+            self.posterior = nn.ModuleList(
+                nn.Sequential(nn.Linear(2 * d_model, d_model), nn.ReLU(), nn.Linear(d_model, 2 * latent_dim))
+                for _ in groups
+            )
+        self.to_distribution = nn.ModuleList(nn.Linear(latent_dim, len(ids)) for ids in groups)  # FC_g
 
-    def forward(self, c, emotion_table, gold=None, gold_embedding=None):
-        mu, logvar = self.prior(c).chunk(2, dim=-1)
-        kl = c.new_zeros(c.size(0))
-        if not self.stochastic:
-            z = mu
-        elif self.training and gold_embedding is not None:
-            mu_q, logvar_q = self.posterior(torch.cat([c, gold_embedding], dim=-1)).chunk(2, dim=-1)
-            z = mu_q + torch.randn_like(mu_q) * (0.5 * logvar_q).exp()
-            kl = gaussian_kl(mu_q, logvar_q, mu, logvar)
-        else:
-            z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
-        log_d = F.log_softmax(self.to_distribution(z), dim=-1)
-        e = log_d.exp() @ emotion_table[self.group_ids]
-        recon = c.new_zeros(c.size(0))
-        if gold is not None:
-            where = self.position_in_group[gold]
-            member = where.ge(0)
-            picked = log_d.gather(1, where.clamp(min=0).unsqueeze(1)).squeeze(1)
-            recon = torch.where(member, -picked, recon)
-        return e, log_d.exp(), kl, recon
+    def group_ids(self, i):
+        return getattr(self, f'group_ids_{i}')
+
+    def forward(self, c, emotion_table) -> List[GroupSample]:
+        hidden = F.relu(self.prior_hidden(c))
+        samples = []
+        for i in range(self.n_groups):
+            mu, logvar = self.prior[i](hidden).chunk(2, dim=-1)
+            z = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if self.stochastic else mu
+            d = F.softmax(self.to_distribution[i](z), dim=-1)
+            samples.append(GroupSample(d @ emotion_table[self.group_ids(i)], d, mu, logvar))
+        return samples
+
+    def kl(self, c, pooled_sides, samples):
+        """KL(q_g || p_g) per example ``[B]`` for each group, q_g from [c (+) pooled M_g]."""
+        out = []
+        for i, (pooled, sample) in enumerate(zip(pooled_sides, samples)):
+            mu_q, logvar_q = self.posterior[i](torch.cat([c, pooled], dim=-1)).chunk(2, dim=-1)
+            out.append(gaussian_kl(mu_q, logvar_q, sample.mu, sample.logvar))
+        return out
 
 
 class EmotionFusion(nn.Module):
@@ -103,15 +133,17 @@ class EmotionFusion(nn.Module):
 class EmotionContextEncoder(nn.Module):
     """Step 6: a transformer encoder over [H_i (+) emotion] (concatenated per position).
 
-    The linear map of the concatenation is computed as W_h H_i + W_m m: the emotion half is one
-    product per example instead of one per token (same function, half the work).
+    The reference projects the 2 D_h-wide concatenation with one bias-free linear map; here it is
+    computed as W_h H_i + W_m m, so the emotion half is one product per example instead of one per
+    token (the same function, half the work). The timing signal is added after it, as the
+    reference's encoder does.
     """
 
     def __init__(self, size):
         super().__init__()
-        self.merge_hidden = nn.Linear(size.d_model, size.d_model)
+        self.merge_hidden = nn.Linear(size.d_model, size.d_model, bias=False)
         self.merge_emotion = nn.Linear(size.d_model, size.d_model, bias=False)
-        self.encoder = size.encoder()
+        self.encoder = size.encoder(project_input=False)
 
     def forward(self, hidden, emotion, keep):
         merged = self.merge_hidden(hidden) + self.merge_emotion(emotion).unsqueeze(1)
@@ -121,33 +153,33 @@ class EmotionContextEncoder(nn.Module):
 class MimeEncoder(nn.Module):
     """Steps 1-7: context in, the decoder's memory M_fused out (plus the losses' inputs in aux)."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, max_positions=1024,
-                 latent_dim=None, mimicry=True, grouping=True, stochastic=True):
+    def __init__(self, words, size, padding_idx=0, n_speakers=2, latent_dim=None, mimicry=True,
+                 grouping=True, stochastic=True):
         super().__init__()
         d_model = size.d_model
-        self.mimicry, self.grouping = mimicry, grouping
+        self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
         # 1. context encoding
-        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, max_positions,
-                                           prepend_ctx=True, dropout=size.dropout)
-        self.context_encoder = size.encoder()
+        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
+                                           dropout=size.dropout)
+        self.context_encoder = size.encoder(input_dim=words.d_model)
         # 2. user-emotion classification: s = E_E W_E c
         self.emotion_embedding = nn.Parameter(torch.randn(NUM_EMOTIONS, d_model) * d_model ** -0.5)
         self.classifier_proj = nn.Linear(d_model, d_model, bias=False)  # W_E
         self.register_buffer('is_positive', torch.tensor(is_positive_by_id()), persistent=False)
         # 3-4. grouping and stochastic sampling
-        latent_dim = latent_dim or d_model
         groups = (POSITIVE_IDS, NEGATIVE_IDS) if grouping else (tuple(range(NUM_EMOTIONS)),)
-        self.samplers = nn.ModuleList(
-            GroupEmotionSampler(ids, d_model, latent_dim, stochastic) for ids in groups
-        )
+        self.sampler = EmotionSampler(groups, d_model, latent_dim or d_model, stochastic)
         # 6-7. emotion-conditioned encoders and fusion (one encoder when ungrouped)
         self.mimic_encoder = EmotionContextEncoder(size)
         if grouping:
             self.non_mimic_encoder = EmotionContextEncoder(size)
             self.fusion = EmotionFusion(d_model)
 
-    def forward(self, tokens, speakers=None, emotion=None):
-        """``emotion`` (gold ids) is given in training; None at inference."""
+    def forward(self, tokens, speakers=None, emotion=None, polarity: Optional[str] = None):
+        """``emotion``: gold ids. In training they set the mimicry polarity and the posterior runs;
+        at inference the polarity is the classifier's, unless ``polarity='gold'``."""
+        if polarity not in (None,) + POLARITIES:
+            raise ValueError(f'polarity must be one of {POLARITIES}, not {polarity!r}')
         # 1. H and c = H_0
         x, keep = self.embedding(tokens, speakers)
         hidden = self.context_encoder(x, keep)
@@ -155,59 +187,67 @@ class MimeEncoder(nn.Module):
         # 2. s = E_E W_E c
         emotion_logits = self.classifier_proj(c) @ self.emotion_embedding.t()
         predicted = emotion_logits.argmax(dim=-1)
-        # 5 (polarity used for mimicry): gold in training, the classifier's otherwise
-        user_positive = self.is_positive[emotion if emotion is not None else predicted]
+        # 5 (the polarity mimicry follows)
+        use_gold = emotion is not None and (self.training or polarity == 'gold')
+        if polarity == 'gold' and emotion is None:
+            raise ValueError("polarity='gold' needs the gold emotion ids")
+        user_positive = self.is_positive[emotion if use_gold else predicted]
         # 4. one emotion vector per group
-        gold_embedding = self.emotion_embedding[emotion] if emotion is not None else None
-        sampled = [s(c, self.emotion_embedding, emotion, gold_embedding) for s in self.samplers]
+        samples = self.sampler(c, self.emotion_embedding)
         aux = {'emotion_logits': emotion_logits, 'user_positive': user_positive}
         names = ('pos', 'neg') if self.grouping else ('all',)
-        for name, (_, dist, kl, recon) in zip(names, sampled):
-            aux[f'd_{name}'], aux[f'kl_{name}'], aux[f'recon_{name}'] = dist, kl, recon
+        for name, sample in zip(names, samples):
+            aux[f'd_{name}'] = sample.distribution
+        with_posterior = self.training and self.stochastic and emotion is not None
         if not self.grouping:
-            memory = self.mimic_encoder(hidden, sampled[0][0], keep)
+            memory = self.mimic_encoder(hidden, samples[0].emotion, keep)
+            if with_posterior:
+                aux['kl_all'], = self.sampler.kl(c, [masked_mean(memory, keep)], samples)
             return EncoderStates(memory, keep, aux)
-        e_pos, e_neg = sampled[0][0], sampled[1][0]
+        e_pos, e_neg = samples[0].emotion, samples[1].emotion
         # 5. emotion mimicry
-        if self.mimicry:
-            flag = user_positive.unsqueeze(1)
-            m, m_tilde = torch.where(flag, e_pos, e_neg), torch.where(flag, e_neg, e_pos)
-        else:
-            m, m_tilde = e_pos, e_neg
-        # 6-7. M, M~ and their fusion
-        memory = self.fusion(self.mimic_encoder(hidden, m, keep),
-                             self.non_mimic_encoder(hidden, m_tilde, keep))
-        return EncoderStates(memory, keep, aux)
+        flag = user_positive.unsqueeze(1) if self.mimicry else torch.ones_like(user_positive).unsqueeze(1)
+        m, m_tilde = torch.where(flag, e_pos, e_neg), torch.where(flag, e_neg, e_pos)
+        # 6. M and M~
+        m_out = self.mimic_encoder(hidden, m, keep)
+        m_tilde_out = self.non_mimic_encoder(hidden, m_tilde, keep)
+        if with_posterior:
+            pooled_m, pooled_tilde = masked_mean(m_out, keep), masked_mean(m_tilde_out, keep)
+            pooled_pos = torch.where(flag, pooled_m, pooled_tilde)  # the positive group's side
+            pooled_neg = torch.where(flag, pooled_tilde, pooled_m)
+            aux['kl_pos'], aux['kl_neg'] = self.sampler.kl(c, [pooled_pos, pooled_neg], samples)
+        # 7. fusion
+        return EncoderStates(self.fusion(m_out, m_tilde_out), keep, aux)
 
 
 class Mime(GeneratorModel):
     """MIME with ParlAI's TorchGeneratorModel interface (see generator_interface.py).
 
-    ``encoder(tokens, speakers=None, emotion=None)``; step 8 is ``decoder`` + ``output``.
+    ``encoder(tokens, speakers=None, emotion=None, polarity=None)``; step 8 is ``decoder`` +
+    ``output``.
     """
 
     def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
-                 words=None, n_speakers=2, max_positions=1024, latent_dim=None, mimicry=True,
-                 grouping=True, stochastic=True, cls_weight=1.0, elbo_weight=1.0,
-                 response_weight=1.0):
+                 words=None, n_speakers=2, latent_dim=None, mimicry=True, grouping=True,
+                 stochastic=True, cls_weight=1.0, elbo_weight=1.0, response_weight=1.0):
         super().__init__(padding_idx, start_idx, end_idx)
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
-        self.encoder = MimeEncoder(words, size, padding_idx, n_speakers, max_positions,
-                                   latent_dim, mimicry, grouping, stochastic)
-        self.decoder, self.output = build_response_side(words, vocab_size, size, padding_idx,
-                                                        max_positions)
+        self.encoder = MimeEncoder(words, size, padding_idx, n_speakers, latent_dim, mimicry,
+                                   grouping, stochastic)
+        self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight, self.elbo_weight = cls_weight, elbo_weight  # alpha, beta
         self.response_weight = response_weight  # gamma
+        self.init_weights(keep=[words])
 
     def extra_losses(self, encoder_states, emotion):
-        """alpha L_cls + beta sum_g ELBO_g (batch means); ``parts`` for logging."""
+        """alpha * batch-mean L_cls + beta * sum_g KL_g summed over the batch (the reference's
+        reductions); ``parts`` holds per-example means for logging."""
         aux = encoder_states.aux
         cls = F.cross_entropy(aux['emotion_logits'], emotion)
         parts = {'cls': cls.detach()}
-        elbo = cls.new_zeros(())
+        kl = cls.new_zeros(())
         for key in aux:
-            if key.startswith(('kl_', 'recon_')):
-                term = aux[key].mean()
-                parts[key] = term.detach()
-                elbo = elbo + term
-        return self.cls_weight * cls + self.elbo_weight * elbo, parts
+            if key.startswith('kl_'):
+                kl = kl + aux[key].sum()
+                parts[key] = aux[key].mean().detach()
+        return self.cls_weight * cls + self.elbo_weight * kl, parts

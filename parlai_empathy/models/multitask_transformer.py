@@ -4,7 +4,9 @@ A transformer encoder-decoder whose encoder also classifies the user's emotion f
 state (c = H_0). Built from the same blocks as MIME (embeddings, transformer_blocks), so the two
 differ only in what sits between the context encoder and the decoder.
 
-Loss: cls_weight * CE(emotion) + response_weight * NLL(response).
+Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with ``--multitask``):
+response_weight * label-smoothed response loss summed over tokens + cls_weight * the batch-mean
+emotion cross-entropy.
 """
 import torch.nn.functional as F
 from torch import nn
@@ -20,12 +22,11 @@ from parlai_empathy.models.transformer_blocks import TransformerSize
 class MultitaskEncoder(nn.Module):
     """Context -> H, plus emotion logits from c = H_0 (in ``aux['emotion_logits']``)."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, max_positions=1024,
-                 n_emotions=NUM_EMOTIONS):
+    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS):
         super().__init__()
-        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, max_positions,
-                                           prepend_ctx=True, dropout=size.dropout)
-        self.context_encoder = size.encoder()
+        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
+                                           dropout=size.dropout)
+        self.context_encoder = size.encoder(input_dim=words.d_model)
         self.classifier = nn.Linear(size.d_model, n_emotions)
 
     def forward(self, tokens, speakers=None, emotion=None):
@@ -39,15 +40,14 @@ class MultitaskTransformer(GeneratorModel):
     """Encoder-decoder + emotion classifier; ParlAI TorchGeneratorModel interface."""
 
     def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
-                 words=None, n_speakers=2, max_positions=1024, cls_weight=1.0,
-                 response_weight=1.0):
+                 words=None, n_speakers=2, cls_weight=1.0, response_weight=1.0):
         super().__init__(padding_idx, start_idx, end_idx)
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
-        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers, max_positions)
-        self.decoder, self.output = build_response_side(words, vocab_size, size, padding_idx,
-                                                        max_positions)
+        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers)
+        self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight = cls_weight
         self.response_weight = response_weight
+        self.init_weights(keep=[words])
 
     def extra_losses(self, encoder_states, emotion):
         cls = F.cross_entropy(encoder_states.aux['emotion_logits'], emotion)

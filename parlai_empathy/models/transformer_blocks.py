@@ -1,19 +1,49 @@
-"""The one transformer encoder block and decoder block of the project (MIME and Multi-TR).
+"""The one transformer encoder and decoder of the project (MIME and Multi-TR).
 
-Pre-layer-norm blocks (as in the MIME/MoEL reference code) with a separate attention width
-``attn_dim`` (the reference's "total key/value depth": 40 for MIME's D_h = 300) and FFN width
-``ffn_dim`` (the reference's "filter": 50). Attention uses torch's fused
-``scaled_dot_product_attention``. The decoder supports incremental decoding: its cache holds each
-layer's self-attention keys/values and the cross-attention keys/values of the memory, so a beam
-step costs one token, and :func:`reorder_cache` follows ParlAI's beam reordering.
+They follow the MoEL/MIME reference code (declare-lab/MIME @ 7c34f3a, ``model/common_layer.py``,
+``transformer_mulexpert.py``), which the MIME paper's figures come from:
+
+* every stack first maps its input with a bias-free linear layer (the reference's
+  ``embedding_proj``) and adds the fixed sinusoidal timing signal; word embeddings are *not*
+  scaled by sqrt(d);
+* pre-layer-norm blocks with a separate attention width ``attn_dim`` (the reference's "total
+  key/value depth": 40 for D_h = 300) and bias-free query/key/value/output maps;
+* the position-wise feed-forward layer is two 1-D convolutions of width ``ffn_kernel`` (3) with a
+  ReLU between (width ``ffn_dim``, the reference's "filter": 50); the decoder's convolutions are
+  causal (left-padded), the encoder's centred;
+* a final layer norm closes each stack.
+
+Deviations, on purpose (each keeps the reference's function on unpadded input):
+
+* the encoder zeroes padded positions before each convolution, so a token's features never depend
+  on how much padding its batch has (the reference convolves over padding);
+* ``nn.LayerNorm`` (biased variance, eps inside the square root) stands for the reference's
+  hand-written LayerNorm (unbiased std, eps 1e-6 added to the std).
+
+Attention runs through torch's fused ``scaled_dot_product_attention``. The decoder supports
+incremental decoding: its cache holds each layer's self-attention keys/values, the
+cross-attention keys/values of the memory and the last ``ffn_kernel - 1`` inputs of both causal
+convolutions, so a beam step costs one token; :func:`reorder_cache` follows ParlAI's beam
+reordering.
 
 Masks: ``keep`` tensors are ``[B, S]`` booleans, True at real tokens.
 """
+import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def sinusoidal_positions(n_positions, dim):
+    """The fixed sine/cosine timing signal of Vaswani et al. (no parameters to train)."""
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    rate = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
+    return table
 
 
 class MultiHeadAttention(nn.Module):
@@ -52,46 +82,79 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise two-layer ReLU network."""
+    """conv(d_model -> ffn_dim, k) -> ReLU -> conv(ffn_dim -> d_model, k) along time.
 
-    def __init__(self, d_model, ffn_dim, dropout=0.0):
+    ``kernel=1`` is the usual position-wise linear network. ``causal`` pads on the left only, so
+    position t sees t-k+1..t (the reference decoder's ``padding='left'``).
+    """
+
+    def __init__(self, d_model, ffn_dim, kernel=3, causal=False, dropout=0.0):
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model)
-        )
+        self.conv_in = nn.Conv1d(d_model, ffn_dim, kernel)
+        self.conv_out = nn.Conv1d(ffn_dim, d_model, kernel)
+        self.kernel, self.causal = kernel, causal
+        self.padding = (kernel - 1, 0) if causal else (kernel // 2, (kernel - 1) // 2)
+        self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x):
-        return self.net(x)
+    def _conv(self, conv, x, past=None):
+        """``conv`` along time of ``x`` [B, T, C]; ``past`` [B, k-1, C] replaces the left padding."""
+        if past is None:
+            x = F.pad(x.transpose(1, 2), self.padding)
+        else:
+            x = torch.cat([past, x], dim=1).transpose(1, 2)
+        return conv(x).transpose(1, 2)
+
+    def forward(self, x, keep=None, cache=None):
+        """``keep`` zeroes padded positions (encoder); ``cache`` (causal, incremental decoding) is a
+        dict holding the last k-1 inputs of each convolution, updated in place."""
+        if cache is None or self.kernel == 1:
+            if keep is not None:
+                x = x * keep.unsqueeze(-1).to(x.dtype)
+            hidden = self.dropout(F.relu(self._conv(self.conv_in, x)))
+            if keep is not None:
+                hidden = hidden * keep.unsqueeze(-1).to(hidden.dtype)
+            return self._conv(self.conv_out, hidden)
+        if not self.causal:
+            raise ValueError('incremental decoding needs a causal feed-forward layer')
+        past = self.kernel - 1
+        if 'ffn_in' not in cache:
+            cache['ffn_in'] = x.new_zeros(x.size(0), past, x.size(2))
+            cache['ffn_mid'] = x.new_zeros(x.size(0), past, self.conv_in.out_channels)
+        hidden = self.dropout(F.relu(self._conv(self.conv_in, x, cache['ffn_in'])))
+        out = self._conv(self.conv_out, hidden, cache['ffn_mid'])
+        cache['ffn_in'] = torch.cat([cache['ffn_in'], x], dim=1)[:, -past:]
+        cache['ffn_mid'] = torch.cat([cache['ffn_mid'], hidden], dim=1)[:, -past:]
+        return out
 
 
 class EncoderBlock(nn.Module):
     """x + SelfAttn(LN(x)), then x + FFN(LN(x))."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0):
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3):
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=False, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, keep):
         h = self.norm_attn(x)
         x = x + self.dropout(self.attn(h, self.attn.keys_values(h), keep))
-        return x + self.dropout(self.ffn(self.norm_ffn(x)))
+        return x + self.dropout(self.ffn(self.norm_ffn(x), keep))
 
 
 class DecoderBlock(nn.Module):
-    """Causal self-attention, attention over the memory, FFN; each pre-normed and residual."""
+    """Causal self-attention, attention over the memory, causal FFN; each pre-normed and residual."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0):
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3):
         super().__init__()
         self.norm_self = nn.LayerNorm(d_model)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_cross = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=True, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, memory, memory_keep, cache=None):
@@ -112,36 +175,60 @@ class DecoderBlock(nn.Module):
             memory_kv = self.cross_attn.keys_values(memory)
             x = x + self.dropout(self.self_attn(h, (k, v), causal=True))
         x = x + self.dropout(self.cross_attn(self.norm_cross(x), memory_kv, memory_keep))
-        return x + self.dropout(self.ffn(self.norm_ffn(x)))
+        return x + self.dropout(self.ffn(self.norm_ffn(x), cache=cache))
 
 
-class TransformerEncoder(nn.Module):
-    """A stack of :class:`EncoderBlock` with a final layer norm."""
+class _Stack(nn.Module):
+    """Input projection + timing signal, then blocks, then a final layer norm."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0):
+    def __init__(self, d_model, input_dim, max_positions, project_input=True):
         super().__init__()
-        self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout) for _ in range(n_layers)
-        )
+        # the reference's embedding_proj (bias-free); None when the caller projects already
+        self.in_proj = nn.Linear(input_dim or d_model, d_model, bias=False) if project_input else None
+        self.register_buffer('timing', sinusoidal_positions(max_positions, d_model), persistent=False)
         self.norm = nn.LayerNorm(d_model)
 
+    def _inputs(self, x, offset=0):
+        if self.in_proj is not None:
+            x = self.in_proj(x)
+        if offset + x.size(1) > self.timing.size(0):
+            raise ValueError(
+                f'sequence of {offset + x.size(1)} tokens is longer than max_positions='
+                f'{self.timing.size(0)}; truncate the input'
+            )
+        return x + self.timing[offset: offset + x.size(1)].to(x.dtype)
+
+
+class TransformerEncoder(_Stack):
+    """proj(x) + timing, a stack of :class:`EncoderBlock`, a final layer norm."""
+
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
+                 input_dim=None, max_positions=1024, project_input=True):
+        super().__init__(d_model, input_dim, max_positions, project_input)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel) for _ in range(n_layers)
+        )
+
     def forward(self, x, keep):
+        x = self._inputs(x)
         for block in self.blocks:
             x = block(x, keep)
         return self.norm(x)
 
 
-class TransformerDecoder(nn.Module):
-    """A stack of :class:`DecoderBlock` with a final layer norm and an incremental-state cache."""
+class TransformerDecoder(_Stack):
+    """proj(x) + timing, a stack of :class:`DecoderBlock`, a final layer norm; incremental cache."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0):
-        super().__init__()
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
+                 input_dim=None, max_positions=1024):
+        super().__init__(d_model, input_dim, max_positions)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout) for _ in range(n_layers)
+            DecoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel) for _ in range(n_layers)
         )
-        self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, x, memory, memory_keep, cache=None):
+    def forward(self, x, memory, memory_keep, cache=None, offset=0):
+        """``offset``: how many positions the cache already holds (incremental decoding)."""
+        x = self._inputs(x, offset)
         for i, block in enumerate(self.blocks):
             layer_cache = None
             if cache is not None:
@@ -161,7 +248,7 @@ def reorder_cache(cache, indices):
 
 class TransformerSize(NamedTuple):
     """Layer sizes. The defaults are MIME's paper/reference configuration (D_h = 300, one layer,
-    2 heads, attention width 40, FFN width 50), also used for the Multi-TR baseline."""
+    2 heads, attention width 40, FFN width 50, convolution width 3), also Multi-TR's."""
 
     d_model: int = 300
     n_heads: int = 2
@@ -169,7 +256,15 @@ class TransformerSize(NamedTuple):
     ffn_dim: int = 50
     n_layers: int = 1
     dropout: float = 0.0
+    ffn_kernel: int = 3
+    max_positions: int = 1024
 
-    def encoder(self):
+    def encoder(self, input_dim=None, project_input=True):
         return TransformerEncoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
-                                  self.n_layers, self.dropout)
+                                  self.n_layers, self.dropout, self.ffn_kernel, input_dim,
+                                  self.max_positions, project_input)
+
+    def decoder(self, input_dim=None):
+        return TransformerDecoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
+                                  self.n_layers, self.dropout, self.ffn_kernel, input_dim,
+                                  self.max_positions)

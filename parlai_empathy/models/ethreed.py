@@ -1,43 +1,70 @@
 """ETHREED: emotion tracking and constraint-guided empathetic response generation (Li et al.).
 
 A hierarchical recurrent encoder-decoder over a multi-turn dialogue. Read top to bottom with the
-paper's method section (party ids: 0 = ED Speaker, 1 = ED Listener):
+paper's method section (party ids: 0 = ED Speaker, 1 = ED Listener; the *answered* party said the
+last utterance, the *responder* is the other one):
 
-1. Utterance encoding. A Bi-GRU over word embeddings; u_i = [forward last ; backward first].
-   All utterances of all dialogues of a batch go through it in one packed call.
-2. Dialogue tracking, one step per utterance u_t said by party s (:class:`DialogueTracker`):
+1. Utterance encoding. A Bi-GRU over word embeddings; u_i = [forward last ; backward first]. Every
+   utterance ends with the end token, as in the reference. All utterances of all dialogues of a
+   batch go through it in one packed call.
+2. Dialogue tracking, one step per utterance u_t said by party s (:class:`DialogueTracker`); every
+   new state goes through dropout (0.5) before it is used or kept:
    - global:  g_t = GRU_g(g_{t-1}, u_t)
-   - party:   a_t = sum_j alpha_j g_j over the earlier global states, alpha = softmax(u_t^T W g_j);
-              p_t = GRU_p(q_{other}, [u_t ; a_t]), the hidden state being the other party's last
-              party state; p_t becomes party s's state
+   - party:   a_t = sum_j alpha_j g_j over the earlier global states, alpha = softmax(w^T g_j)
+              (the reference's "simple" attention; ``history_attention='bilinear'`` scores
+              u_t^T W g_j as the paper writes it); p_t = GRU_p(q_{other}, [u_t ; a_t]), the hidden
+              state being the other party's last party state; p_t becomes party s's state
    - emotion: e^s_t = GRU_e(e^s_{t-1}, p_t), one emotion track per party
-   - content: c_t = GRU_c(c_{t-1}, g_t)
-3. L1, emotion classification of both parties at every turn: softmax(FFN(e^s_t)) against the
-   speaker's ED label or the listener's tagged label.
-4. L2, empathetic policy network: sta = FFN(P_e_t) on the last emotion state of the party that
-   just spoke, mu = W_mu sta, log sigma^2 = W_s sta, R_e_t = mu + sigma * eps (mu at inference):
-   the responder's predicted emotion representation. Constraint-based guided policy search:
-   L2 = KL(q || p), q the emotion classifier's distribution for R_e_t and p for the real
-   responder representation (the tracker run one more step on the gold response; training and
-   teacher-forced evaluation only -- decoding never sees it).
-5. L3, decoding (:class:`PointerGeneratorDecoder`). A GRU started from tanh(W c_T). At every
-   step an emotion attention over [R_e_t ; e_1..e_T] gives emo_t, gated into the input by
-   sigmoid(W_g [h ; emo_t]); a bilinear attention with coverage over the answered utterance
-   (the speaker's) gives the context; a pointer-generator mixes the vocabulary distribution with
-   copying from that utterance: P = p_gen P_vocab + (1 - p_gen) sum_{j: x_j = w} a_j.
-   L3 is the NLL (computed by the agent through ParlAI).
-6. L4, coverage loss sum_j min(a_j, cov_j) per target token.
+   - content: c_t = GRU_c(c_{t-1}, g_t), stepped on the answered party's utterances only
+3. L1, emotion classification (a linear layer + softmax over the 32 ED emotions): the answered
+   party's emotion state against its label (the ED label for the speaker) and the responder's
+   real emotion state -- the tracker stepped once more on the gold response -- against the
+   listener tag, 0.5 each (the reference's weights).
+4. L2, empathetic policy network: sta = tanh(W2 tanh(W1 e_t)) on the answered party's emotion
+   state, mu = W_mu sta, sigma^2 = softplus(W_s sta), R = mu + sigma * eps, sampled in training
+   and at test time alike: the responder's planned emotion representation. Constraint-based
+   guided policy search, the paper's L2 = KL(q || p): q the classifier's distribution for R
+   (after dropout), p for the responder's real representation, summed over the 32 emotions,
+   averaged over responses, weight 1.
+5. L3, decoding (:class:`PointerGeneratorDecoder`). A GRU started from tanh(W c_T). At step t:
+   - attention from h_{t-1}: score_j = tanh(h_{t-1}^T W m_j + b) + w_c log(cov_j + eps) over the
+     answered utterance's encoder outputs m_j, cov the element-wise maximum of the earlier
+     attention distributions; context ctx_t = sum_j a_j m_j;
+   - h_t = GRU([x_t ; ctx_t], h_{t-1}), x_t the previous word's embedding;
+   - emotion: R' = tanh(W_r R), emo_t = tanh(bilinear(h_{t-1}, R')) R';
+   - P_vocab = softmax(W_o W_p [h_t ; emo_t]);
+   - pointer-generator over an extended vocabulary (the answered utterance's out-of-vocabulary
+     words get ids V, V+1, ... per example): p_ptr = sigmoid(w^T [x_t ; ctx_t ; h_{t-1}]),
+     P(w) = (1 - p_ptr) P_vocab(w) + p_ptr sum_{j: x_j = w} a_j.
+   L3 is the NLL of the gold response, averaged over its tokens, then over responses.
+6. L4, coverage loss: sum_t sum_j min(a_tj, cov_tj) per response / 40 (the reference's
+   max_unroll), averaged over responses.
 Total: L1 + L2 + L3 + L4.
 
-Ablations (:class:`EthreedConfig`): ``policy=False`` (w/o emp-policy: the responder's tracked
-emotion state replaces R_e_t, no L2), ``gps=False`` (w/o GPS: the policy is kept, L2 = 0),
+Deviations from the reference code (outsider-lj/ethreed @ 397bb20), each on purpose:
+- P(w) mixes probabilities. The reference mixes p_gen times the *raw logits* with the copy
+  weights and then takes a softmax over the sum, which is not a pointer-generator distribution.
+- Source out-of-vocabulary words get their extended ids from the answered utterance, so the
+  copy distribution can produce them. The reference assigns them from the *target* utterance,
+  which the decoder never copies from, so its extended ids only ever receive exp(0) / Z.
+- L2 is the paper's KL(q || p) with weight 1; the released code has it commented out (where it
+  is enabled, it is F.kl_div(log q, p): KL(p || q) averaged over the 32 classes too).
+- Attention and copying skip padding; the reference pads every utterance to 40 tokens and
+  attends to (and can copy) the padding as well. The coverage loss counts the gold response's
+  steps only, not the padding steps after its end.
+- Modules the reference builds but never uses (an emotion gate, a 300x300 linear layer) are not
+  built, so the parameter count is lower.
+
+Ablations (:class:`EthreedConfig`): ``policy=False`` (w/o emp-policy: the responder's last
+tracked emotion state replaces R, no L2), ``gps=False`` (w/o GPS: the policy is kept, L2 = 0),
 ``party_gru=False`` (p_t = tanh(W [u_t ; a_t])), ``emotion_gru=False`` (e_t = tanh(W p_t)),
 ``emotion_track=False`` (w/o emo-track: no emotion reaches the decoder and no policy; L1 still
 trains the tracker so that emotion accuracy stays measurable).
 
+Weights are initialised in one place, :meth:`Ethreed.init_weights`, as the reference does.
 Nothing here imports ParlAI; the ParlAI generator contract comes from ``generator_interface``.
 """
-from typing import NamedTuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -45,23 +72,35 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from parlai_empathy.data.emotions import NUM_EMOTIONS
-from parlai_empathy.models.attention import BilinearAttention, coverage_loss
-from parlai_empathy.models.generator_interface import EncoderStates, GeneratorModel
+from parlai_empathy.models.attention import BilinearAttention, SimpleAttention, coverage_loss
+from parlai_empathy.models.generator_interface import EncoderStates, GeneratorModel, ResponseLoss
 
 SPEAKER, LISTENER = 0, 1
-IGNORE = -100  # label of a turn whose emotion is unknown (skipped by L1)
+IGNORE = -100  # label of an utterance whose emotion is unknown (skipped by L1)
+NO_COPY = -1e4  # copy-switch logit of an example with nothing to copy from
 
 
 class EthreedConfig(NamedTuple):
-    """Sizes (paper: all 300) and ablation switches (all True = the full model)."""
+    """Sizes (paper: all 300), the reference's dropout and loss weights, and the ablations."""
 
     hidden: int = 300
-    dropout: float = 0.0
+    dropout: float = 0.5
+    history_attention: str = 'simple'
+    answered_weight: float = 0.5  # L1, the answered party's emotion
+    responder_weight: float = 0.5  # L1, the responder's real emotion
+    kl_weight: float = 1.0  # L2
+    coverage_weight: float = 1.0  # L4
+    coverage_steps: int = 40  # L4 is divided by the reference's max_unroll
     policy: bool = True
     gps: bool = True
     party_gru: bool = True
     emotion_gru: bool = True
     emotion_track: bool = True
+
+
+def in_vocabulary(tokens: torch.Tensor, vocab_size: int, unk_idx: int) -> torch.Tensor:
+    """Extended (copied out-of-vocabulary) ids replaced by the unknown token, for embedding."""
+    return tokens.masked_fill(tokens >= vocab_size, unk_idx)
 
 
 # ----- 1. utterance encoding --------------------------------------------------------------------
@@ -74,8 +113,8 @@ class UtteranceEncoder(nn.Module):
         self.gru = nn.GRU(words.d_model, hidden, batch_first=True, bidirectional=True)
         self.output_dim = 2 * hidden
 
-    def forward(self, tokens, lengths):
-        """``tokens [N, L]``, ``lengths [N]`` (0 allowed: an empty turn) ->
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``tokens [N, L]`` (in-vocabulary ids), ``lengths [N]`` (0 allowed: an empty turn) ->
         ``(u [N, 2H], outputs [N, L, 2H])`` with u = [forward last ; backward first]."""
         embedded = self.words(tokens)
         packed = pack_padded_sequence(embedded, lengths.clamp(min=1).cpu(), batch_first=True,
@@ -111,40 +150,51 @@ def _set_party(per_party, who, value, live):
 class DialogueTracker(nn.Module):
     """The global, party, emotion and content GRUs, stepped one utterance at a time."""
 
-    def __init__(self, utterance_dim, hidden, party_gru=True, emotion_gru=True):
+    def __init__(self, utterance_dim, hidden, party_gru=True, emotion_gru=True,
+                 history_attention='simple', dropout=0.5):
         super().__init__()
         self.hidden = hidden
         self.global_gru = nn.GRUCell(utterance_dim, hidden)
-        self.history_attention = BilinearAttention(utterance_dim, hidden)
+        if history_attention == 'simple':
+            self.history_attention = SimpleAttention(hidden)
+        elif history_attention == 'bilinear':
+            self.history_attention = BilinearAttention(utterance_dim, hidden)
+        else:
+            raise ValueError(f"history_attention must be 'simple' or 'bilinear', not {history_attention!r}")
         party_input = utterance_dim + hidden
         self.party_gru = nn.GRUCell(party_input, hidden) if party_gru else None
         self.party_ffn = None if party_gru else nn.Linear(party_input, hidden)
         self.emotion_gru = nn.GRUCell(hidden, hidden) if emotion_gru else None
         self.emotion_ffn = None if emotion_gru else nn.Linear(hidden, hidden)
         self.content_gru = nn.GRUCell(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
 
-    def initial_state(self, batch, device):
+    def initial_state(self, batch: int, device) -> TrackerState:
         zeros = torch.zeros(batch, self.hidden, device=device)
         return TrackerState(
             zeros.new_zeros(batch, 0, self.hidden), torch.zeros(batch, 0, dtype=torch.bool, device=device),
             zeros, zeros.new_zeros(batch, 2, self.hidden), zeros.new_zeros(batch, 2, self.hidden), zeros,
         )
 
-    def step(self, state, u_t, who, live):
+    def step(self, state: TrackerState, u_t: torch.Tensor, who: torch.Tensor, live: torch.Tensor,
+             answered: torch.Tensor) -> Tuple[TrackerState, torch.Tensor]:
         """Track utterance ``u_t [B, Du]`` said by party ``who [B]``; rows with ``live`` False
-        (dialogues that have ended) keep their state. Returns ``(state, e_t [B, H])``."""
+        (dialogues that have ended) keep their state; the content GRU steps where ``who`` is
+        the ``answered`` party. Returns ``(state, e_t [B, H])``."""
         a_t, _ = self.history_attention(u_t, state.global_states, state.global_keep)
-        g_t = self.global_gru(u_t, state.global_last)
+        g_t = self.dropout(self.global_gru(u_t, state.global_last))
         party_input = torch.cat([u_t, a_t], dim=-1)
         if self.party_gru is not None:
             p_t = self.party_gru(party_input, _of_party(state.party, 1 - who))
         else:
             p_t = torch.tanh(self.party_ffn(party_input))
+        p_t = self.dropout(p_t)
         if self.emotion_gru is not None:
             e_t = self.emotion_gru(p_t, _of_party(state.emotion, who))
         else:
             e_t = torch.tanh(self.emotion_ffn(p_t))
-        c_t = self.content_gru(g_t, state.content)
+        e_t = self.dropout(e_t)
+        c_t = self.dropout(self.content_gru(g_t, state.content))
         keep = live.unsqueeze(1)
         return TrackerState(
             torch.cat([state.global_states, g_t.unsqueeze(1)], dim=1),
@@ -152,40 +202,27 @@ class DialogueTracker(nn.Module):
             torch.where(keep, g_t, state.global_last),
             _set_party(state.party, who, p_t, live),
             _set_party(state.emotion, who, e_t, live),
-            torch.where(keep, c_t, state.content),
+            torch.where(keep & (who == answered).unsqueeze(1), c_t, state.content),
         ), e_t
 
 
 # ----- 3./4. emotion classifier and empathetic policy -------------------------------------------
-class EmotionClassifierHead(nn.Module):
-    """FFN + softmax over the 32 ED emotions, shared by L1 and by L2's two distributions."""
-
-    def __init__(self, hidden, n_classes=NUM_EMOTIONS):
-        super().__init__()
-        self.ffn = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
-
-    def forward(self, emotion_states):
-        return self.ffn(emotion_states)
-
-
 class EmpatheticPolicy(nn.Module):
-    """sta = FFN(P_e_t); R_e_t ~ N(mu(sta), sigma^2(sta)), reparameterized (mu when not training)."""
+    """sta = tanh(W2 tanh(W1 e)); R ~ N(mu(sta), softplus(.)(sta)), reparameterized, always sampled."""
 
     def __init__(self, hidden):
         super().__init__()
-        self.state = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU())
+        self.state = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
         self.mu = nn.Linear(hidden, hidden)
-        self.logvar = nn.Linear(hidden, hidden)
+        self.variance = nn.Linear(hidden, hidden)
 
-    def forward(self, emotion_state):
+    def forward(self, emotion_state: torch.Tensor) -> torch.Tensor:
         sta = self.state(emotion_state)
-        mu, logvar = self.mu(sta), self.logvar(sta)
-        if not self.training:
-            return mu
-        return mu + torch.exp(0.5 * logvar) * torch.randn_like(mu)
+        mu, variance = self.mu(sta), F.softplus(self.variance(sta))
+        return mu + variance.clamp_min(1e-12).sqrt() * torch.randn_like(mu)
 
 
-def classifier_kl(q_logits, p_logits):
+def classifier_kl(q_logits: torch.Tensor, p_logits: torch.Tensor) -> torch.Tensor:
     """KL(q || p) per row between two emotion classifier distributions: ``[B]``, >= 0."""
     log_q, log_p = F.log_softmax(q_logits, dim=-1), F.log_softmax(p_logits, dim=-1)
     return (log_q.exp() * (log_q - log_p)).sum(dim=-1)
@@ -196,9 +233,11 @@ class EthreedEncoder(nn.Module):
     """Utterances of a batch of dialogues -> decoder memory and emotion states.
 
     Inputs: ``utt_tokens [N, L]`` and ``utt_lengths [N]`` hold every utterance of every dialogue
-    (dialogue 0's first, in order), ``dialogue_lengths [B]`` how many belong to each dialogue
-    (>= 1), ``roles [B, T]`` the party of each (0 speaker, 1 listener). The decoder attends to and
-    copies from each dialogue's last utterance, the one being answered.
+    (dialogue 0's first, in order; in-vocabulary ids), ``dialogue_lengths [B]`` how many belong to
+    each dialogue (>= 1), ``roles [B, T]`` the party of each (0 speaker, 1 listener), and
+    ``source_tokens [B, S]`` the answered (last) utterance of each dialogue with extended ids for
+    its out-of-vocabulary words (None: its in-vocabulary ids). The decoder attends to and copies
+    from that utterance.
     """
 
     def __init__(self, words, config):
@@ -207,13 +246,16 @@ class EthreedEncoder(nn.Module):
         self.config = config
         self.utterances = UtteranceEncoder(words, hidden)
         self.tracker = DialogueTracker(self.utterances.output_dim, hidden, config.party_gru,
-                                       config.emotion_gru)
-        self.classifier = EmotionClassifierHead(hidden)
+                                       config.emotion_gru, config.history_attention, config.dropout)
+        self.classifier = nn.Linear(hidden, NUM_EMOTIONS)
         self.policy = EmpatheticPolicy(hidden) if config.policy and config.emotion_track else None
         self.decoder_init = nn.Linear(hidden, hidden)
+        self.response_emotion = nn.Linear(hidden, hidden) if config.emotion_track else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, utt_tokens, utt_lengths, dialogue_lengths, roles):
+    def forward(self, utt_tokens: torch.Tensor, utt_lengths: torch.Tensor,
+                dialogue_lengths: torch.Tensor, roles: torch.Tensor,
+                source_tokens: Optional[torch.Tensor] = None) -> EncoderStates:
         if int(dialogue_lengths.min()) < 1:
             raise ValueError('every dialogue needs at least one utterance (an empty one will do)')
         batch, turns = roles.shape
@@ -221,133 +263,179 @@ class EthreedEncoder(nn.Module):
         u_flat, outputs = self.utterances(utt_tokens, utt_lengths)
         valid = torch.arange(turns, device=device).unsqueeze(0) < dialogue_lengths.unsqueeze(1)
         u = u_flat.new_zeros(batch, turns, u_flat.size(1))
-        u[valid] = self.dropout(u_flat)
+        u[valid] = u_flat
 
+        answered = roles.gather(1, (dialogue_lengths - 1).unsqueeze(1)).squeeze(1)
+        responder = 1 - answered
         state = self.tracker.initial_state(batch, device)
-        turn_emotions = []
         for t in range(turns):
-            state, e_t = self.tracker.step(state, u[:, t], roles[:, t], valid[:, t])
-            turn_emotions.append(e_t)
-        turn_emotions = torch.stack(turn_emotions, dim=1)  # [B, T, H]
+            state, _ = self.tracker.step(state, u[:, t], roles[:, t], valid[:, t], answered)
 
         # the answered utterance: decoder memory and copy source
         last = torch.cumsum(dialogue_lengths, 0) - 1
         source_lengths = utt_lengths[last]
         width = max(int(source_lengths.max()), 1)
-        source_tokens = utt_tokens[last, :width]
+        if source_tokens is None:
+            source_tokens = utt_tokens[last]
+        source_tokens = source_tokens[:, :width]
         memory = outputs[last, :width]
         keep = torch.arange(width, device=device).unsqueeze(0) < source_lengths.unsqueeze(1)
 
-        # 4. the responder's predicted emotion representation R_e_t
-        last_party = roles.gather(1, (dialogue_lengths - 1).unsqueeze(1)).squeeze(1)
-        responder = 1 - last_party
+        # 4. the responder's planned emotion representation R
+        answered_emotion = _of_party(state.emotion, answered)
         if self.policy is not None:
-            responder_emotion = self.policy(_of_party(state.emotion, last_party))
+            planned = self.policy(answered_emotion)
         else:
-            responder_emotion = _of_party(state.emotion, responder)
+            planned = _of_party(state.emotion, responder)
         aux = {
             'source_tokens': source_tokens,
             'decoder_init': torch.tanh(self.decoder_init(state.content)),
-            'emotion_memory': torch.cat([responder_emotion.unsqueeze(1), turn_emotions], dim=1),
-            'emotion_keep': torch.cat([valid.new_ones(batch, 1), valid], dim=1),
-            'turn_emotion_logits': self.classifier(turn_emotions),
+            'answered_logits': self.classifier(answered_emotion),
             'speaker_logits': self.classifier(state.emotion[:, SPEAKER]),
-            'responder_logits': self.classifier(responder_emotion),
+            'responder_logits': self.classifier(self.dropout(planned)),
             'responder': responder,
+            'answered': answered,
         }
+        if self.response_emotion is not None:
+            aux['response_emotion'] = torch.tanh(self.response_emotion(planned))
         aux.update({f'tracker_{name}': value for name, value in state._asdict().items()})
         return EncoderStates(memory, keep, aux)
 
-    def real_responder_logits(self, encoder_states, response_tokens, response_lengths):
+    def real_responder_logits(self, encoder_states: EncoderStates, response_tokens: torch.Tensor,
+                              response_lengths: torch.Tensor) -> torch.Tensor:
         """Classifier logits of the responder's real emotion representation: the tracker stepped
-        once more on the gold response (the constraint side of L2, and its L1 term)."""
+        once more on the gold response (in-vocabulary ids; L1's second term, L2's p)."""
         aux = encoder_states.aux
         state = TrackerState(**{name: aux[f'tracker_{name}'] for name in TrackerState._fields})
         u_response, _ = self.utterances(response_tokens, response_lengths)
         live = torch.ones_like(aux['responder'], dtype=torch.bool)
-        _, e_real = self.tracker.step(state, u_response, aux['responder'], live)
+        _, e_real = self.tracker.step(state, u_response, aux['responder'], live, aux['answered'])
         return self.classifier(e_real)
 
 
 # ----- 5./6. decoder ------------------------------------------------------------------------------
-class PointerGeneratorDecoder(nn.Module):
-    """GRU decoder with emotion gating, bilinear attention with coverage and copying.
+class DecoderSteps(NamedTuple):
+    """Per-step quantities of a decoding run, each ``[B, T, ...]``."""
 
-    Called as ParlAI calls a decoder (``forward(tokens, encoder_states, incr_state)``); it
-    returns log-probabilities of the final (mixed) distribution, so the model's ``output`` is the
-    identity and ParlAI's cross-entropy on them is exactly the NLL.
+    inputs: torch.Tensor  # x_t, embedding of the previous word
+    previous: torch.Tensor  # h_{t-1}
+    hidden: torch.Tensor  # h_t
+    context: torch.Tensor  # ctx_t
+    attention: torch.Tensor  # a_t over the source
+    coverage_loss: torch.Tensor  # [B, T] sum_j min(a_tj, cov_tj)
+
+
+class PointerGeneratorDecoder(nn.Module):
+    """GRU decoder with coverage attention, emotion input before the output layer and copying.
+
+    Called as ParlAI calls a decoder (``forward(tokens, encoder_states, incr_state)``); it returns
+    log-probabilities of the final distribution over the extended vocabulary, so the model's
+    ``output`` is the identity.
     """
 
-    def __init__(self, words, hidden, memory_dim, vocab_size, emotion=True, dropout=0.0):
+    def __init__(self, words, hidden, memory_dim, vocab_size, unk_idx, emotion=True):
         super().__init__()
         self.words = words  # shared with the utterance encoder
+        self.vocab_size, self.unk_idx = vocab_size, unk_idx
         emb = words.d_model
-        self.emotion_attention = BilinearAttention(hidden, hidden) if emotion else None
-        self.emotion_gate = nn.Linear(2 * hidden, hidden) if emotion else None
-        input_dim = emb + (hidden if emotion else 0)
-        self.cell = nn.GRUCell(input_dim, hidden)
-        self.attention = BilinearAttention(hidden, memory_dim, coverage=True)
-        self.pre_output = nn.Linear(hidden + memory_dim, hidden)
-        self.vocab_output = nn.Linear(hidden, vocab_size)
-        self.copy_switch = nn.Linear(memory_dim + hidden + input_dim, 1)
-        self.dropout = nn.Dropout(dropout)
+        self.attention = BilinearAttention(hidden, memory_dim, coverage=True, bias=True, squash=True)
+        self.cell = nn.GRUCell(emb + memory_dim, hidden)
+        self.emotion_gate = nn.Bilinear(hidden, hidden, 1) if emotion else None
+        self.pre_output = nn.Linear(hidden * (2 if emotion else 1), emb)
+        self.vocab_output = nn.Linear(emb, vocab_size)
+        self.copy_switch = nn.Linear(emb + memory_dim + hidden, 1)
 
-    def initial_state(self, encoder_states):
+    def initial_state(self, encoder_states: EncoderStates) -> Dict[str, torch.Tensor]:
         return {
             'hidden': encoder_states.aux['decoder_init'],
             'coverage': torch.zeros_like(encoder_states.keep, dtype=encoder_states.memory.dtype),
         }
 
-    def run(self, tokens, encoder_states, state):
-        """Feed ``tokens [B, T]`` (previous outputs, START first) from ``state``.
-
-        Returns ``(log_probs [B, T, V], state, coverage_losses [B, T])``.
-        """
-        memory, keep, aux = encoder_states
+    def run(self, tokens: torch.Tensor, encoder_states: EncoderStates,
+            state: Dict[str, torch.Tensor]) -> Tuple[DecoderSteps, Dict[str, torch.Tensor]]:
+        """Feed ``tokens [B, T]`` (previous outputs, START first; extended ids allowed)."""
+        memory, keep, _ = encoder_states
         keys = self.attention.project(memory)
-        if self.emotion_attention is not None:
-            emotion_keys = self.emotion_attention.project(aux['emotion_memory'])
         hidden, coverage = state['hidden'], state['coverage']
-        embedded = self.dropout(self.words(tokens))
-        steps = {'hidden': [], 'context': [], 'input': [], 'attention': [], 'coverage_loss': []}
+        embedded = self.words(in_vocabulary(tokens, self.vocab_size, self.unk_idx))
+        steps = {name: [] for name in DecoderSteps._fields}
         for t in range(tokens.size(1)):
             x_t = embedded[:, t]
-            if self.emotion_attention is not None:
-                emo_t, _ = self.emotion_attention(hidden, aux['emotion_memory'], aux['emotion_keep'],
-                                                  keys=emotion_keys)
-                gate = torch.sigmoid(self.emotion_gate(torch.cat([hidden, emo_t], dim=-1)))
-                x_t = torch.cat([x_t, gate * emo_t], dim=-1)
-            hidden = self.cell(x_t, hidden)
             context, weights = self.attention(hidden, memory, keep, coverage, keys=keys)
             steps['coverage_loss'].append(coverage_loss(weights, coverage))
-            coverage = coverage + weights
-            for name, value in (('hidden', hidden), ('context', context), ('input', x_t),
+            coverage = torch.maximum(coverage, weights)
+            steps['previous'].append(hidden)
+            hidden = self.cell(torch.cat([x_t, context], dim=-1), hidden)
+            for name, value in (('inputs', x_t), ('hidden', hidden), ('context', context),
                                 ('attention', weights)):
                 steps[name].append(value)
-        stacked = {name: torch.stack(values, dim=1) for name, values in steps.items()}
-        log_probs = self.mix(stacked, aux['source_tokens'], keep)
-        return log_probs, {'hidden': hidden, 'coverage': coverage}, stacked['coverage_loss']
+        stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
+        return stacked, {'hidden': hidden, 'coverage': coverage}
 
-    def mix(self, steps, source_tokens, keep):
-        """P = p_gen P_vocab + (1 - p_gen) P_copy for all steps at once; log P ``[B, T, V]``."""
-        hidden, context = steps['hidden'], steps['context']
-        features = self.dropout(torch.tanh(self.pre_output(torch.cat([hidden, context], dim=-1))))
-        vocab_probs = torch.softmax(self.vocab_output(features), dim=-1)
-        p_gen = torch.sigmoid(self.copy_switch(torch.cat([context, hidden, steps['input']], dim=-1)))
-        has_source = keep.any(dim=1).view(-1, 1, 1)
-        p_gen = torch.where(has_source, p_gen, torch.ones_like(p_gen))  # empty turn: no copying
-        index = source_tokens.unsqueeze(1).expand(-1, hidden.size(1), -1)
-        copy_probs = torch.zeros_like(vocab_probs).scatter_add_(2, index, steps['attention'])
-        probs = p_gen * vocab_probs + (1 - p_gen) * copy_probs
-        return torch.log(probs.clamp_min(1e-12))
+    def distributions(self, steps: DecoderSteps, aux: dict, keep: torch.Tensor):
+        """``(log P_vocab [B, T, V] + log(1 - p_ptr), log p_ptr [B, T])`` for every step."""
+        features = steps.hidden
+        if self.emotion_gate is not None:
+            planned = aux['response_emotion'].unsqueeze(1).expand_as(steps.previous).contiguous()
+            gate = torch.tanh(self.emotion_gate(steps.previous.contiguous(), planned))
+            features = torch.cat([features, gate * planned], dim=-1)
+        vocab = F.log_softmax(self.vocab_output(self.pre_output(features)), dim=-1)
+        switch = self.copy_switch(torch.cat([steps.inputs, steps.context, steps.previous], dim=-1))
+        switch = switch.squeeze(2).masked_fill(~keep.any(dim=1, keepdim=True), NO_COPY)
+        return vocab + F.logsigmoid(-switch).unsqueeze(2), F.logsigmoid(switch)
+
+    def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates) -> torch.Tensor:
+        """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most)."""
+        _, keep, aux = encoder_states
+        generate, copy = self.distributions(steps, aux, keep)
+        source = aux['source_tokens']
+        size = max(self.vocab_size, int(source.max()) + 1)
+        copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
+            2, source.unsqueeze(1).expand(-1, generate.size(1), -1), steps.attention)
+        generate = F.pad(generate, (0, size - self.vocab_size), value=float('-inf'))
+        return torch.logaddexp(generate, copy.unsqueeze(2) + _log_or_minus_inf(copied))
+
+    def target_log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
+                         targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(log P(target) [B, T], argmax of P [B, T])`` without building P over the whole
+        extended vocabulary: a word's copy mass is the attention on the source positions
+        holding it, and the best word is either P_vocab's best or a source word."""
+        _, keep, aux = encoder_states
+        generate, copy = self.distributions(steps, aux, keep)
+        source = aux['source_tokens']
+
+        def mixed(words, copy_mass):  # log P of ``words [B, T, K]`` with their copy mass
+            known = words < self.vocab_size
+            gen = generate.gather(2, words.masked_fill(~known, 0)).masked_fill(~known, float('-inf'))
+            return torch.logaddexp(gen, copy.unsqueeze(2) + _log_or_minus_inf(copy_mass))
+
+        def mass_of(words):  # [B, T, K] -> attention on the source positions holding each word
+            return (steps.attention.unsqueeze(2) * (words.unsqueeze(3) == source[:, None, None, :])).sum(-1)
+
+        target = mixed(targets.unsqueeze(2), mass_of(targets.unsqueeze(2))).squeeze(2)
+        with torch.no_grad():
+            same_word = (source.unsqueeze(2) == source.unsqueeze(1)).to(steps.attention.dtype)  # [B, S, S]
+            best_vocab = generate.argmax(dim=2, keepdim=True)
+            sources = source.unsqueeze(1).expand(-1, targets.size(1), -1)
+            candidates = torch.cat([best_vocab, sources], dim=2)
+            scores = torch.cat([mixed(best_vocab, mass_of(best_vocab)),
+                                mixed(sources, torch.bmm(steps.attention, same_word))], dim=2)
+            allowed = torch.cat([keep.new_ones(keep.size(0), 1), keep], dim=1).unsqueeze(1)
+            best = candidates.gather(2, scores.masked_fill(~allowed, float('-inf')).argmax(2, keepdim=True))
+        return target, best.squeeze(2)
 
     def forward(self, tokens, encoder_states, incr_state=None):
         if incr_state is None:
             incr_state = self.initial_state(encoder_states)
         else:
             tokens = tokens[:, -1:]  # earlier tokens are already in the recurrent state
-        log_probs, state, _ = self.run(tokens, encoder_states, incr_state)
-        return log_probs, state
+        steps, state = self.run(tokens, encoder_states, incr_state)
+        return self.log_probs(steps, encoder_states), state
+
+
+def _log_or_minus_inf(mass):
+    """log of a non-negative mass, -inf (with a zero gradient) where it is 0."""
+    return torch.where(mass > 0, torch.log(mass.clamp_min(1e-38)), torch.full_like(mass, float('-inf')))
 
 
 # ----- the model ----------------------------------------------------------------------------------
@@ -355,55 +443,84 @@ class Ethreed(GeneratorModel):
     """ETHREED with ParlAI's generator interface; see the module docstring for the equations."""
 
     def __init__(self, words, vocab_size, config=EthreedConfig(), padding_idx=0, start_idx=1,
-                 end_idx=2):
+                 end_idx=2, unk_idx=3):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
+        self.vocab_size, self.UNK_IDX = vocab_size, unk_idx
         self.encoder = EthreedEncoder(words, config)
         self.decoder = PointerGeneratorDecoder(
-            words, config.hidden, self.encoder.utterances.output_dim, vocab_size,
-            emotion=config.emotion_track, dropout=config.dropout,
+            words, config.hidden, self.encoder.utterances.output_dim, vocab_size, unk_idx,
+            emotion=config.emotion_track,
         )
+        self.init_weights()
+
+    def init_weights(self, keep=()):
+        """The reference's initialisation: every GRU's recurrent weights orthogonal and its update
+        gate's recurrent bias 2.0 (the state is mostly carried over at first); the coverage weight
+        uniform in [0, 1); everything else PyTorch's default."""
+        for module in self.modules():
+            if isinstance(module, (nn.GRU, nn.GRUCell)):
+                for name, param in module.named_parameters():
+                    if name.startswith('weight_hh'):
+                        nn.init.orthogonal_(param)
+                    elif name.startswith('bias_hh'):
+                        size = param.size(0) // 3  # gates r, z, n
+                        with torch.no_grad():
+                            param[size:2 * size].fill_(2.0)
+        nn.init.uniform_(self.decoder.attention.coverage_weight)
 
     def output(self, log_probs):
         return log_probs  # the decoder already returns the final distribution
 
-    def forward(self, *xs, ys=None, prev_enc=None, maxlen=None, bsz=None):
-        """Teacher forcing: ``(log_probs [B, T, V], preds, encoder_states)``; the encoder states'
-        aux also gets the per-example coverage loss sums and the real responder logits."""
-        if ys is None:
-            raise ValueError('forward() needs ys (teacher forcing); generation is done by search')
-        self.longest_label = max(self.longest_label, ys.size(1))
-        encoder_states = prev_enc if prev_enc is not None else self.encoder(*xs)
+    def _teacher_forced(self, encoder_states, ys):
         inputs = torch.cat([self.START.expand(ys.size(0), 1), ys[:, :-1]], dim=1)
-        log_probs, _, coverage = self.decoder.run(inputs, encoder_states,
-                                                  self.decoder.initial_state(encoder_states))
-        real = ys.ne(self.NULL_IDX)
-        aux = encoder_states.aux
-        aux['coverage_loss'] = (coverage * real).sum(dim=1)
-        response_lengths = (real & ys.ne(self.END_IDX)).sum(dim=1)
-        aux['real_responder_logits'] = self.encoder.real_responder_logits(
-            encoder_states, ys, response_lengths)
-        return log_probs, log_probs.argmax(dim=-1), encoder_states
+        steps, _ = self.decoder.run(inputs, encoder_states, self.decoder.initial_state(encoder_states))
+        return steps
 
-    def extra_losses(self, encoder_states, turn_labels, response_labels, n_tokens):
-        """L1 + L2 + L4 beside the agent's L3 (after a teacher-forced :meth:`forward`).
+    def decode_forced(self, encoder_states: EncoderStates, ys: torch.Tensor):
+        """Teacher forcing: log P over the extended vocabulary ``[B, T, V + n_oov]`` and its argmax."""
+        log_probs = self.decoder.log_probs(self._teacher_forced(encoder_states, ys), encoder_states)
+        return log_probs, log_probs.argmax(dim=-1)
 
-        ``turn_labels [B, T]``: emotion id of the party speaking at each context turn,
-        ``response_labels [B]``: of the responder; IGNORE where unknown; ``n_tokens``: real
-        target tokens of the batch (L4 is per token, like L3).
-        Returns ``(total, {'emo': L1, 'kl': L2, 'cov': L4})``.
+    def response_loss(self, encoder_states: EncoderStates, ys: torch.Tensor, smoothing=0.0) -> ResponseLoss:
+        """L3 per response under teacher forcing (``ys`` with extended ids for copied words).
+
+        Also leaves in the encoder states' aux what :meth:`extra_losses` needs: each response's
+        coverage loss sum and the responder's real emotion logits.
         """
+        if smoothing:
+            raise ValueError('ETHREED is trained without label smoothing, as the reference')
+        steps = self._teacher_forced(encoder_states, ys)
+        log_probs, best = self.decoder.target_log_probs(steps, encoder_states, ys)
+        real = ys.ne(self.NULL_IDX)
+        nll = -(log_probs.masked_fill(~real, 0.0)).sum(dim=1)
         aux = encoder_states.aux
-        turn_logits = aux['turn_emotion_logits']
-        logits = torch.cat([turn_logits.reshape(-1, turn_logits.size(-1)), aux['real_responder_logits']])
-        labels = torch.cat([turn_labels.reshape(-1), response_labels])
-        if bool(labels.ne(IGNORE).any()):
-            l1 = F.cross_entropy(logits, labels, ignore_index=IGNORE)
-        else:
-            l1 = logits.sum() * 0.0
-        if self.encoder.policy is not None and self.config.gps:
-            l2 = classifier_kl(aux['responder_logits'], aux['real_responder_logits']).mean()
+        aux['coverage_loss'] = (steps.coverage_loss * real).sum(dim=1)
+        aux['real_responder_logits'] = self.encoder.real_responder_logits(
+            encoder_states, in_vocabulary(ys, self.vocab_size, self.UNK_IDX), real.sum(dim=1))
+        return ResponseLoss(smoothed=nll.sum(), nll=nll, tokens=real.sum(dim=1),
+                            correct=((best == ys) & real).sum(dim=1).to(nll.dtype))
+
+    def extra_losses(self, encoder_states: EncoderStates, answered_labels: torch.Tensor,
+                     response_labels: torch.Tensor):
+        """L1 + L2 + L4 beside L3 (after :meth:`response_loss`), each averaged over responses.
+
+        ``answered_labels [B]``: emotion id of the answered party, ``response_labels [B]``: of the
+        responder; IGNORE where unknown. Returns ``(total, {'emo': L1, 'kl': L2, 'cov': L4})``.
+        """
+        config, aux = self.config, encoder_states.aux
+        l1 = (config.answered_weight * _mean_cross_entropy(aux['answered_logits'], answered_labels)
+              + config.responder_weight * _mean_cross_entropy(aux['real_responder_logits'], response_labels))
+        if self.encoder.policy is not None and config.gps:
+            l2 = config.kl_weight * classifier_kl(aux['responder_logits'], aux['real_responder_logits']).mean()
         else:
             l2 = l1.new_zeros(())
-        l4 = aux['coverage_loss'].sum() / max(int(n_tokens), 1)
+        l4 = config.coverage_weight * (aux['coverage_loss'] / config.coverage_steps).mean()
         return l1 + l2 + l4, {'emo': l1.detach(), 'kl': l2.detach(), 'cov': l4.detach()}
+
+
+def _mean_cross_entropy(logits, labels):
+    """Cross-entropy averaged over the known labels; a zero that keeps the graph when none is."""
+    if bool(labels.ne(IGNORE).any()):
+        return F.cross_entropy(logits, labels, ignore_index=IGNORE)
+    return logits.sum() * 0.0

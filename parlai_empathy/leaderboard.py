@@ -1,29 +1,39 @@
 """A leaderboard: every model evaluated on ED test with the one metric suite.
 
 Each entry is a trained model file (evaluated here, in ParlAI's own eval loop, with the suite's
-metrics recorded by the ED teacher), a saved ``eval_model`` report, saved world logs (scored
-offline with the same code), or a row of an earlier leaderboard's ``results.json``
-(``name=path/results.json``, or ``name=path/results.json#row`` for a row named otherwise): runs
-evaluated one at a time are gathered into one board without evaluating anything again. Rankers are evaluated twice, as Rashkin et al. did: P@1,100 on the
-test set's 100-example candidate blocks, and BLEU of the response retrieved from the ED train
-listener pool. BERTScore is computed once per model from the world logs, in batches.
+metrics recorded by the ED teacher), a saved ``eval_model`` report, or saved world logs (scored
+offline with the same code). Rankers are evaluated as Rashkin et al. did: P@1,100 on the test
+set's 100-example candidate blocks (consecutive and shuffled), and BLEU of the response retrieved
+from the ED train listener pool. Emotion classifiers are evaluated on their own task's test split.
+BERTScore is computed once per model from the world logs, in batches.
 
-Outputs: ``results.json`` (figures, settings, the command behind each figure), ``leaderboard.md``,
-``leaderboard.csv`` and ``leaderboard.png``. :func:`fill_project_tables` writes the figures into
-``projects/<paper>/README.md`` tables described by ``projects/<paper>/table.json``.
+With ``artifacts`` each evaluated entry leaves its evidence in ``<artifacts>/<entry>/``
+(:mod:`parlai_empathy.evidence`); :func:`gather_artifacts` rebuilds the boards and the project
+tables from those folders alone.
+
+Outputs: ``results.json`` (figures, example counts, the commands behind each figure),
+``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png``. :func:`fill_project_tables`
+writes the figures into ``projects/<paper>/README.md`` tables described by
+``projects/<paper>/table.json``.
 """
 import csv
+import datetime
 import json
+import math
 import os
 import shlex
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
+from parlai_empathy import evidence
+from parlai_empathy.metrics.retrieval import METRIC as P100, SHUFFLED_METRIC as P100_SHUFFLED
 from parlai_empathy.metrics.suite import COLUMNS, ScoredExample, score_examples, suite_values
 
-SHOWN = ['p@1,100', P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
+SHOWN = [P100, P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'ppl_ex',
+         'ppl_ex_gold', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
+CLASSIFIER_COLUMNS = ['accuracy', 'macro_f1', 'micro_f1', 'macro_f1_tuned', 'micro_f1_tuned', 'speaker_agreement']
 
 
 @dataclass
@@ -55,23 +65,28 @@ def parse_entries(specs: List[str]) -> List[Entry]:
     return entries
 
 
+def read_model_opt(model_file: str) -> Dict:
+    with open(model_file + '.opt') as f:
+        return json.load(f)
+
+
 def model_kind(model_file: str) -> str:
-    """'ranker' or 'generator', from the agent class the model file was trained with."""
+    """'ranker', 'generator' or 'classifier', from the agent class the model file was trained with."""
     from parlai.core.loader import load_agent_module
+    from parlai.core.torch_classifier_agent import TorchClassifierAgent
     from parlai.core.torch_generator_agent import TorchGeneratorAgent
     from parlai.core.torch_ranker_agent import TorchRankerAgent
 
-    with open(model_file + '.opt') as f:
-        model = json.load(f).get('model', '')
+    model = read_model_opt(model_file).get('model', '')
     agent_class = load_agent_module(model)
     if issubclass(agent_class, TorchRankerAgent):
         return 'ranker'
     if issubclass(agent_class, TorchGeneratorAgent):
         return 'generator'
-    raise ValueError(
-        f'{model_file}: {model} is neither a response generator nor a response ranker, so it has '
-        'no place on the response leaderboard (evaluate classifiers with parlai eval_model)'
-    )
+    if issubclass(agent_class, TorchClassifierAgent):
+        return 'classifier'
+    raise ValueError(f'{model_file}: {model} is neither a response generator, a response ranker nor an '
+                     'emotion classifier, so it has no place on the leaderboard')
 
 
 def attach_entry_args(entries: List[Entry], specs: List[str]) -> None:
@@ -117,9 +132,77 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
     return report
 
 
+# ----- per-example outputs -------------------------------------------------------------------------
+def _pairs(world_logs: str):
+    with open(world_logs, encoding='utf-8') as f:
+        for line in f:
+            if line.strip():
+                for teacher, model in json.loads(line)['dialog']:
+                    yield teacher, model
+
+
+def _gold(teacher) -> str:
+    labels = teacher.get('eval_labels') or teacher.get('labels') or ['']
+    return labels[0]
+
+
+def generation_rows(world_logs: str) -> List[Dict]:
+    """``outputs.jsonl.gz`` rows of a generator (or a ranker's retrieval pass)."""
+    rows = []
+    for teacher, model in _pairs(world_logs):
+        metrics = model.get('metrics') or {}
+        row = {'id': evidence.example_id(teacher), 'gold': _gold(teacher), 'reply': model.get('text', ''),
+               'emotion': teacher.get('emotion')}
+        for key in ('predicted_emotion', 'emotion_polarity', 'speaker_emotion', 'response_emotion'):
+            if model.get(key) is not None:
+                row[key] = model[key]
+        # ParlAI's llen is the label's length before truncation; ltrunclen what truncation cut
+        tokens = metrics.get('llen') and round(metrics['llen'] - (metrics.get('ltrunclen') or 0))
+        if tokens and metrics.get('loss') is not None:
+            row['tokens'] = int(tokens)
+            row['nll'] = float(metrics['loss']) * tokens
+            if metrics.get('ppl_gold') is not None:
+                row['nll_gold'] = math.log(float(metrics['ppl_gold'])) * tokens
+        for key in ('emo_acc', 'emo_acc@2', 'emo_acc@5'):
+            if metrics.get(key) is not None:
+                row[key] = int(round(float(metrics[key])))
+        rows.append(row)
+    return rows
+
+
+def p100_hits(world_logs: str, expected: Optional[int] = None) -> Dict[str, int]:
+    """Example id -> 1 if the gold was ranked first among its block's 100 candidates.
+
+    Every example of every block must have been ranked: a missing or short ranking stops the
+    evaluation naming the example. A candidate counts as the gold when its text equals the gold's
+    under ParlAI's answer normalization, so a block holding the gold text twice counts either
+    copy ranked first as correct (see ``metrics/retrieval.py``).
+    """
+    from parlai_empathy.metrics.retrieval import NUM_CANDIDATES, top1_correct
+
+    hits = {}
+    for teacher, model in _pairs(world_logs):
+        where = evidence.example_id(teacher)
+        candidates = teacher.get('label_candidates') or []
+        if len(candidates) != NUM_CANDIDATES:
+            raise evidence.ArtifactError(f'P@1,100: example {where} has {len(candidates)} candidates, not '
+                                         f'{NUM_CANDIDATES}')
+        ranked = model.get('text_candidates') or []
+        if not ranked:
+            raise evidence.ArtifactError(f'P@1,100: example {where} was not ranked (the model returned no '
+                                         'text_candidates)')
+        hits[where] = int(top1_correct(ranked, _gold(teacher), len(candidates)))
+    if expected is not None and len(hits) != expected:
+        raise evidence.ArtifactError(f'P@1,100 covers {len(hits)} examples, not the {expected} of the blocks of 100 '
+                                     '(full ED test: 5,200)')
+    return hits
+
+
+# ----- evaluation ----------------------------------------------------------------------------------
 def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],
                    progress: bool = True, p100_shuffled: bool = True) -> Dict:
-    """Figures for one entry, with the command lines that reproduce them."""
+    """Figures for one entry, with the command lines that reproduce them; ``result['outputs']`` holds
+    the per-example rows for the artifacts (not written to results.json)."""
     started = time.time()
     result = {'name': entry.name, 'path': entry.path, 'source': entry.source, 'values': {}, 'commands': []}
     if entry.source == 'leaderboard':
@@ -132,42 +215,134 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         return result
     if entry.source == 'world_logs':
         result['world_logs'] = entry.path
+        result['outputs'] = generation_rows(entry.path)
         result['seconds'] = time.time() - started
         return result
 
     kind = model_kind(entry.path)
     result['kind'] = kind
+    if kind == 'classifier':
+        return evaluate_classifier(entry, result, outdir, common_args, progress, started)
     base = ['-t', task, '-dt', 'test', '-mf', entry.path] + common_args + entry.extra_args
     logs = os.path.join(outdir, f'{entry.name}.world_logs.jsonl')
+    exs = {}
     if kind == 'ranker':
-        p100 = base + ['--ed-candidates', 'rashkin100', '--eval-candidates', 'inline']
-        report = _eval(p100, None, f'{entry.name} P@1,100', progress)
-        result['values'].update(suite_values(report))
-        result['commands'].append('parlai eval_model ' + shlex.join(p100))
-        if p100_shuffled:
-            shuffled = base + ['--ed-candidates', 'rashkin100_shuffled', '--ed-candidates-seed', '0',
-                               '--eval-candidates', 'inline']
-            values = suite_values(_eval(shuffled, None, f'{entry.name} P@1,100 shuffled', progress))
-            if P100_SHUFFLED in values:
-                result['values'][P100_SHUFFLED] = values[P100_SHUFFLED]
-            result['commands'].append('parlai eval_model ' + shlex.join(shuffled))
+        rows_by_id = {}
+        with tempfile.TemporaryDirectory() as scratch:
+            protocols = [(P100, ['--ed-candidates', 'rashkin100'])]
+            if p100_shuffled:
+                protocols.append((P100_SHUFFLED, ['--ed-candidates', 'rashkin100_shuffled', '--ed-candidates-seed', '0']))
+            for metric, candidates in protocols:
+                args = base + candidates + ['--eval-candidates', 'inline']
+                block_logs = os.path.join(scratch, f'{metric}.jsonl')
+                report = _eval(args, block_logs, f'{entry.name} {metric}', progress)
+                hits = p100_hits(block_logs, int(report['exs'].value()))
+                result['values'][metric] = sum(hits.values()) / len(hits)
+                exs[metric] = len(hits)
+                if abs(result['values'][metric] - suite_values(report).get(metric, -1)) > 1e-9:
+                    raise evidence.ArtifactError(f'{entry.name}: {metric} from the ranked lists '
+                                                 f'({result["values"][metric]}) differs from the teacher\'s '
+                                                 f'({suite_values(report).get(metric)})')
+                for where, hit in hits.items():
+                    rows_by_id.setdefault(where, {})[metric] = hit
+                result['commands'].append('parlai eval_model ' + shlex.join(args))
         if pool_path is None:
             raise ValueError('rankers need the retrieval pool (--pool); build it with parlai empathy_build_candidates')
         # test responses are not in the train pool: ParlAI must not look for the gold among them
         retrieve = base + ['--eval-candidates', 'fixed', '--fixed-candidates-path', pool_path,
                            '--ignore-bad-candidates', 'true', '--ed-candidates', 'none']
         report = _eval(retrieve, logs, f'{entry.name} retrieval', progress)
-        retrieved = {k: v for k, v in suite_values(report).items() if k != 'p@1,100'}
-        result['values'].update(retrieved)
+        result['values'].update({k: v for k, v in suite_values(report).items() if k not in (P100, P100_SHUFFLED)})
         result['commands'].append('parlai eval_model ' + shlex.join(retrieve + ['--world-logs', logs]))
+        outputs = generation_rows(logs)
+        for row in outputs:
+            row.update(rows_by_id.get(row['id'], {}))
     else:
         generate = base + ['--skip-generation', 'false', '--ed-candidates', 'none']
         report = _eval(generate, logs, f'{entry.name} generation', progress)
         result['values'].update(suite_values(report))
         result['commands'].append('parlai eval_model ' + shlex.join(generate + ['--world-logs', logs]))
+        outputs = generation_rows(logs)
     result['world_logs'] = logs
+    result['outputs'] = outputs
+    result['exs'] = dict(_generation_counts(result['values'], outputs), **exs)
     result['seconds'] = time.time() - started
     return result
+
+
+def _generation_counts(values: Dict[str, float], outputs: List[Dict]) -> Dict[str, int]:
+    n = len(outputs)
+    return {key: n for key in values if key not in (P100, P100_SHUFFLED)}
+
+
+def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: List[str], progress: bool,
+                        started: float) -> Dict:
+    """An emotion classifier on the test split of the task it was trained on.
+
+    ED 32-way utterance classifiers are also scored on the Speaker utterances alone: their
+    agreement with the conversation's label (``speaker_agreement``, the ETHREED paper's 62.8 %).
+    Multi-label taggers are scored at the threshold(s) stored with the model.
+    """
+    opt = read_model_opt(entry.path)
+    task = opt['task']
+    if 'goemotions' in task:  # the ED data options mean nothing to the GoEmotions teacher
+        common_args = _without_option(common_args, '--ed-datapath')
+    base = ['-t', task, '-dt', 'test', '-mf', entry.path] + common_args + entry.extra_args
+    tuned = bool(opt.get('multilabel') and opt.get('multilabel_thresholds'))
+    if tuned:  # the paper's single 0.3 first: the main columns; then the per-label thresholds
+        base += ['--threshold-scheme', 'single']
+    logs = os.path.join(outdir, f'{entry.name}.world_logs.jsonl')
+    report = _eval(base, logs, f'{entry.name} test', progress)
+    result['commands'].append('parlai eval_model ' + shlex.join(base + ['--world-logs', logs]))
+    values = {k: float(report[k].value() if hasattr(report[k], 'value') else report[k])
+              for k in ('accuracy', 'macro_f1', 'micro_f1') if k in report}
+    outputs = classifier_rows(logs)
+    exs = {k: len(outputs) for k in values}
+    result['per_label'] = evidence.label_f1(outputs, 'predicted', opt['classes'])['labels']
+    if tuned:
+        tuned_args = base[:-1] + ['tuned']
+        tuned_logs = os.path.join(outdir, f'{entry.name}.tuned.world_logs.jsonl')
+        tuned_report = _eval(tuned_args, tuned_logs, f'{entry.name} test, tuned thresholds', progress)
+        result['commands'].append('parlai eval_model ' + shlex.join(tuned_args + ['--world-logs', tuned_logs]))
+        for key in ('macro_f1', 'micro_f1'):
+            values[f'{key}_tuned'] = float(tuned_report[key].value())
+            exs[f'{key}_tuned'] = len(outputs)
+        tuned_rows = classifier_rows(tuned_logs)
+        result['per_label_tuned'] = evidence.label_f1(tuned_rows, 'predicted', opt['classes'])['labels']
+        for row, tuned_row in zip(outputs, tuned_rows):
+            row['predicted_tuned'] = tuned_row['predicted']
+    if opt.get('ed_emotion_input') == 'utterance':
+        speaker = base + ['--ed-emotion-input', 'speaker_utterance']
+        speaker_report = _eval(speaker, None, f'{entry.name} speaker utterances', progress)
+        values['speaker_agreement'] = float(speaker_report['accuracy'].value())
+        exs['speaker_agreement'] = int(speaker_report['exs'].value())
+        result['commands'].append('parlai eval_model ' + shlex.join(speaker))
+    result['values'] = values
+    result['exs'] = exs
+    result['world_logs'] = logs
+    result['outputs'] = outputs
+    result['seconds'] = time.time() - started
+    return result
+
+
+def _without_option(args: List[str], flag: str) -> List[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+def classifier_rows(world_logs: str) -> List[Dict]:
+    rows = []
+    for teacher, model in _pairs(world_logs):
+        rows.append({'id': evidence.example_id(teacher), 'text': teacher.get('text', ''), 'gold': _gold(teacher),
+                     'predicted': model.get('text', '')})
+    return rows
 
 
 def earlier_result(entry: Entry) -> Dict:
@@ -189,29 +364,88 @@ def earlier_result(entry: Entry) -> Dict:
 
 
 def add_bertscore(result: Dict, scorer) -> None:
-    """BERTScore F1 of the saved responses, batched (and any figure the logs alone give)."""
-    from parlai_empathy.metrics.saved_outputs import read_world_logs
+    """BERTScore F1 of the saved responses, batched; each example's score goes into its output row."""
+    outputs = result.get('outputs')
+    if not outputs or result.get('kind') == 'classifier' or scorer is None:
+        return
+    replied = [row for row in outputs if row.get('reply') is not None]
+    scores = scorer.f1([row['reply'] for row in replied], [row['gold'] for row in replied])
+    for row, score in zip(replied, scores):
+        row['bertscore_f'] = score
+    result['values']['bertscore_f'] = sum(scores) / len(scores)
+    result.setdefault('exs', {})['bertscore_f'] = len(scores)
+    result.setdefault('notes', {})['bertscore_f'] = scorer.describe()
 
-    logs = result.get('world_logs')
-    if not logs or result.get('source') == 'leaderboard':
-        return  # an earlier board's row keeps the figures it was scored with
-    examples: List[ScoredExample] = read_world_logs(logs)
-    scored = score_examples(examples, scorer=scorer)
+
+def add_offline_figures(result: Dict) -> None:
+    """Figures the saved outputs alone give, for entries read from world logs."""
+    if result.get('source') != 'world_logs':
+        return
+    examples: List[ScoredExample] = [ScoredExample('', r['gold'], r.get('reply')) for r in result['outputs']]
+    scored = score_examples(examples)
     for key, value in scored.values.items():
-        if key == 'bertscore_f' or key not in result['values']:
-            result['values'][key] = value
+        result['values'].setdefault(key, value)
     result.setdefault('notes', {}).update(scored.notes)
 
 
+# ----- evidence --------------------------------------------------------------------------------------
+def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict[str, str]:
+    """The four files of ``parlai_empathy.evidence`` for one evaluated model entry."""
+    from parlai_empathy.metrics.suite import settings_notes
+
+    model_file = result['path']
+    opt = read_model_opt(model_file)
+    report = {
+        'entry': result['name'], 'kind': result.get('kind'), 'values': result['values'],
+        'exs': result.get('exs', {}), 'commands': result['commands'],
+        'notes': dict(settings_notes(), **result.get('notes', {})),
+    }
+    for key in ('per_label', 'per_label_tuned'):
+        if result.get(key):
+            report[key] = result[key]
+    meta = {
+        'entry': result['name'],
+        'code': evidence.code_version(),
+        'machine': evidence.machine(),
+        'evaluated': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        'evaluation_seconds': round(result.get('seconds', 0.0), 1),
+        'evaluation_command': eval_command,
+        'training_command': training_command(opt),
+        'examples': len(result.get('outputs') or []),
+    }
+    stats_path = model_file + '.trainstats'
+    if os.path.isfile(stats_path):
+        with open(stats_path) as f:
+            stats = json.load(f)
+        meta['training'] = {k: stats[k] for k in ('train_steps', 'total_epochs', 'train_time', 'parleys')
+                            if k in stats}
+    return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)
+
+
+def training_command(opt: Dict) -> Optional[str]:
+    """``parlai train_model`` with the options the user gave (ParlAI keeps them in ``override``)."""
+    override = opt.get('override')
+    if not isinstance(override, dict):
+        return None
+    args = []
+    for key, value in sorted(override.items()):
+        flag = '--' + key.replace('_', '-')
+        if isinstance(value, (list, tuple)):
+            value = ','.join(str(v) for v in value)
+        args += [flag, str(value)]
+    return 'parlai train_model ' + shlex.join(args)
+
+
+# ----- boards --------------------------------------------------------------------------------------
 def write_outputs(results: List[Dict], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:
     os.makedirs(outdir, exist_ok=True)
-    columns = [c for c in SHOWN if any(c in r['values'] for r in results)]
+    columns = [c for c in SHOWN + CLASSIFIER_COLUMNS if any(c in r['values'] for r in results)]
     columns += [c for c in COLUMNS if c not in columns and any(c in r['values'] for r in results)]
     paths = {name: os.path.join(outdir, name) for name in ('results.json', 'leaderboard.md', 'leaderboard.csv', 'leaderboard.png')}
-    with open(paths['results.json'], 'w') as f:
-        json.dump({'results': results, 'notes': notes}, f, indent=1)
+    serializable = [{k: v for k, v in r.items() if k != 'outputs'} for r in results]
+    evidence.write_json(paths['results.json'], {'results': serializable, 'notes': notes})
     with open(paths['leaderboard.csv'], 'w', newline='') as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, lineterminator='\n')
         writer.writerow(['model'] + columns)
         for r in results:
             writer.writerow([r['name']] + [r['values'].get(c, '') for c in columns])
@@ -220,14 +454,14 @@ def write_outputs(results: List[Dict], outdir: str, notes: Dict[str, str]) -> Di
         cells = [_fmt(r['values'].get(c)) for c in columns]
         lines.append(f'| {r["name"]} | ' + ' | '.join(cells) + ' |')
     lines.append('')
-    lines += [f'- {key}: {note}' for key, note in notes.items()]
+    lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]
     lines.append('')
     for r in results:
         for command in r.get('commands', []):
             lines.append(f'- `{r["name"]}`: `{command}`')
     with open(paths['leaderboard.md'], 'w') as f:
         f.write('\n'.join(lines) + '\n')
-    _plot(results, columns, paths['leaderboard.png'])
+    plot_headline(results, paths['leaderboard.png'])
     return paths
 
 
@@ -237,58 +471,99 @@ def _fmt(value) -> str:
     return f'{value:.4g}' if abs(value) < 1000 else f'{value:.0f}'
 
 
-def _plot(results: List[Dict], columns: List[str], path: str) -> None:
+# the headline figure of each family, on the scale a paper prints it
+HEADLINE = [
+    (P100, 'P@1,100 % (consecutive blocks)', 100), (P100_SHUFFLED, 'P@1,100 % (shuffled blocks)', 100),
+    ('avg_bleu', 'AVG BLEU', 1), ('ppl_ex', 'PPL (per-response mean, as the reference codes)', 1),
+    ('emo_acc', 'emotion accuracy %', 100), ('dist-1', 'Dist-1 %', 100), ('dist-2', 'Dist-2 %', 100),
+    ('bertscore_f', 'BERTScore F1', 1), ('macro_f1', 'classifier macro-F1', 1), ('accuracy', 'classifier accuracy %', 100),
+]
+FAMILY_COLOURS = {'ranker': '#4C72B0', 'generator': '#DD8452', 'classifier': '#55A868'}
+
+
+def plot_headline(results: List[Dict], path: str) -> None:
+    """One panel per headline metric, bars coloured by model family, only rows that have it."""
     import matplotlib
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    n = len(columns)
-    cols = min(4, n) or 1
-    rows = (n + cols - 1) // cols or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
-    names = [r['name'] for r in results]
-    for ax, column in zip(axes.flat, columns):
-        values = [r['values'].get(column) for r in results]
-        ax.barh(names, [v if v is not None else 0 for v in values], color='#4C72B0')
-        ax.set_title(column)
+    panels = [(key, title, scale) for key, title, scale in HEADLINE if any(key in r['values'] for r in results)]
+    cols = min(3, len(panels)) or 1
+    rows = max(1, math.ceil(len(panels) / cols))
+    heights = [sum(key in r['values'] for r in results) for key, _, _ in panels] or [1]
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 0.9 + 0.32 * max(heights) * rows + 0.9 * rows),
+                             squeeze=False)
+    for ax, (key, title, scale) in zip(axes.flat, panels):
+        shown = [r for r in results if key in r['values']]
+        names = [r['name'] for r in shown]
+        values = [r['values'][key] * scale for r in shown]
+        colours = [FAMILY_COLOURS.get(r.get('kind'), '#8172B3') for r in shown]
+        ax.barh(names, values, color=colours)
+        ax.set_title(title, fontsize=10)
         ax.invert_yaxis()
+        ax.tick_params(labelsize=8)
         for i, v in enumerate(values):
-            if v is not None:
-                ax.text(v, i, f' {_fmt(v)}', va='center', fontsize=8)
-    for ax in list(axes.flat)[n:]:
+            ax.text(v, i, f' {_fmt(v)}', va='center', fontsize=7)
+        paper = [r.get('paper', {}).get(key) for r in shown]
+        for i, p in enumerate(paper):
+            if p is not None:
+                ax.plot([p, p], [i - 0.4, i + 0.4], color='black', linewidth=1.5)
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis('off')
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    handles = [matplotlib.patches.Patch(color=c, label=k) for k, c in FAMILY_COLOURS.items()]
+    handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure"))
+    fig.legend(handles=handles, loc='lower center', ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=100, metadata={'Software': None})
     plt.close(fig)
 
 
-TABLE_START, TABLE_END = '<!-- leaderboard-table:start -->', '<!-- leaderboard-table:end -->'
+TABLE_START, TABLE_END = '<!-- leaderboard-table:start{} -->', '<!-- leaderboard-table:end{} -->'
 
 
-def fill_project_tables(projects_dir: str, results: List[Dict]) -> List[str]:
-    """Rewrite the table in each ``projects/<paper>/README.md`` that has a ``table.json``.
+def project_tables(spec: Dict) -> List[Dict]:
+    """A table.json's tables: ``tables`` (each with an ``id``), or its top-level ``metrics``/``rows``."""
+    if 'tables' in spec:
+        return spec['tables']
+    return [{'id': '', 'metrics': spec['metrics'], 'rows': spec['rows']}]
 
-    A table row names the leaderboard entry that provides "ours"; figures are shown on the
-    paper's scale (``scale`` per metric, e.g. 100 for a percentage). Missing figures stay blank.
+
+def row_values(project_dir: str, row: Dict) -> Tuple[Dict[str, float], Dict[str, int]]:
+    """A table row's figures and example counts, read from its artifacts (empty when it has none)."""
+    artifacts = row.get('artifacts')
+    if not artifacts or not os.path.isdir(os.path.join(project_dir, artifacts)):
+        return {}, {}  # a row with a plan and no run yet
+    report = evidence.read_report(os.path.join(project_dir, artifacts))
+    return report['values'], report.get('exs', {})
+
+
+def fill_project_tables(projects_dir: str) -> List[str]:
+    """Rewrite every table in each ``projects/<paper>/README.md`` from its rows' artifacts.
+
+    A table row names its artifacts folder (``runs/<row>``); figures are shown on the paper's
+    scale (``scale`` per metric, e.g. 100 for a percentage). Rows without artifacts show the
+    paper's figures only.
     """
-    by_name = {r['name']: r for r in results}
     changed = []
     for paper in sorted(os.listdir(projects_dir)):
-        spec_path = os.path.join(projects_dir, paper, 'table.json')
-        readme = os.path.join(projects_dir, paper, 'README.md')
+        project_dir = os.path.join(projects_dir, paper)
+        spec_path, readme = os.path.join(project_dir, 'table.json'), os.path.join(project_dir, 'README.md')
         if not os.path.isfile(spec_path) or not os.path.isfile(readme):
             continue
         with open(spec_path) as f:
             spec = json.load(f)
-        table = render_project_table(spec, by_name)
         with open(readme) as f:
             text = f.read()
-        if TABLE_START not in text or TABLE_END not in text:
-            raise ValueError(f'{readme} has no {TABLE_START} ... {TABLE_END} markers')
-        head, rest = text.split(TABLE_START, 1)
-        _, tail = rest.split(TABLE_END, 1)
-        new = f'{head}{TABLE_START}\n{table}\n{TABLE_END}{tail}'
+        new = text
+        for table in project_tables(spec):
+            suffix = f':{table["id"]}' if table.get('id') else ''
+            start, end = TABLE_START.format(suffix), TABLE_END.format(suffix)
+            if start not in new or end not in new:
+                raise ValueError(f'{readme} has no {start} ... {end} markers')
+            head, rest = new.split(start, 1)
+            _, tail = rest.split(end, 1)
+            new = f'{head}{start}\n{render_project_table(project_dir, table)}\n{end}{tail}'
         if new != text:
             with open(readme, 'w') as f:
                 f.write(new)
@@ -296,14 +571,54 @@ def fill_project_tables(projects_dir: str, results: List[Dict]) -> List[str]:
     return changed
 
 
-def render_project_table(spec: Dict, by_name: Dict[str, Dict]) -> str:
-    metrics = spec['metrics']  # [{"key": "p@1,100", "label": "P@1,100", "scale": 100}]
-    header = ['model'] + [f'{m["label"]} (paper)' for m in metrics] + [f'{m["label"]} (ours)' for m in metrics] + ['our command']
+def render_project_table(project_dir: str, table: Dict) -> str:
+    metrics = table['metrics']  # [{"key": "p@1,100", "label": "P@1,100", "scale": 100}]
+    header = (['model'] + [f'{m["label"]} (paper)' for m in metrics] + [f'{m["label"]} (ours)' for m in metrics]
+              + ['test examples', 'evidence'])
     lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
-    for row in spec['rows']:
-        ours = by_name.get(row.get('entry') or '', {}).get('values', {})
+    for row in table['rows']:
+        ours, exs = row_values(project_dir, row)
         paper_cells = [_fmt(row.get('paper', {}).get(m['key'])) for m in metrics]
         our_cells = [_fmt(ours[m['key']] * m.get('scale', 1)) if m['key'] in ours else '' for m in metrics]
-        command = row.get('command', '')
-        lines.append('| ' + ' | '.join([row['label']] + paper_cells + our_cells + [f'`{command}`' if command else '']) + ' |')
+        counts = sorted({exs[m['key']] for m in metrics if m['key'] in exs})
+        evidence_cell = f'[{row["artifacts"]}]({row["artifacts"]})' if ours else ''
+        lines.append('| ' + ' | '.join([row['label']] + paper_cells + our_cells
+                                         + [' / '.join(f'{n:,}' for n in counts), evidence_cell]) + ' |')
     return '\n'.join(lines)
+
+
+def gather_artifacts(projects_dir: str) -> List[Dict]:
+    """Every project row that has artifacts, as leaderboard results (``name`` = ``paper/entry``)."""
+    results = []
+    for paper in sorted(os.listdir(projects_dir)):
+        project_dir = os.path.join(projects_dir, paper)
+        spec_path = os.path.join(project_dir, 'table.json')
+        if not os.path.isfile(spec_path):
+            continue
+        with open(spec_path) as f:
+            spec = json.load(f)
+        for table in project_tables(spec):
+            for row in table['rows']:
+                if not row.get('artifacts') or not os.path.isdir(os.path.join(project_dir, row['artifacts'])):
+                    continue
+                report = evidence.read_report(os.path.join(project_dir, row['artifacts']))
+                meta = evidence.read_json(os.path.join(project_dir, row['artifacts'], evidence.META))
+                scales = {m['key']: m.get('scale', 1) for m in table['metrics']}
+                results.append({
+                    'name': f'{paper}/{row["entry"]}', 'kind': report.get('kind'), 'values': report['values'],
+                    'exs': report.get('exs', {}), 'commands': report.get('commands', []),
+                    'paper': {k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
+                    'seconds': meta.get('evaluation_seconds', 0.0), 'notes': report.get('notes', {}),
+                })
+    return results
+
+
+def board_notes(results: List[Dict]) -> Dict[str, str]:
+    from parlai_empathy.metrics.suite import settings_notes
+
+    notes = dict(settings_notes()) if results else {}
+    for result in results:
+        notes.update(result.get('notes', {}))
+    notes['task'] = 'ED test (empathy_ed_clean) for response models; each classifier on its own task'
+    notes['total time'] = f'{sum(r.get("seconds") or 0.0 for r in results):.0f} s of evaluation'
+    return notes

@@ -1,20 +1,22 @@
-"""Re-run a paper's table with one command: ``parlai empathy_reproduce --project <paper>``.
+"""Re-run a paper's table rows: ``parlai empathy_reproduce --project <paper> --rows ROW``.
 
-``projects/<paper>/table.json`` holds, beside the table's rows, a ``reproduce`` section:
+``projects/<paper>/table.json`` holds, beside the tables, a ``reproduce`` section whose ``rows``
+give each table row its plans, one per profile (``cpu``: what produced the committed artifacts on
+2 CPU cores; ``gpu``: the same row on one GPU)::
 
-* ``prepare``: the steps every row needs first (a classifier, its tagging of ED), each a ``parlai``
-  command line; a step with ``creates`` is skipped once that file exists;
-* ``rows``: for each leaderboard entry of the table, the ``parlai`` command that makes its model
-  file ``{model}`` (usually ``train_model``).
+    "reproduce": {"rows": {"mime": {"needs": [], "cpu": [{"name": "train", "parlai": [...]},
+                                                          {"name": "evaluate", "parlai": [...]}]}}}
 
-Placeholders: ``{runs}`` (``--runs-dir``), ``{model}`` (``{runs}/<entry>/model``), ``{bert}``
-(``--bert``: the BERT-family encoder, a hub name, a directory or ``offline-minilm``), and
-``{ranker_args}``, an argument of its own that expands into zero or more arguments: how the
-bi-encoder pools and scores for that encoder (:func:`default_ranker_args`).
+Each step is a ``parlai`` command line, exactly as it ran. Placeholders: ``{runs}`` (``--runs-dir``,
+default ``runs``: model files, logs, checkpoints), ``{model}`` (``{runs}/<paper>/<row>/model``),
+``{artifacts}`` (``projects/<paper>/runs``: the committed evidence; ``parlai empathy_leaderboard
+--artifacts {artifacts}`` writes ``runs/<row>/`` there). ``needs`` names rows
+(``paper/row``) whose model this row uses (a classifier, a tagger); they run first.
 
-A row is trained once: a finished run leaves ``<model>.reproduced``; an interrupted one is simply
-run again, and ParlAI resumes it from ``<model>.checkpoint``. Then one ``parlai
-empathy_leaderboard`` evaluates every row and fills the README table.
+A finished step leaves ``{runs}/<paper>/<row>/<profile>.<step>.done`` holding its command; an
+interrupted one is simply run again (ParlAI resumes training from ``<model>.checkpoint``) and a
+changed command runs again. The plan of a row is the record of how its figures were made: its
+artifacts' ``meta.json`` repeats it.
 """
 import json
 import os
@@ -24,109 +26,113 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-DONE_SUFFIX = '.reproduced'
-RANKER_ARGS = '{ranker_args}'
-SENTENCE_ENCODER_RANKER_ARGS = '--pooling mean --similarity cosine'
-
-
-def default_ranker_args(bert: str) -> str:
-    """BERT's own scoring (CLS, dot product) for BERT; for sentence encoders such as
-    all-MiniLM-L6-v2, the mean pooling and cosine they were pretrained with (measured on ED:
-    bench/RESULTS.md, "cosine vs dot")."""
-    name = bert.lower()
-    if name == 'offline-minilm' or 'minilm' in name or 'sentence-transformers' in name:
-        return SENTENCE_ENCODER_RANKER_ARGS
-    return ''
-
-
-@dataclass
-class Step:
-    name: str
-    argv: List[str]  # a parlai command line, without the leading "parlai"
-    creates: Optional[str] = None  # skip the step once this file exists
-
-    def done(self) -> bool:
-        return bool(self.creates) and os.path.exists(self.creates)
-
-    def shell(self) -> str:
-        return 'parlai ' + shlex.join(self.argv)
-
-
-@dataclass
-class Plan:
-    project: str
-    readme_dir: str
-    prepare: List[Step]
-    rows: Dict[str, Step]  # entry -> the step that makes its model file
-
-    def model_file(self, entry: str) -> str:
-        return self.rows[entry].creates[: -len(DONE_SUFFIX)]
+PROFILES = ('cpu', 'gpu')
 
 
 class ReproduceSpecError(ValueError):
     pass
 
 
+@dataclass
+class Step:
+    name: str
+    argv: List[str]  # a parlai command line, without the leading "parlai"
+    marker: Optional[str] = None  # written when the step finished
+
+    def done(self) -> bool:
+        if not self.marker or not os.path.isfile(self.marker):
+            return False
+        with open(self.marker) as f:
+            return f.read().strip() == self.shell()
+
+    def shell(self) -> str:
+        return 'parlai ' + shlex.join(self.argv)
+
+
+@dataclass
+class RowPlan:
+    project: str
+    entry: str
+    profile: str
+    needs: List[str]
+    steps: List[Step]
+    model: str
+    artifacts: str
+
+
 def _fill(argv: Sequence, values: Dict[str, str], where: str) -> List[str]:
-    filled = []
     try:
-        for arg in argv:
-            if str(arg) == RANKER_ARGS:
-                filled += shlex.split(values['ranker_args'])
-            else:
-                filled.append(str(arg).format(**values))
+        return [str(arg).format(**values) for arg in argv]
     except (KeyError, IndexError) as err:
         raise ReproduceSpecError(f'{where}: unknown placeholder {err} (known: {", ".join(values)})') from None
-    return filled
 
 
-def load_plan(projects_dir: str, project: str, runs_dir: str, only: Sequence[str] = (),
-              extra_train_args: Sequence[str] = (), bert: str = 'bert-base-uncased',
-              ranker_args: Optional[str] = None) -> Plan:
-    """The steps of one project's ``reproduce`` section, placeholders filled."""
+def load_spec(projects_dir: str, project: str) -> Dict:
     spec_path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(spec_path):
         known = sorted(d for d in os.listdir(projects_dir) if os.path.isfile(os.path.join(projects_dir, d, 'table.json'))) \
             if os.path.isdir(projects_dir) else []
         raise ReproduceSpecError(f'{spec_path} does not exist (projects in {projects_dir}: {", ".join(known) or "none"})')
     with open(spec_path) as f:
-        spec = json.load(f)
-    section = spec.get('reproduce')
-    if not section:
-        raise ReproduceSpecError(f'{spec_path} has no "reproduce" section')
+        return json.load(f)
+
+
+def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile: str = 'cpu') -> RowPlan:
+    """One row's steps for ``profile``, placeholders filled."""
+    spec = load_spec(projects_dir, project)
+    where = f'{os.path.join(projects_dir, project, "table.json")} reproduce.rows.{entry}'
+    rows = spec.get('reproduce', {}).get('rows', {})
+    if entry not in rows:
+        raise ReproduceSpecError(f'{project} has no plan for row {entry!r} (rows with a plan: {", ".join(rows)})')
+    plans = rows[entry]
+    if profile not in plans:
+        raise ReproduceSpecError(f'{where}: no {profile!r} profile (profiles: '
+                                 f'{", ".join(p for p in plans if p in PROFILES)})')
     runs_dir = os.path.abspath(runs_dir)
-    values = {'runs': runs_dir, 'bert': bert,
-              'ranker_args': default_ranker_args(bert) if ranker_args is None else ranker_args}
-    prepare = []
-    for i, step in enumerate(section.get('prepare', [])):
-        where = f'{spec_path} reproduce.prepare[{i}]'
-        creates = step.get('creates')
-        prepare.append(Step(step.get('name', f'step {i}'), _fill(step['parlai'], values, where),
-                            _fill([creates], values, where)[0] if creates else None))
-    table_entries = [row.get('entry') for row in spec.get('rows', [])]
-    rows = {}
-    for entry, argv in section.get('rows', {}).items():
-        if entry not in table_entries:
-            raise ReproduceSpecError(f'{spec_path} reproduce.rows.{entry}: no table row has this entry')
-        model = os.path.join(runs_dir, entry, 'model')
-        argv = _fill(argv, dict(values, model=model), f'{spec_path} reproduce.rows.{entry}')
-        if argv and argv[0] in ('train_model', 'multiprocessing_train'):
-            argv += list(extra_train_args)
-        rows[entry] = Step(entry, argv, model + DONE_SUFFIX)
-    unknown = [e for e in only if e not in rows]
-    if unknown:
-        raise ReproduceSpecError(f'--rows {",".join(unknown)}: {project} reproduces {", ".join(rows)}')
-    if only:
-        rows = {e: rows[e] for e in only}
-    return Plan(project, os.path.join(projects_dir, project), prepare, rows)
+    row_dir = os.path.join(runs_dir, project, entry)
+    values = {'runs': runs_dir, 'model': os.path.join(row_dir, 'model'),
+              'artifacts': os.path.abspath(os.path.join(projects_dir, project, 'runs'))}
+    steps = []
+    for i, step in enumerate(plans[profile]):
+        name = step.get('name', f'step{i}')
+        steps.append(Step(name, _fill(step['parlai'], values, f'{where}.{profile}[{i}]'),
+                          os.path.join(row_dir, f'{profile}.{i}.{name}.done')))
+    return RowPlan(project, entry, profile, list(plans.get('needs', [])), steps, values['model'],
+                   os.path.join(values['artifacts'], entry))
+
+
+def all_rows(projects_dir: str, project: str) -> List[str]:
+    return list(load_spec(projects_dir, project).get('reproduce', {}).get('rows', {}))
+
+
+def ordered_plans(projects_dir: str, project: str, entries: Sequence[str], runs_dir: str,
+                  profile: str = 'cpu') -> List[RowPlan]:
+    """The rows asked for, each preceded by the rows it needs (once each, needs first)."""
+    ordered: List[RowPlan] = []
+    seen = set()
+
+    def visit(proj: str, entry: str, chain: tuple):
+        key = f'{proj}/{entry}'
+        if key in chain:
+            raise ReproduceSpecError(f'rows need each other in a cycle: {" -> ".join(chain + (key,))}')
+        if key in seen:
+            return
+        plan = row_plan(projects_dir, proj, entry, runs_dir, profile)
+        for need in plan.needs:
+            need_project, _, need_entry = need.rpartition('/')
+            visit(need_project or proj, need_entry, chain + (key,))
+        seen.add(key)
+        ordered.append(plan)
+
+    for entry in entries:
+        visit(project, entry, ())
+    return ordered
 
 
 def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None) -> None:
     """Run one parlai command, its output teed to ``<log_dir>/<name>.log``; a failure names the log."""
     os.makedirs(log_dir, exist_ok=True)
-    if step.creates:
-        os.makedirs(os.path.dirname(step.creates) or '.', exist_ok=True)
-    log_path = os.path.join(log_dir, step.name.replace(' ', '_').replace('/', '_') + '.log')
+    log_path = os.path.join(log_dir, os.path.basename(step.marker or step.name).replace('.done', '') + '.log')
     parlai = parlai or [sys.executable, '-m', 'parlai']
     print(f'[reproduce] {step.name}: {step.shell()}', flush=True)
     with open(log_path, 'a', encoding='utf-8') as log:
@@ -136,11 +142,21 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None) -> No
     if done.returncode != 0:
         raise RuntimeError(f'[reproduce] {step.name} failed (exit {done.returncode}); see {log_path}. '
                            'Run the same command again to resume.')
-    if step.creates and step.creates.endswith(DONE_SUFFIX):
-        with open(step.creates, 'w') as f:
+    if step.marker:
+        os.makedirs(os.path.dirname(step.marker), exist_ok=True)
+        with open(step.marker, 'w') as f:
             f.write(step.shell() + '\n')
 
 
-def leaderboard_argv(plan: Plan, outdir: str, projects_dir: str, extra: Sequence[str]) -> List[str]:
-    entries = [f'{entry}={plan.model_file(entry)}' for entry in plan.rows]
-    return ['empathy_leaderboard', '--entries', *entries, '--outdir', outdir, '--projects-dir', projects_dir, *extra]
+def record_plan(plan: RowPlan) -> None:
+    """Add the row's plan (the commands that made its artifacts) to its ``meta.json``."""
+    from parlai_empathy import evidence
+
+    meta_path = os.path.join(plan.artifacts, evidence.META)
+    if not os.path.isfile(meta_path):
+        return
+    meta = evidence.read_json(meta_path)
+    places = evidence.path_placeholders({os.path.dirname(os.path.dirname(os.path.dirname(plan.model))): '{runs}'})
+    meta['plan'] = {'profile': plan.profile, 'needs': plan.needs,
+                    'commands': [evidence.portable(step.shell(), places) for step in plan.steps]}
+    evidence.write_json(meta_path, evidence.portable(meta, places))

@@ -5,8 +5,18 @@
         --outdir leaderboard/ --bertscore-model minilm --projects-dir projects
 
 Entries are ``name=PATH``: a model file (evaluated here), a saved ``eval_model`` report (.json)
-or saved world logs (.jsonl). Writes results.json, leaderboard.md/.csv/.png to --outdir and,
-with --projects-dir, fills the papers' tables in projects/<paper>/README.md.
+or saved world logs (.jsonl). Writes results.json, leaderboard.md/.csv/.png to --outdir.
+
+``--artifacts DIR`` also leaves each evaluated model's evidence in ``DIR/<name>/`` (report,
+compressed outputs, portable .opt, meta: ``parlai_empathy/evidence.py``); this is how a project
+table row gets its figures:
+
+    parlai empathy_leaderboard --entries mime=runs/mime/model --artifacts projects/majumder2020_mime/runs
+
+``--from-artifacts PROJECTS`` evaluates nothing: it gathers every project row's artifacts into the
+board in --outdir and rewrites the README tables (what ``make tables`` runs):
+
+    parlai empathy_leaderboard --from-artifacts projects --outdir bench/leaderboard
 """
 import os
 import shlex
@@ -25,7 +35,12 @@ def setup_args():
 
     parser = ParlaiParser(True, False, 'Evaluate models on ED test with the parlai-empathy metric suite')
     group = parser.add_argument_group('empathy_leaderboard')
-    group.add_argument('--entries', nargs='+', required=True, help='name=PATH (model file, report .json, world logs .jsonl)')
+    group.add_argument('--entries', nargs='+', default=[], help='name=PATH (model file, report .json, world logs .jsonl)')
+    group.add_argument('--artifacts', default=None,
+                       help="write each evaluated model's evidence into ARTIFACTS/<name>/ (a project's runs/)")
+    group.add_argument('--from-artifacts', default=None,
+                       help='evaluate nothing: gather the artifacts of every row of PROJECTS/*/table.json into '
+                       'the board and rewrite the README tables')
     group.add_argument('--eval-task', default='empathy_ed_clean', choices=['empathy_ed_clean', 'empathy_ed'])
     group.add_argument('--ed-datapath', default=None, help='as for the ED teachers')
     group.add_argument('--outdir', default='leaderboard')
@@ -33,7 +48,8 @@ def setup_args():
     group.add_argument('--pool-max-tokens', type=int, default=20, help="Rashkin's filter; <= 0 keeps all")
     group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
     group.add_argument('--entry-args', nargs='*', default=[], help="NAME=ARGS: extra eval_model arguments for one entry")
-    group.add_argument('--projects-dir', default=None, help='fill projects/<paper>/README.md tables')
+    group.add_argument('--projects-dir', default=None,
+                       help='after writing --artifacts, rewrite the projects/<paper>/README.md tables')
     group.add_argument('--p100-shuffled', type='bool', default=True,
                        help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
                        '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
@@ -60,6 +76,10 @@ class EmpathyLeaderboard(ParlaiScript):
         from parlai_empathy.data import ed_source, response_pool
 
         opt = self.opt
+        if opt['from_artifacts']:
+            return self._from_artifacts(opt['from_artifacts'], opt['outdir'])
+        if not opt['entries']:
+            raise ValueError('give --entries NAME=PATH ... (or --from-artifacts PROJECTS)')
         started = time.time()
         entries = leaderboard.parse_entries(opt['entries'])
         leaderboard.attach_entry_args(entries, opt['entry_args'])
@@ -77,11 +97,13 @@ class EmpathyLeaderboard(ParlaiScript):
             result = leaderboard.evaluate_entry(
                 entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'])
             leaderboard.add_bertscore(result, scorer)
+            leaderboard.add_offline_figures(result)
+            if opt['artifacts'] and result['source'] == 'model':
+                command = 'parlai empathy_leaderboard ' + shlex.join(self._command_args(entry.name))
+                paths = leaderboard.write_entry_artifacts(result, os.path.join(opt['artifacts'], entry.name), command)
+                print(f'{entry.name}: evidence in {os.path.dirname(paths["report.json"])}')
             results.append(result)
-        notes = {}
-        for result in results:
-            notes.update(result.get('notes', {}))
-        notes['task'] = f'{opt["eval_task"]} test'
+        notes = leaderboard.board_notes(results)
         notes['total time'] = f'{time.time() - started:.0f} s'
         paths = leaderboard.write_outputs(results, opt['outdir'], notes)
         with open(paths['leaderboard.md']) as f:
@@ -89,8 +111,35 @@ class EmpathyLeaderboard(ParlaiScript):
         for name, path in paths.items():
             print(f'{name}: {path}')
         if opt['projects_dir']:
-            for readme in leaderboard.fill_project_tables(opt['projects_dir'], results):
+            for readme in leaderboard.fill_project_tables(opt['projects_dir']):
                 print(f'filled {readme}')
+        return results
+
+    @staticmethod
+    def _command_args(name):
+        """This run's own arguments, narrowed to one entry (its evidence names the command that made it)."""
+        import sys
+
+        args, skip = [], False
+        for arg in sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == 'empathy_leaderboard' else sys.argv[1:]:
+            if skip and not arg.startswith('-'):
+                if arg.split('=', 1)[0] == name:
+                    args.append(arg)
+                continue
+            skip = arg == '--entries'
+            args.append(arg)
+        return args
+
+    @staticmethod
+    def _from_artifacts(projects_dir, outdir):
+        from parlai_empathy import leaderboard
+
+        results = leaderboard.gather_artifacts(projects_dir)
+        paths = leaderboard.write_outputs(results, outdir, leaderboard.board_notes(results))
+        for readme in leaderboard.fill_project_tables(projects_dir):
+            print(f'filled {readme}')
+        for name, path in paths.items():
+            print(f'{name}: {path}')
         return results
 
 

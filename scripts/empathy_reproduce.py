@@ -1,20 +1,19 @@
-"""``parlai empathy_reproduce --project <paper>``: one command re-runs a paper's table.
+"""``parlai empathy_reproduce --project <paper> --rows ROW``: re-create a table row's evidence.
 
-Runs the project's preparation steps and trains each row's model (see
-``parlai_empathy/reproduce.py`` for the ``reproduce`` section of ``projects/<paper>/table.json``),
-then evaluates them all with ``parlai empathy_leaderboard`` and fills the README table. Safe to run
-again: finished steps are skipped and interrupted training resumes from its checkpoint.
+Runs the row's plan from ``projects/<paper>/table.json`` (the rows it needs first), each step
+exactly as it produced the committed artifacts, then rewrites the project tables from the
+artifacts. Safe to run again: finished steps are skipped and interrupted training resumes from
+its checkpoint (see ``parlai_empathy/reproduce.py``).
 
-    parlai empathy_reproduce --project majumder2020_mime --runs-dir runs/mime
-    parlai empathy_reproduce --project li_ethreed --rows ethreed,ethreed_no_policy --train-args "--max-train-time 3600"
-    parlai empathy_reproduce --project metz2020_emotion_patterns --bert offline-minilm --dry-run
+    parlai empathy_reproduce --project majumder2020_mime --rows mime --runs-dir ~/parlai-empathy-runs
+    parlai empathy_reproduce --project li_ethreed --rows ethreed --profile gpu
+    parlai empathy_reproduce --project metz2020_emotion_patterns --dry-run
 """
 from parlai_empathy import compat
 
 compat.apply()
 
 import os  # noqa: E402
-import shlex  # noqa: E402
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
@@ -26,44 +25,43 @@ from parlai_empathy import reproduce  # noqa: E402
 class EmpathyReproduce(ParlaiScript):
     @classmethod
     def setup_args(cls):
-        parser = ParlaiParser(False, False, "Re-run a paper's table: prepare, train every row, evaluate, fill the README")
+        parser = ParlaiParser(False, False, "Re-create table rows: run each row's plan, then refill the tables")
         parser.add_argument('--project', type=str, required=True, help='a folder of --projects-dir, e.g. majumder2020_mime')
         parser.add_argument('--projects-dir', type=str, default='projects')
-        parser.add_argument('--runs-dir', type=str, default=None, help='model files and logs (default runs/<project>)')
-        parser.add_argument('--bert', type=str, default='bert-base-uncased',
-                            help='the BERT-family encoder of the rankers and classifiers: a hub name, a '
-                            'directory, or offline-minilm (all-MiniLM-L6-v2 from PyPI, no hub needed)')
-        parser.add_argument('--ranker-args', type=str, default=None,
-                            help='how the bi-encoder rows pool and score (default: the paper\'s CLS and dot '
-                            'product for BERT; "--pooling mean --similarity cosine" for MiniLM sentence encoders)')
-        parser.add_argument('--rows', type=str, default='', help='comma-separated entries (default: every row)')
-        parser.add_argument('--train-args', type=str, default='',
-                            help='appended to every row\'s train command, e.g. "--max-train-time 3600" on a CPU budget')
-        parser.add_argument('--leaderboard-args', type=str, default='--bertscore-model minilm --eval-args "-bs 64"',
-                            help='extra parlai empathy_leaderboard arguments')
+        parser.add_argument('--runs-dir', type=str, default='runs', help='model files, checkpoints and logs')
+        parser.add_argument('--rows', type=str, default='', help='comma-separated rows (default: every row with a plan)')
+        parser.add_argument('--profile', type=str, default='cpu', choices=list(reproduce.PROFILES),
+                            help='which plan: cpu (what made the committed figures) or gpu')
+        parser.add_argument('--board', type=str, default='bench/leaderboard',
+                            help='where the leaderboard gathered from every artifact goes ("" for none)')
         parser.add_argument('--dry-run', action='store_true', help='print the commands, run nothing')
         return parser
 
     def run(self):
         opt = self.opt
-        runs_dir = opt['runs_dir'] or os.path.join('runs', opt['project'])
-        only = [r for r in opt['rows'].split(',') if r]
-        plan = reproduce.load_plan(opt['projects_dir'], opt['project'], runs_dir, only,
-                                   shlex.split(opt['train_args']), opt['bert'], opt['ranker_args'])
-        logs = os.path.join(runs_dir, 'logs')
-        board = reproduce.Step('leaderboard', reproduce.leaderboard_argv(
-            plan, os.path.join(runs_dir, 'leaderboard'), opt['projects_dir'], shlex.split(opt['leaderboard_args'])))
-        steps = plan.prepare + list(plan.rows.values()) + [board]
-        for step in steps:
-            if step.done():
-                print(f'[reproduce] {step.name}: done already ({step.creates})')
-            elif opt['dry_run']:
-                print(step.shell())
-            else:
-                reproduce.run_step(step, logs)
+        entries = [r for r in opt['rows'].split(',') if r] or reproduce.all_rows(opt['projects_dir'], opt['project'])
+        plans = reproduce.ordered_plans(opt['projects_dir'], opt['project'], entries, opt['runs_dir'], opt['profile'])
+        commands = []
+        for plan in plans:
+            for step in plan.steps:
+                commands.append(step.shell())
+                if step.done():
+                    print(f'[reproduce] {plan.project}/{plan.entry} {step.name}: done already')
+                elif opt['dry_run']:
+                    print(step.shell())
+                else:
+                    reproduce.run_step(step, os.path.join(os.path.abspath(opt['runs_dir']), 'logs'))
+            if not opt['dry_run']:
+                reproduce.record_plan(plan)
         if not opt['dry_run']:
-            print(f'[reproduce] {opt["project"]}: table filled in {os.path.join(plan.readme_dir, "README.md")}')
-        return [step.shell() for step in steps]
+            from parlai_empathy import leaderboard
+
+            for readme in leaderboard.fill_project_tables(opt['projects_dir']):
+                print(f'[reproduce] filled {readme}')
+            if opt['board']:
+                results = leaderboard.gather_artifacts(opt['projects_dir'])
+                leaderboard.write_outputs(results, opt['board'], leaderboard.board_notes(results))
+        return commands
 
 
 if __name__ == '__main__':

@@ -2,7 +2,6 @@
 import csv
 import json
 import os
-import shutil
 
 import pytest
 
@@ -25,18 +24,13 @@ def baselines(run_parlai, tmp_path):
     return generator, ranker
 
 
-def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baselines, run_parlai, tmp_path):
+def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, run_parlai, tmp_path):
     generator, ranker = baselines
-    projects = tmp_path / 'projects'
-    shutil.copytree(os.path.join(REPO, 'projects', 'rashkin2019_empatheticdialogues'), projects / 'rashkin')
-    spec = json.loads((projects / 'rashkin' / 'table.json').read_text())
-    spec['rows'][0]['entry'] = 'rank'
-    (projects / 'rashkin' / 'table.json').write_text(json.dumps(spec))
-    outdir = tmp_path / 'lb'
+    outdir, artifacts = tmp_path / 'lb', tmp_path / 'runs'
     done = run_parlai(
         'empathy_leaderboard', '--entries', f'gen={generator}', f'rank={ranker}', '--ed-datapath', 'sample',
         '--outdir', outdir, '--bertscore-model', 'none', '--eval-args', '-bs 16',
-        '--entry-args', 'gen=--inference greedy', '--projects-dir', projects,
+        '--entry-args', 'gen=--inference greedy', '--artifacts', artifacts,
     )
     results = {r['name']: r for r in json.loads((outdir / 'results.json').read_text())['results']}
     assert results['gen']['kind'] == 'generator' and results['rank']['kind'] == 'ranker'
@@ -44,7 +38,7 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert 'p@1,100' in results['rank']['values'] and 'avg_bleu' in results['rank']['values']
     assert 'p@1,100' not in results['gen']['values']
     # the ranker's P@1,100 is ParlAI's hits@1 over 100-candidate blocks: one block in the sample
-    assert 0.0 <= results['rank']['values']['p@1,100'] <= 1.0
+    assert 0.0 <= results['rank']['values']['p@1,100'] <= 1.0 and results['rank']['exs']['p@1,100'] == 100
     # and on blocks of shuffled examples (the paper's "randomly selected" wording), a second pass
     assert 0.0 <= results['rank']['values']['p@1,100_shuffled'] <= 1.0
     assert any('--ed-candidates rashkin100_shuffled --ed-candidates-seed 0' in c for c in results['rank']['commands'])
@@ -55,12 +49,19 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert (outdir / 'leaderboard.png').stat().st_size > 1000
     assert 'nrefs:1|case:mixed|eff:no|tok:13a' in (outdir / 'leaderboard.md').read_text()
     assert any('--ed-candidates rashkin100 --eval-candidates inline' in c for c in results['rank']['commands'])
-    readme = (projects / 'rashkin' / 'README.md').read_text()
-    first_row = next(line for line in readme.splitlines() if line.startswith('| Bi-encoder, pretrained'))
-    ours = f'{results["rank"]["values"]["p@1,100"] * 100:.4g}'
-    # the paper's figure sits in the shuffled column (its "randomly selected" wording); ours in both
-    assert f'|  | 49.94 | 5.97 | {ours} |' in first_row
-    assert 'filled' in done.stdout
+    # each model's evidence: the figures recompute from its per-example outputs
+    from parlai_empathy import evidence
+
+    for name in ('gen', 'rank'):
+        report = evidence.read_report(str(artifacts / name))
+        rows = evidence.read_outputs(str(artifacts / name / 'outputs.jsonl.gz'))
+        recomputed = evidence.recompute(rows)
+        assert set(report['values']) - {'ppl_ex'} <= set(recomputed) | {'avg_bleu', 'corpus_bleu-1'}
+        for key, value in recomputed.items():
+            if key in report['values']:
+                assert value == pytest.approx(report['values'][key], rel=1e-6), (name, key)
+        assert 'evidence in' in done.stdout
+    assert sum(r.get('p@1,100') is not None for r in evidence.read_outputs(str(artifacts / 'rank' / 'outputs.jsonl.gz'))) == 100
 
     # boards made one run at a time are gathered into one, nothing evaluated again
     merged = tmp_path / 'lb2'
@@ -75,11 +76,11 @@ def test_leaderboard_evaluates_tabulates_plots_and_fills_project_tables(baseline
     assert wrong.returncode != 0 and "has no row 'mime' (rows: gen, rank)" in wrong.stderr
 
 
-def test_leaderboard_rejects_a_classifier_entry(run_parlai, tmp_path):
-    model_file = tmp_path / 'clf'
+def test_leaderboard_rejects_a_model_that_is_no_response_model_nor_classifier(run_parlai, tmp_path):
+    model_file = tmp_path / 'm'
     model_file.write_text('')
-    (tmp_path / 'clf.opt').write_text(json.dumps({'model': 'empathy/emotion_classifier'}))
-    done = run_parlai('empathy_leaderboard', '--entries', f'clf={model_file}', '--ed-datapath', 'sample',
+    (tmp_path / 'm.opt').write_text(json.dumps({'model': 'repeat_label'}))
+    done = run_parlai('empathy_leaderboard', '--entries', f'm={model_file}', '--ed-datapath', 'sample',
                       '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', check=False)
     assert done.returncode != 0
-    assert 'neither a response generator nor a response ranker' in done.stderr
+    assert 'neither a response generator, a response ranker nor an emotion classifier' in done.stderr

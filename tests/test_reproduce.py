@@ -1,55 +1,62 @@
-"""``parlai empathy_reproduce``: one command re-runs a paper's table (prepare, train, evaluate, fill)."""
+"""``parlai empathy_reproduce``: a row's plan re-creates its evidence and refills the tables."""
 import json
 import os
+import shlex
 import shutil
 
 import pytest
 
 from conftest import REPO
+from parlai_empathy import reproduce
 
 PROJECTS = os.path.join(REPO, 'projects')
 TINY_TRAIN = ('--ed-datapath sample --embedding-size 32 --attention-size 16 --ffn-size 32 --glove-init false '
-              '--dict-maxtokens 2000 -bs 8 --max-train-steps 4 --validation-max-exs 16')
+              '--dict-maxtokens 2000 -bs 8 --max-train-steps 4 --validation-max-exs 16 -vstep 4')
 
 
 @pytest.mark.parametrize('project', sorted(p for p in os.listdir(PROJECTS) if os.path.isfile(os.path.join(PROJECTS, p, 'table.json'))))
-def test_every_project_plans_every_row_with_real_options(project, run_parlai):
-    """Each table's plan names real tasks, agents and options (ParlAI parses every train command)."""
-    done = run_parlai('empathy_reproduce', '--project', project, '--projects-dir', PROJECTS, '--runs-dir', 'runs',
-                      '--bert', 'offline-minilm', '--dry-run')
-    commands = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
-    spec = json.load(open(os.path.join(PROJECTS, project, 'table.json')))
-    assert len(commands) == len(spec['reproduce'].get('prepare', [])) + len(spec['reproduce']['rows']) + 1
-    assert commands[-1].startswith('parlai empathy_leaderboard --entries')
-    from parlai.scripts.train_model import setup_args
+def test_every_plan_names_real_tasks_agents_and_options(project):
+    """ParlAI parses every step of every row's plan (so no option is misspelt or made up)."""
+    from parlai.core.script import setup_script_registry, SCRIPT_REGISTRY
 
-    for command in commands:
-        if command.startswith('parlai train_model'):
-            argv = command.split()[2:]
-            opt = setup_args().parse_args(argv)
-            assert opt['model_file'].startswith(os.path.join('runs', ''))  or os.path.isabs(opt['model_file'])
+    setup_script_registry()
+    for entry in reproduce.all_rows(PROJECTS, project):
+        plan = reproduce.row_plan(PROJECTS, project, entry, 'runs', 'cpu')
+        for step in plan.steps:
+            script = SCRIPT_REGISTRY[step.argv[0]].klass
+            opt = script.setup_args().parse_args(step.argv[1:])
+            if '-mf' in step.argv:
+                assert os.path.abspath(opt['model_file']) == os.path.abspath(plan.model) or step.argv[0] != 'train_model'
 
 
-def test_reproduce_trains_evaluates_fills_the_table_and_skips_finished_rows(run_parlai, tmp_path):
+def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_steps(run_parlai, tmp_path):
     projects = tmp_path / 'projects'
     shutil.copytree(os.path.join(PROJECTS, 'majumder2020_mime'), projects / 'majumder2020_mime')
-    args = ['empathy_reproduce', '--project', 'majumder2020_mime', '--projects-dir', projects, '--runs-dir', tmp_path / 'runs',
-            '--rows', 'multitask_transformer', '--train-args', TINY_TRAIN,
-            '--leaderboard-args', '--ed-datapath sample --bertscore-model none --eval-args "-bs 16 --inference greedy --beam-size 1"']
-    done = run_parlai(*args)
-    model = tmp_path / 'runs' / 'multitask_transformer' / 'model'
-    assert model.exists() and (tmp_path / 'runs' / 'multitask_transformer' / 'model.reproduced').exists()
-    results = json.loads((tmp_path / 'runs' / 'leaderboard' / 'results.json').read_text())['results']
-    assert [r['name'] for r in results] == ['multitask_transformer']
-    ppl = results[0]['values']['ppl']
-    row = next(line for line in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines()
-               if line.startswith('| Multi-TR'))
-    assert f'{ppl:.4g}' in row
-    assert 'table filled' in done.stdout
+    spec_path = projects / 'majumder2020_mime' / 'table.json'
+    spec = json.loads(spec_path.read_text())
+    train, evaluate = spec['reproduce']['rows']['multitask_transformer']['cpu']
+    train['parlai'] += shlex.split(TINY_TRAIN)
+    evaluate['parlai'] += ['--ed-datapath', 'sample', '--bertscore-model', 'none', '--eval-args',
+                           '-bs 16 --inference greedy', '--progress', 'false']
+    spec_path.write_text(json.dumps(spec))
+    args = ['empathy_reproduce', '--project', 'majumder2020_mime', '--projects-dir', projects, '--runs-dir',
+            tmp_path / 'runs', '--rows', 'multitask_transformer', '--board', tmp_path / 'board']
+    run_parlai(*args)
+    model = tmp_path / 'runs' / 'majumder2020_mime' / 'multitask_transformer' / 'model'
+    row = projects / 'majumder2020_mime' / 'runs' / 'multitask_transformer'
+    assert model.exists() and sorted(os.listdir(row)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
+    report = json.loads((row / 'report.json').read_text())
+    meta = json.loads((row / 'meta.json').read_text())
+    assert meta['plan']['commands'][0].startswith('parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/')
+    assert meta['examples'] == report['exs']['ppl'] > 0
+    line = next(l for l in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines() if l.startswith('| Multi-TR'))
+    assert f'{report["values"]["ppl"]:.4g}' in line and '[runs/multitask_transformer](runs/multitask_transformer)' in line
+    assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == \
+        ['majumder2020_mime/multitask_transformer']
 
     trained_at = model.stat().st_mtime_ns
     again = run_parlai(*args)
-    assert 'multitask_transformer: done already' in again.stdout
+    assert again.stdout.count('done already') == 2
     assert model.stat().st_mtime_ns == trained_at  # not trained again
 
 
@@ -59,20 +66,3 @@ def test_unknown_project_or_row_is_named(run_parlai):
     done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS, '--rows', 'ethreed_v2',
                       '--dry-run', check=False)
     assert done.returncode != 0 and 'ethreed_no_policy' in done.stderr
-
-
-def test_ranker_rows_score_as_their_encoder_was_pretrained():
-    """MiniLM sentence encoders get mean pooling + cosine, BERT the paper's defaults, and an
-    explicit --ranker-args wins."""
-    from parlai_empathy import reproduce
-
-    def ranker_rows(**kwargs):
-        plan = reproduce.load_plan(PROJECTS, 'rashkin2019_empatheticdialogues', 'runs', **kwargs)
-        return [step.argv for step in plan.rows.values() if 'empathy/bert_ranker' in step.argv]
-
-    minilm = ranker_rows(bert='offline-minilm')
-    assert minilm and all(' '.join(argv).count('--pooling mean --similarity cosine') == 1 for argv in minilm)
-    bert_base = ranker_rows(bert='bert-base-uncased')
-    assert bert_base and not any('--similarity' in argv or '{ranker_args}' in argv for argv in bert_base)
-    explicit = ranker_rows(bert='offline-minilm', ranker_args='--pooling cls')
-    assert all('--similarity' not in argv and '--pooling' in argv for argv in explicit)

@@ -26,7 +26,9 @@ from parlai.core.torch_agent import Output  # noqa: E402
 from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
+from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
+from parlai_empathy.emotions import classifier_files  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
 from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     DEFAULT_THRESHOLD,
@@ -50,6 +52,18 @@ def saved_hf_dir(opt) -> Optional[str]:
         if path and os.path.isdir(path + HF_SUFFIX) and os.path.isfile(path):
             return path + HF_SUFFIX
     return None
+
+
+def decision_threshold(opt):
+    """The multi-label threshold(s) in use (see ``classifier_files.decision_threshold``), as a
+    tensor when there is one per class."""
+    threshold = classifier_files.decision_threshold(opt)
+    if isinstance(threshold, list):
+        if opt.get('classes') is not None and len(threshold) != len(opt['classes']):
+            raise ValueError(f'{len(threshold)} tuned thresholds for {len(opt["classes"])} classes: re-run '
+                             '`parlai empathy_tune_thresholds -mf MODEL`')
+        return torch.tensor(threshold)
+    return threshold
 
 
 class EmotionClassifierDictionary(HFTokenizerDictionary):
@@ -90,7 +104,7 @@ class F1Metric(Metric):
 
 
 @register_agent('empathy/emotion_classifier')
-class EmotionClassifierAgent(TorchClassifierAgent):
+class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
@@ -117,7 +131,16 @@ class EmotionClassifierAgent(TorchClassifierAgent):
             '--multilabel-threshold',
             type=float,
             default=DEFAULT_THRESHOLD,
-            help='probability over which a label is predicted (multi-label)',
+            help='probability over which a label is predicted (multi-label, --threshold-scheme single)',
+        )
+        group.add_argument(
+            '--multilabel-thresholds', type='floats', default=None, hidden=True,
+            help='one threshold per class, tuned on dev by `parlai empathy_tune_thresholds` (stored in the .opt)',
+        )
+        group.add_argument(
+            '--threshold-scheme', type=str, default='tuned', choices=['tuned', 'single'],
+            help='multi-label decisions: per-label thresholds tuned on dev when the model has them, '
+            'else (or with "single") every label at --multilabel-threshold (the GoEmotions paper\'s 0.3)',
         )
         parser.set_defaults(
             learningrate=5e-5,
@@ -139,7 +162,7 @@ class EmotionClassifierAgent(TorchClassifierAgent):
             self._classes_from_task(opt)
         super().__init__(opt, shared)
         self.multilabel = bool(opt.get('multilabel'))
-        self.threshold_ml = opt.get('multilabel_threshold', DEFAULT_THRESHOLD)
+        self.threshold_ml = decision_threshold(opt)
 
     @staticmethod
     def _classes_from_task(opt):

@@ -16,6 +16,15 @@ from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
 
 
+def decision_threshold(opt: dict):
+    """The tuned per-class thresholds (``parlai empathy_tune_thresholds``) under the default
+    ``threshold_scheme`` 'tuned', else the single ``multilabel_threshold``."""
+    tuned = opt.get('multilabel_thresholds')
+    if tuned and opt.get('threshold_scheme', 'tuned') == 'tuned':
+        return [float(t) for t in tuned]
+    return float(opt.get('multilabel_threshold', DEFAULT_THRESHOLD))
+
+
 class ClassifierFilesError(FileNotFoundError):
     """A path that is not a trained emotion classifier."""
 
@@ -26,7 +35,7 @@ class LoadedClassifier:
     tokenizer: object
     classes: List[str]
     multilabel: bool
-    threshold: float
+    threshold: object  # one float, or one float per class (tuned on dev)
     max_length: int
     key: str  # sha256 of the weights file and the decision settings
 
@@ -57,7 +66,7 @@ def read_settings(model_file: str) -> dict:
     settings = dict(
         classes=list(opt['classes']),
         multilabel=bool(opt.get('multilabel')),
-        threshold=float(opt.get('multilabel_threshold', DEFAULT_THRESHOLD)),
+        threshold=decision_threshold(opt),
         max_length=int(opt.get('max_length', 50)),
         pooling=opt.get('pooling', 'cls'),
     )

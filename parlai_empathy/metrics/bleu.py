@@ -30,8 +30,13 @@ class BleuConfig:
     tokenize: str = '13a'
 
     def signature(self) -> str:
-        """sacrebleu's own signature string for this setting (orders are named separately)."""
-        return _sacrebleu(self).get_signature().format()
+        """sacrebleu's own signature string for this setting (orders are named separately).
+
+        sacrebleu learns the number of references (nrefs:1 here) from a first scoring; a one-word
+        pair tells it, so the signature is available before any real scoring in the process."""
+        metric = _sacrebleu(self)
+        metric.corpus_score(['signature'], [['signature']])
+        return metric.get_signature().format()
 
 
 AVG_BLEU = BleuConfig(lowercase=False, smooth_method='exp')

@@ -119,6 +119,15 @@ class EDTeacherBase(DialogTeacher):
         ranked = model_response.get('text_candidates')
         candidates = teacher_action.get('label_candidates')
         name = self.p100_metric
+        if self.opt.get('ed_candidates') in ('rashkin100', 'rashkin100_shuffled'):
+            # P@1,100 covers every example of every block, or the evaluation stops
+            where = f'{self.id} {self.split} example conv {teacher_action.get("conv_id")} turn {teacher_action.get("turn")}'
+            if not candidates or len(candidates) != retrieval.NUM_CANDIDATES:
+                raise ValueError(f'P@1,100: {where} has {len(candidates or [])} candidates, not '
+                                 f'{retrieval.NUM_CANDIDATES}')
+            if not ranked:
+                raise ValueError(f'P@1,100: the model returned no ranked candidates for {where}; evaluate a '
+                                 'ranker with --eval-candidates inline (and --ignore-bad-candidates false)')
         if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and name not in already:
             parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates), name)
 

@@ -1,0 +1,155 @@
+"""Every published figure regenerates from committed evidence (issue 14).
+
+* the project tables and ``bench/leaderboard`` regenerate byte-identical from ``projects/*/runs/``;
+* every row's four artifacts exist, agree with each other (figures recomputed from the
+  per-example outputs), carry no machine paths, and P@1,100 rows cover exactly 5,200 examples;
+* every table row has a plan with known placeholders and its own model file;
+* an evaluation whose P@1,100 blocks are broken stops with an error naming the example.
+"""
+import filecmp
+import gzip
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import REPO
+from parlai_empathy import evidence, leaderboard, reproduce
+
+PROJECTS = os.path.join(REPO, 'projects')
+BOARD = os.path.join(REPO, 'bench', 'leaderboard')
+
+
+def _specs():
+    for paper in sorted(os.listdir(PROJECTS)):
+        path = os.path.join(PROJECTS, paper, 'table.json')
+        if os.path.isfile(path):
+            with open(path) as f:
+                yield paper, json.load(f)
+
+
+def _rows_with_artifacts():
+    for paper, spec in _specs():
+        for table in leaderboard.project_tables(spec):
+            for row in table['rows']:
+                folder = os.path.join(PROJECTS, paper, row.get('artifacts') or f'runs/{row["entry"]}')
+                if os.path.isdir(folder):
+                    yield paper, row, folder
+
+
+def test_tables_and_board_regenerate_byte_identical_from_the_artifacts(tmp_path, run_parlai):
+    projects = tmp_path / 'projects'
+    shutil.copytree(PROJECTS, projects)
+    for readme in projects.glob('*/README.md'):  # blank every table: only the artifacts may refill them
+        text = readme.read_text()
+        for start in ('<!-- leaderboard-table:start -->', '<!-- leaderboard-table:start:classifiers -->'):
+            end = start.replace(':start', ':end')
+            if start in text:
+                head, rest = text.split(start, 1)
+                text = head + start + '\n' + end + rest.split(end, 1)[1]
+        readme.write_text(text)
+    board = tmp_path / 'board'
+    run_parlai('empathy_leaderboard', '--from-artifacts', projects, '--outdir', board)
+    for paper, _ in _specs():
+        assert (projects / paper / 'README.md').read_text() == \
+            open(os.path.join(PROJECTS, paper, 'README.md')).read(), f'{paper} README table differs from its artifacts'
+    for name in ('results.json', 'leaderboard.md', 'leaderboard.csv'):
+        assert filecmp.cmp(board / name, os.path.join(BOARD, name), shallow=False), f'bench/leaderboard/{name} is stale'
+
+
+@pytest.mark.parametrize('paper,row,folder', list(_rows_with_artifacts()),
+                         ids=lambda v: v if isinstance(v, str) and '/' not in v else None)
+def test_each_rows_artifacts_are_complete_consistent_and_portable(paper, row, folder):
+    for name in evidence.ROW_FILES:
+        assert os.path.isfile(os.path.join(folder, name)), f'{folder}/{name} is missing'
+    report = evidence.read_report(folder)
+    opt = evidence.read_json(os.path.join(folder, evidence.OPT))
+    meta = evidence.read_json(os.path.join(folder, evidence.META))
+    rows = evidence.read_outputs(os.path.join(folder, evidence.OUTPUTS))
+    assert os.path.getsize(os.path.join(folder, evidence.OUTPUTS)) < 1_000_000
+    for obj, name in ((report, 'report'), (opt, 'opt'), (meta, 'meta')):
+        assert not evidence.absolute_paths(obj), f'{folder} {name}: {evidence.absolute_paths(obj)[:3]}'
+    assert meta['examples'] == len(rows) and meta.get('plan', {}).get('commands'), f'{folder}: meta incomplete'
+    if report.get('kind') == 'classifier':
+        recomputed = evidence.recompute_classifier(rows, opt['classes'])
+    else:
+        recomputed = evidence.recompute(rows)
+    values = report['values']
+    for key, value in recomputed.items():
+        if key in values:
+            assert value == pytest.approx(values[key], rel=1e-6, abs=1e-9), f'{folder}: {key}'
+    for key in ('p@1,100', 'p@1,100_shuffled'):
+        if key in values:
+            assert report['exs'][key] == 5200 and sum(r.get(key) is not None for r in rows) == 5200
+
+
+def test_every_row_has_a_plan_of_its_own():
+    models = {}
+    for paper, spec in _specs():
+        plans = spec['reproduce']['rows']
+        for table in leaderboard.project_tables(spec):
+            for row in table['rows']:
+                assert row['entry'] in plans, f'{paper}: row {row["entry"]} has no plan'
+        for entry in plans:
+            plan = reproduce.row_plan(PROJECTS, paper, entry, '/runs', 'cpu')
+            assert plan.steps and all('{' not in arg and '<' not in arg for s in plan.steps for arg in s.argv)
+            trains = [s for s in plan.steps if s.argv[0] == 'train_model']
+            for step in trains:
+                model = step.argv[step.argv.index('-mf') + 1]
+                assert model not in models, f'{paper}/{entry} trains into {models.get(model)}\'s model file'
+                models[model] = f'{paper}/{entry}'
+            for need in plan.needs:
+                need_paper, _, need_entry = need.rpartition('/')
+                reproduce.row_plan(PROJECTS, need_paper, need_entry, '/runs', 'cpu')
+
+
+def test_reproduce_dry_run_prints_the_plan_needs_first(run_parlai):
+    done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--rows', 'ethreed', '--projects-dir',
+                      PROJECTS, '--runs-dir', 'r', '--dry-run')
+    lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
+    assert 'empathy_ed_emotion' in lines[0] and '-m empathy/emotion_classifier' in lines[0]
+    assert any('-m empathy/ethreed' in line for line in lines[2:])
+
+
+def _block_logs(path, n_candidates, ranked):
+    teacher = {'conv_id': 'conv:1', 'turn': 2, 'eval_labels': ['gold'],
+               'label_candidates': ['gold'] + [f'c{i}' for i in range(n_candidates - 1)]}
+    with open(path, 'w') as f:
+        f.write(json.dumps({'dialog': [[teacher, {'text': 'x', 'text_candidates': ranked}]]}) + '\n')
+
+
+def test_p100_hits_refuses_short_blocks_and_missing_rankings_and_counts_duplicates(tmp_path):
+    logs = str(tmp_path / 'logs.jsonl')
+    _block_logs(logs, 99, ['gold'])
+    with pytest.raises(evidence.ArtifactError, match='conv:1/2 has 99 candidates'):
+        leaderboard.p100_hits(logs)
+    _block_logs(logs, 100, [])
+    with pytest.raises(evidence.ArtifactError, match='conv:1/2 was not ranked'):
+        leaderboard.p100_hits(logs)
+    _block_logs(logs, 100, ['Gold!', 'c1'])  # the gold's text, normalized: a duplicate counts too
+    assert leaderboard.p100_hits(logs) == {'conv:1/2': 1}
+    with pytest.raises(evidence.ArtifactError, match='covers 1 examples, not the 5200'):
+        leaderboard.p100_hits(logs, expected=5200)
+
+
+def test_a_model_that_ranks_nothing_stops_the_p100_evaluation(run_parlai):
+    done = run_parlai('eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test',
+                      '--ed-candidates', 'rashkin100', '-m', 'repeat_label', check=False)
+    assert done.returncode != 0
+    assert 'P@1,100: the model returned no ranked candidates for empathy_ed_clean test example conv' in done.stderr
+
+
+def test_outputs_and_json_are_written_reproducibly(tmp_path):
+    rows = [{'id': 'a/1', 'gold': 'I am sorry.', 'reply': 'So sorry!', 'nll': 12.0, 'tokens': 4}]
+    first, second = tmp_path / 'a.jsonl.gz', tmp_path / 'b.jsonl.gz'
+    evidence.write_outputs(str(first), rows)
+    evidence.write_outputs(str(second), rows)
+    assert first.read_bytes() == second.read_bytes()
+    assert evidence.read_outputs(str(first)) == rows
+    with gzip.open(first, 'rt') as f:
+        assert json.loads(f.readline())['id'] == 'a/1'
+    places = {'/home/me/runs': '{runs}', '/home/me': '~'}
+    assert evidence.portable('parlai eval_model -mf /home/me/runs/x/model --y /home/me/z', places) == \
+        'parlai eval_model -mf {runs}/x/model --y ~/z'
+    assert evidence.portable_opt({'starttime': 'now', 'model_file': '/home/me/runs/m'}, places) == {'model_file': '{runs}/m'}

@@ -46,5 +46,10 @@ def _cached_tokens(text: str):
     text = text.lower()
     for short, long in CONTRACTIONS:
         text = text.replace(short, long)
+    return tuple(word_tokens(text))
+
+
+def word_tokens(text: str) -> List[str]:
+    """nltk's word tokens of ``text`` as it is (``word_tokenize`` with the offline sentence splitter)."""
     sentences, words = _tokenizers()
-    return tuple(token for sentence in sentences.tokenize(text) for token in words.tokenize(sentence))
+    return [token for sentence in sentences.tokenize(text) for token in words.tokenize(sentence)]

@@ -2,8 +2,10 @@
 
 One tiny model on the embedded real ED sample: listener labels from a real tag cache (the
 emotions tagging machinery run with a tiny random ED 32-way classifier), training SIGKILLed
-after a checkpoint and resumed, then eval_model with generation and a chat with a single
-utterance and an empty turn.
+after a checkpoint and resumed, then eval_model with generation, a chat with a single
+utterance and an empty turn, and ``parlai interactive`` with piped input. Also: a plain
+``-t ... -m empathy/ethreed -mf ...`` run saves the paper's settings, the learning rate follows
+the reference's milestones, and an out-of-vocabulary word of the user's is copied into the reply.
 """
 import json
 import os
@@ -64,7 +66,7 @@ def trained(tmp_path_factory, listener_tags, ed_dir):
 
 def test_resumes_after_sigkill_and_reports_losses(trained):
     model_file, log, done_updates, target = trained
-    for metric in ('emo_acc', 'loss_emo', 'loss_kl', 'loss_cov', 'ppl'):
+    for metric in ('emo_acc', 'loss_emo', 'loss_kl', 'loss_cov', 'ppl', 'ppl_ex'):
         assert metric in log
 
 
@@ -75,7 +77,8 @@ def test_eval_model_generates_and_logs_predicted_emotions(trained, run_parlai, t
                       '-mf', model_file, '--skip-generation', 'false', '--num-examples', 6,
                       '--world-logs', world_log, '-bs', 3)
     log = done.stdout + done.stderr
-    assert 'emo_acc' in log and 'ppl' in log
+    for metric in ('emo_acc', 'ppl', 'ppl_ex', 'dist-1', 'dist-2_nltk'):
+        assert metric in log
     with open(world_log) as f:
         replies = [turn[1] for line in f for turn in json.loads(line)['dialog']]
     assert len(replies) == 6
@@ -138,3 +141,87 @@ def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     log = done.stdout + done.stderr
     assert 'Distributed group initialized' in log and 'Traceback' not in log
     assert 'emo_acc' in log and model_file.exists()
+
+
+def test_interactive_cli_shows_the_tracked_and_the_planned_emotion(trained, run_parlai):
+    done = run_parlai('interactive', '-mf', trained[0],
+                      input='I passed my driving test today!\nThanks, I was so nervous.\n[EXIT]\n')
+    out = done.stdout
+    speaker = [line.split(']:', 1)[1].strip() for line in out.splitlines() if '[predicted_emotion]:' in line]
+    planned = [line.split(']:', 1)[1].strip() for line in out.splitlines()
+               if '[predicted_listener_emotion]:' in line]
+    replies = [line.split(']:', 1)[1].strip() for line in out.splitlines() if '[Ethreed]:' in line]
+    assert len(speaker) == len(planned) == len(replies) == 2, out[-3000:]
+    assert all(e in ED_EMOTIONS for e in speaker + planned) and all(replies)
+
+
+def test_plain_training_run_saves_the_papers_settings(run_parlai, tmp_path):
+    model_file = tmp_path / 'model'
+    run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/ethreed',
+               '-mf', model_file, '--listener-emotions', 'none', '--hidden-size', 16, '--embedding-size', 16,
+               '--glove-init', 'false', '--max-train-steps', 2, '-vme', 8, '--short-final-eval', 'true')
+    with open(f'{model_file}.opt') as f:
+        opt = json.load(f)
+    expected = {
+        'dict_tokenizer': 'ethreed', 'dict_minfreq': 3, 'dict_maxtokens': -1, 'dropout': 0.5,
+        'batchsize': 16, 'optimizer': 'adam', 'learningrate': 5e-4, 'gradient_clip': 1.0,
+        'lr_scheduler': 'fixed', 'lr_scheduler_decay': 0.3, 'lr_milestones': '4,5', 'num_epochs': 7,
+        'label_truncate': 40, 'utterance_truncate': 40, 'inference': 'greedy', 'kl_weight': 1.0,
+        'history_attention': 'simple', 'train_experiencer_only': True, 'validation_metric': 'ppl',
+    }
+    assert {key: opt.get(key) for key in expected} == expected
+    with open(f'{model_file}.dict') as f:
+        counts = [int(line.rstrip('\n').split('\t')[1]) for line in f]
+    assert min(counts) >= 3  # every word seen at least 3 times in train
+
+
+def test_learning_rate_drops_after_the_4th_and_the_5th_validation(run_parlai, tmp_path):
+    script = tmp_path / 'schedule.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent\n'
+        'from parlai.scripts.train_model import setup_args\n'
+        "opt = setup_args().parse_args(['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m',"
+        " 'empathy/ethreed', '-mf', sys.argv[1], '--listener-emotions', 'none', '--glove-init', 'false',"
+        " '--hidden-size', '8', '--embedding-size', '8'])\n"
+        'agent = create_agent(opt)\n'
+        'for _ in range(6):\n'
+        "    agent.receive_metrics({'ppl': 10.0, 'loss': 2.0})\n"
+        "    print('LR', agent.optimizer.param_groups[0]['lr'])\n"
+    )
+    done = run_parlai('python', script, tmp_path / 'model')
+    rates = [float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith('LR ')]
+    assert rates == pytest.approx([5e-4, 5e-4, 5e-4, 1.5e-4, 4.5e-5, 4.5e-5])
+
+
+def test_a_word_outside_the_vocabulary_is_copied_into_the_reply_and_scored(trained, run_parlai, tmp_path):
+    """The user's unknown word gets an id after the dictionary's; a model that copies writes the
+    word itself in its reply, and a gold response with the word is scored against that id."""
+    script = tmp_path / 'copy_word.py'
+    script.write_text(
+        'import sys, math, torch\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False, 'inference': 'greedy',"
+        " 'interactive_mode': True})\n"
+        'size = len(agent.dict)\n'
+        "assert 'zyzzyvas' not in agent.dict.tok2ind\n"
+        'with torch.no_grad():  # a decoder that always copies\n'
+        '    agent.model.decoder.copy_switch.weight.zero_()\n'
+        '    agent.model.decoder.copy_switch.bias.fill_(30.0)\n'
+        "agent.observe({'text': 'zyzzyvas', 'episode_done': True})\n"
+        "print('REPLY', agent.act()['text'])\n"
+        'agent.reset()\n'
+        "obs = agent.observe({'text': 'my zyzzyvas died', 'eval_labels': ['sorry about your zyzzyvas'],"
+        " 'episode_done': True})\n"
+        'batch = agent.batchify([obs])\n'
+        "print('SOURCE', batch.source_tokens[0].tolist().count(size), 'LABEL', batch.label_ext[0].tolist().count(size),"
+        " 'UNK', batch.label_vec[0].tolist().count(agent.dict[agent.dict.unk_token]))\n"
+        'agent.model.eval()\n'
+        'loss = agent.compute_loss(batch)\n'
+        "print('LOSS', math.isfinite(float(loss)))\n"
+    )
+    done = run_parlai('python', script, trained[0])
+    lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line[:4] in ('REPL', 'SOUR', 'LOSS')}
+    assert lines['REPLY'][0] == 'zyzzyvas', done.stdout[-2000:]
+    assert lines['SOURCE'] == ['1', 'LABEL', '1', 'UNK', '1']  # the label's unknown word has the source's id
+    assert lines['LOSS'] == ['True']

@@ -3,21 +3,35 @@
 The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
 
 * Batches carry the dialogue, not one flattened string: every context utterance is vectorized on
-  its own (``utt_tokens``/``utt_lengths``), with ``dialogue_lengths`` and per-turn party ids
-  (``roles``: 0 speaker, 1 listener). From the ED teachers' ``context_utterances`` /
-  ``context_roles`` fields when present; otherwise (interactive) from ParlAI's history, the last
-  utterance being the user's (the speaker) and turns alternating backwards.
+  its own, ending with the end token as in the reference (``utt_tokens``/``utt_lengths``), with
+  ``dialogue_lengths`` and per-turn party ids (``roles``: 0 speaker, 1 listener). From the ED
+  teachers' ``context_utterances`` / ``context_roles`` fields when present; otherwise
+  (interactive) from ParlAI's history, the last utterance being the user's (the speaker) and
+  turns alternating backwards.
+* An extended vocabulary per example: the out-of-vocabulary words of the answered utterance get
+  ids after the dictionary's (``source_tokens``); a gold response word that is one of them is
+  scored against that id (``label_ext``), and a generated one is written back as the word.
+* Text is the reference's (``--dict-tokenizer ethreed``, :mod:`parlai_empathy.data.ethreed_text`:
+  its contraction handling, character filter and spaCy's English tokenizer rules); the
+  vocabulary is every train word seen at least 3 times (the reference also counts valid).
 * L1 labels: the speaker's from the ED ``emotion`` field, the listener's from the emotions tagging
   cache, made once with an ED 32-way classifier (``--listener-emotions``, see
   :class:`ListenerEmotionTags`).
-* Loss = ParlAI's token NLL (L3, also ``ppl``) + the model's L1 + L2 + L4, reported as
-  ``loss_emo``, ``loss_kl``, ``loss_cov``; ``emo_acc``/``emo_acc@k`` for the speaker's emotion
-  come from the project's metrics suite.
-* Every reply carries ``predicted_emotion`` (speaker), ``predicted_listener_emotion`` (the
-  policy's R_e_t through the classifier) and ``emotion_scores`` (speaker label -> probability).
+* Loss = the reference's: L3 averaged over each response's tokens, then over responses, plus the
+  model's L1 + L2 + L4 (``loss_emo``, ``loss_kl``, ``loss_cov``). Perplexity both ways: ``ppl``
+  (ParlAI's, token-weighted) and ``ppl_ex`` (exp of the mean per-response mean NLL, the
+  reference's); Distinct-n of generated replies also on nltk word tokens (``dist-1_nltk``,
+  ``dist-2_nltk``), the reference's tokens, beside the suite's ``dist-n``. ``emo_acc``/
+  ``emo_acc@k`` for the speaker's emotion come from the project's metrics suite.
+* Every reply carries ``predicted_emotion`` (the speaker emotion tracked over the turns),
+  ``predicted_listener_emotion`` (the policy's planned emotion for the reply, through the
+  classifier) and ``emotion_scores`` (speaker label -> probability).
 * An empty turn, or a conversation of one utterance, is answered.
 
-Paper training setup: ``-o empathy/ethreed``.
+The paper's and reference's setup is the default (``parser.set_defaults`` below): hidden and
+embedding sizes 300, dropout 0.5, Adam 5e-4, gradient clip 1.0, 7 epochs with the learning rate
+times 0.3 after the 4th and the 5th (``--lr-milestones``), batches of 16 responses (about the 8
+conversations of a reference batch), responses of at most 40 tokens, greedy decoding.
 """
 import os
 
@@ -29,11 +43,19 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from parlai.core.loader import register_agent  # noqa: E402
 from parlai.core.metrics import AverageMetric  # noqa: E402
+from parlai.nn.lr_scheduler import FixedLRScheduler  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
+from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
+from parlai_empathy.agents.emotion_generator import (  # noqa: E402
+    MoelDictionaryAgent, paper_batch_size, record_response_metrics,
+)
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
-from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
+from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
+from parlai_empathy.data.moel_text import word_tokens  # noqa: E402
+from parlai_empathy.metrics import distinct  # noqa: E402
+from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
 from parlai_empathy.models.ethreed import (  # noqa: E402
     IGNORE, LISTENER, SPEAKER, Ethreed, EthreedConfig,
@@ -88,6 +110,19 @@ def alternating_roles(n):
     return [SPEAKER if (n - 1 - i) % 2 == 0 else LISTENER for i in range(n)]
 
 
+class EthreedDictionaryAgent(MoelDictionaryAgent):
+    """ParlAI's dictionary with ``--dict-tokenizer ethreed`` (and MIME's ``moel``)."""
+
+    @staticmethod
+    def ethreed_tokenize(text):
+        return ethreed_tokens(text)
+
+
+def parse_milestones(value):
+    """``"4,5"`` -> ``[4, 5]``; empty: none."""
+    return [int(part) for part in str(value or '').replace(' ', '').split(',') if part]
+
+
 @register_agent('empathy/ethreed')
 class EthreedAgent(EncoderReadoutAgent):
     @classmethod
@@ -95,18 +130,31 @@ class EthreedAgent(EncoderReadoutAgent):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('ETHREED (parlai-empathy)')
         group.add_argument('--hidden-size', type=int, default=300,
-                           help='size of every GRU state and of R_e (paper: 300)')
+                           help='size of every GRU state and of R (paper: 300)')
         group.add_argument('--embedding-size', '-esz', type=int, default=300,
                            help='word embedding size (paper: 300)')
-        group.add_argument('--dropout', type=float, default=0.0)
+        group.add_argument('--dropout', type=float, default=0.5,
+                           help='dropout on every tracker state and on R before its classifier '
+                           '(reference: 0.5)')
+        group.add_argument('--history-attention', choices=['simple', 'bilinear'], default='simple',
+                           help="the party GRU's attention over earlier global states: w^T g_j "
+                           '(reference) or u_t^T W g_j (the paper\'s equation)')
+        group.add_argument('--kl-weight', type=float, default=1.0, help='weight of L2 (paper: 1)')
         group.add_argument('--glove-init', type='bool', default=True,
                            help='initialize word embeddings from GloVe (missing columns random)')
         group.add_argument('--glove-path', type=str, default=None,
-                           help='GloVe text file (e.g. glove.6B.300d.txt); default: offline 6B 50d')
-        group.add_argument('--utterance-truncate', type=int, default=60,
-                           help='tokens kept per utterance (its beginning)')
+                           help='GloVe text file (the paper: glove.840B.300d.txt); default: the '
+                           'offline 6B 50d vectors, padded to the embedding size')
+        group.add_argument('--utterance-truncate', type=int, default=40,
+                           help='tokens kept per context utterance, its end token included '
+                           '(reference: 40)')
         group.add_argument('--max-turns', type=int, default=8,
                            help='most recent utterances kept as context (ED has at most 7)')
+        group.add_argument('--lr-milestones', type=str, default='4,5',
+                           help='with --lr-scheduler fixed: the validations (one per epoch by '
+                           'default) after which the learning rate is multiplied by '
+                           '--lr-scheduler-decay (reference: MultiStepLR at epochs 4 and 5); '
+                           'empty: ParlAI\'s decay every --lr-scheduler-patience validations')
         group.add_argument('--listener-emotions', type=str, default=None,
                            help='the listener labels of L1: the ED 32-way classifier model file '
                            'that parlai empathy_tag_ed tagged ED with (its cache is found in '
@@ -122,14 +170,29 @@ class EthreedAgent(EncoderReadoutAgent):
         group.add_argument('--emotion-gru', type='bool', default=True, help='ablation: false')
         group.add_argument('--emo-track', type='bool', default=True,
                            help='emotion states reach the decoder (ablation w/o emo-track: false)')
-        parser.set_defaults(label_truncate=40, text_truncate=256, truncate=256)
+        parser.set_defaults(
+            dict_tokenizer='ethreed', dict_lower=False, dict_minfreq=3, dict_maxtokens=-1,
+            label_truncate=40, text_truncate=256, truncate=256, train_experiencer_only=True,
+            optimizer='adam', learningrate=5e-4, gradient_clip=1.0, lr_scheduler='fixed',
+            lr_scheduler_decay=0.3, num_epochs=7, validation_every_n_epochs=1,
+            validation_metric='ppl', validation_metric_mode='min', skip_generation=True,
+            inference='greedy',
+            # parlai interactive shows the tracked speaker emotion and the planned reply emotion
+            display_add_fields='predicted_emotion,predicted_listener_emotion',
+        )
+        paper_batch_size(parser, partial_opt, 16)
         return parser
+
+    @staticmethod
+    def dictionary_class():
+        return EthreedDictionaryAgent
 
     def __init__(self, opt, shared=None):
         if shared is not None:
             self.listener_tags = shared['listener_tags']
         else:
             self.listener_tags = self._load_listener_tags(opt)
+        self._generated = None
         super().__init__(opt, shared)
         self.id = 'Ethreed'
 
@@ -162,7 +225,7 @@ class EthreedAgent(EncoderReadoutAgent):
         shared['listener_tags'] = self.listener_tags
         return shared
 
-    # ----- model -------------------------------------------------------------------------------
+    # ----- model and schedule ------------------------------------------------------------------
     def build_model(self):
         opt = self.opt
         vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
@@ -174,37 +237,88 @@ class EthreedAgent(EncoderReadoutAgent):
         else:
             words = WordEmbedding(len(vocab), opt['embedding_size'], self.NULL_IDX)
         config = EthreedConfig(
-            hidden=opt['hidden_size'], dropout=opt['dropout'], policy=opt['emp_policy'],
-            gps=opt['gps'], party_gru=opt['party_gru'], emotion_gru=opt['emotion_gru'],
-            emotion_track=opt['emo_track'],
+            hidden=opt['hidden_size'], dropout=opt['dropout'],
+            history_attention=opt.get('history_attention', 'simple'),
+            kl_weight=opt.get('kl_weight', 1.0), policy=opt['emp_policy'], gps=opt['gps'],
+            party_gru=opt['party_gru'], emotion_gru=opt['emotion_gru'], emotion_track=opt['emo_track'],
         )
-        return Ethreed(words, len(vocab), config, self.NULL_IDX, self.START_IDX, self.END_IDX)
+        unk = self.dict[self.dict.unk_token]
+        return Ethreed(words, len(vocab), config, self.NULL_IDX, self.START_IDX, self.END_IDX, unk)
+
+    def build_lr_scheduler(self, states=None, hard_reset=False):
+        """ParlAI's ``fixed`` schedule decays every N validations; the reference's MultiStepLR
+        decays after chosen epochs: with ``--lr-milestones`` the same scheduler steps on them."""
+        super().build_lr_scheduler(states, hard_reset)
+        milestones = parse_milestones(self.opt.get('lr_milestones'))
+        if not milestones or not isinstance(self.scheduler, FixedLRScheduler):
+            return
+        inner = self.scheduler.scheduler
+        inner = torch.optim.lr_scheduler.MultiStepLR(inner.optimizer, milestones,
+                                                     gamma=self.opt['lr_scheduler_decay'])
+        if states and 'lr_scheduler' in states and not hard_reset:
+            inner.load_state_dict({**states['lr_scheduler'], 'milestones': inner.milestones})
+        self.scheduler.scheduler = inner
 
     # ----- vectorization: the dialogue as a sequence of utterances -----------------------------
+    def _utterance(self, text):
+        """``(tokens, in-vocabulary ids)`` of one utterance: truncated, then the end token."""
+        limit = (self.opt.get('utterance_truncate') or 0) - 1
+        tokens = self.dict.tokenize(str(text))
+        tokens = tokens[:limit] if limit > 0 else tokens
+        unk = self.dict[self.dict.unk_token]
+        return tokens, [self.dict.tok2ind.get(token, unk) for token in tokens] + [self.END_IDX]
+
     def vectorize(self, obs, history, **kwargs):
         obs = super().vectorize(obs, history, **kwargs)
         if 'text' not in obs:
             return obs
         if obs.get('text_vec') is None:
             obs.force_set('text_vec', torch.LongTensor([self.NULL_IDX]))  # keeps an empty turn valid
-        if 'utterance_vecs' in obs:
-            return obs
-        if obs.get('context_utterances') is not None:
-            texts = list(obs['context_utterances'])
-            roles = [ROLE_IDS[r] for r in obs['context_roles']]
-            turns = list(range(1, len(texts) + 1))  # ED utterance_idx
-        else:
-            texts = list(history.history_raw_strings) if history is not None else [obs['text']]
-            roles, turns = alternating_roles(len(texts)), [None] * len(texts)
-        if not texts:
-            texts, roles, turns = [''], [SPEAKER], [None]
-        keep = self.opt.get('max_turns') or len(texts)
-        limit = self.opt.get('utterance_truncate') or None
-        vecs = [torch.LongTensor(self.dict.txt2vec(text)[:limit]) for text in texts[-keep:]]
-        obs.force_set('utterance_vecs', vecs)
-        obs.force_set('utterance_roles', roles[-keep:])
-        obs.force_set('utterance_turns', turns[-keep:])
+        if 'utterance_vecs' not in obs:
+            if obs.get('context_utterances') is not None:
+                texts = list(obs['context_utterances'])
+                roles = [ROLE_IDS[r] for r in obs['context_roles']]
+                turns = list(range(1, len(texts) + 1))  # ED utterance_idx
+            else:
+                texts = list(history.history_raw_strings) if history is not None else [obs['text']]
+                roles, turns = alternating_roles(len(texts)), [None] * len(texts)
+            if not texts:
+                texts, roles, turns = [''], [SPEAKER], [None]
+            keep = self.opt.get('max_turns') or len(texts)
+            vectorized = [self._utterance(text) for text in texts[-keep:]]
+            obs.force_set('utterance_vecs', [torch.LongTensor(ids) for _, ids in vectorized])
+            obs.force_set('utterance_roles', roles[-keep:])
+            obs.force_set('utterance_turns', turns[-keep:])
+            obs.force_set('source_vec', self._extend(vectorized[-1], obs))
+        self._extend_label(obs)
         return obs
+
+    def _extend(self, utterance, obs):
+        """The answered utterance with ids ``len(dict) + k`` for its k-th new unknown word; the
+        words are kept in ``obs['source_oov']``."""
+        tokens, ids = utterance
+        unk, oov = self.dict[self.dict.unk_token], []
+        extended = list(ids)
+        for position, token in enumerate(tokens):
+            if ids[position] == unk and token not in self.dict.tok2ind:
+                if token not in oov:
+                    oov.append(token)
+                extended[position] = len(self.dict) + oov.index(token)
+        obs.force_set('source_oov', oov)
+        return torch.LongTensor(extended)
+
+    def _extend_label(self, obs):
+        """The label vector with the answered utterance's unknown words as their extended ids."""
+        for field in ('labels', 'eval_labels'):
+            vec = obs.get(field + '_vec')
+            if vec is None or not obs.get('source_oov') or obs.get(field + '_choice') is None:
+                continue
+            tokens = self.dict.tokenize(str(obs[field + '_choice']))
+            extended = vec.clone()
+            for position, token in enumerate(tokens[:len(vec)]):
+                if token in obs['source_oov'] and int(vec[position]) == self.dict[self.dict.unk_token]:
+                    extended[position] = len(self.dict) + obs['source_oov'].index(token)
+            obs.force_set(field + '_ext_vec', extended)
 
     def batchify(self, obs_batch, sort=False):
         batch = super().batchify(obs_batch, sort=sort)
@@ -214,13 +328,11 @@ class EthreedAgent(EncoderReadoutAgent):
         dialogues = [obs.get('utterance_vecs') or [obs['text_vec']] for obs in observations]
         utterances = [vec for dialogue in dialogues for vec in dialogue]
         lengths = torch.LongTensor([len(vec) for vec in utterances])
-        tokens = torch.full((len(utterances), max(int(lengths.max()), 1)), self.NULL_IDX,
-                            dtype=torch.long)
-        for row, vec in enumerate(utterances):
-            tokens[row, : len(vec)] = vec
+        tokens = self._padded(utterances)
+        sources = self._padded([obs.get('source_vec', d[-1]) for obs, d in zip(observations, dialogues)])
         turns = max(len(d) for d in dialogues)
         roles = torch.zeros(len(dialogues), turns, dtype=torch.long)
-        turn_labels = torch.full((len(dialogues), turns), IGNORE, dtype=torch.long)
+        answered_labels = torch.full((len(dialogues),), IGNORE, dtype=torch.long)
         response_labels = torch.full((len(dialogues),), IGNORE, dtype=torch.long)
         speaker_emotions = []
         for row, obs in enumerate(observations):
@@ -228,19 +340,35 @@ class EthreedAgent(EncoderReadoutAgent):
             roles[row, : len(dialogue_roles)] = torch.LongTensor(dialogue_roles)
             speaker = self._speaker_emotion(obs)
             speaker_emotions.append(speaker)
-            for t, (role, turn) in enumerate(zip(dialogue_roles, obs.get('utterance_turns') or [None])):
-                turn_labels[row, t] = self._label(obs, role, turn, speaker)
-            responder = 1 - dialogue_roles[-1]
-            response_labels[row] = self._label(obs, responder, obs.get('turn'), speaker)
+            last_turn = (obs.get('utterance_turns') or [None])[-1]
+            answered_labels[row] = self._label(obs, dialogue_roles[-1], last_turn, speaker)
+            response_labels[row] = self._label(obs, 1 - dialogue_roles[-1], obs.get('turn'), speaker)
         device = batch.text_vec.device
         batch['utt_tokens'] = tokens.to(device)
         batch['utt_lengths'] = lengths.to(device)
         batch['dialogue_lengths'] = torch.LongTensor([len(d) for d in dialogues]).to(device)
         batch['roles'] = roles.to(device)
-        batch['turn_labels'] = turn_labels.to(device)
+        batch['source_tokens'] = sources.to(device)
+        batch['source_oov'] = [obs.get('source_oov') or [] for obs in observations]
+        batch['answered_labels'] = answered_labels.to(device)
         batch['response_labels'] = response_labels.to(device)
         batch['speaker_emotions'] = speaker_emotions
+        batch['label_ext'] = None
+        if batch.label_vec is not None:
+            field = 'labels' if 'labels_vec' in observations[0] else 'eval_labels'
+            extended = batch.label_vec.clone()
+            for row, obs in enumerate(observations):
+                vec = obs.get(field + '_ext_vec')
+                if vec is not None:
+                    extended[row, : len(vec)] = vec.to(device)
+            batch['label_ext'] = extended
         return batch
+
+    def _padded(self, vecs):
+        out = torch.full((len(vecs), max(max(len(v) for v in vecs), 1)), self.NULL_IDX, dtype=torch.long)
+        for row, vec in enumerate(vecs):
+            out[row, : len(vec)] = vec
+        return out
 
     def _speaker_emotion(self, obs):
         if obs.get('emotion') is None:
@@ -259,17 +387,22 @@ class EthreedAgent(EncoderReadoutAgent):
         return self.listener_tags.get(obs['conv_id'], turn)
 
     def _model_input(self, batch):
-        return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles)
+        return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles,
+                batch.source_tokens)
 
     # ----- losses, metrics and replies ---------------------------------------------------------
     def compute_loss(self, batch, return_output=False):
-        loss, model_output = super().compute_loss(batch, return_output=True)  # L3, ppl
-        encoder_states = model_output[2]
-        n_tokens = int(batch.label_vec.ne(self.NULL_IDX).sum())
-        extra, parts = self.core_model.extra_losses(encoder_states, batch.turn_labels,
-                                               batch.response_labels, n_tokens)
-        loss = loss + extra
-        size = batch.label_vec.size(0)
+        """The reference's objective: L3 averaged per response then over the batch, + L1 L2 L4."""
+        if batch.label_vec is None:
+            raise ValueError('Cannot compute loss without a label.')
+        targets = batch.label_ext if batch.get('label_ext') is not None else batch.label_vec
+        response, _, encoder_states = self.model(*self._model_input(batch), ys=targets,
+                                                 loss_smoothing=0.0)
+        record_response_metrics(self, response)
+        l3 = (response.nll / response.tokens.clamp(min=1)).mean()
+        extra, parts = self.core_model.extra_losses(encoder_states, batch.answered_labels,
+                                                    batch.response_labels)
+        size = targets.size(0)
         for key, value in parts.items():
             self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * size))
         known = [i for i, gold in enumerate(batch.speaker_emotions) if gold != IGNORE]
@@ -281,7 +414,44 @@ class EthreedAgent(EncoderReadoutAgent):
                 for i, value in zip(known, values):
                     full[i] = value
                 self.record_local_metric(key, full)
-        return (loss, model_output) if return_output else loss
+        loss = l3 + extra
+        return (loss, (None, None, encoder_states)) if return_output else loss
+
+    def _treesearch_factory(self, device, verbose=False):
+        search = super()._treesearch_factory(device, verbose)
+        # ParlAI's greedy search ignores --beam-min-length; here it counts, so that the end token
+        # (which the pointer can also copy from the source) never makes an empty reply
+        search.min_length = self.beam_min_length
+        return search
+
+    def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
+        result = super()._generate(batch, beam_size, max_ts, prefix_tokens=prefix_tokens)
+        self._generated = ([tokens for tokens, _, _ in result[0]], batch.source_oov)
+        return result
+
+    def eval_step(self, batch):
+        self._generated = None
+        output = super().eval_step(batch)
+        if output is None or self._generated is None or not output.get('text'):
+            return output
+        # copied unknown words back into the replies, and Distinct-n on nltk tokens
+        replies = [self._reply_text(tokens, words) for tokens, words in zip(*self._generated)]
+        output['text'] = replies
+        for n in DISTINCT_ORDERS:
+            self.record_local_metric(f'dist-{n}_nltk', [
+                CorpusDistinctMetric(distinct.ngrams(word_tokens(reply.lower()), n), n) for reply in replies
+            ])
+        return output
+
+    def _reply_text(self, tokens, oov):
+        """A generated token vector as plain text; extended ids become the copied words."""
+        words = []
+        for token in tokens.tolist():
+            if token == self.END_IDX:
+                break
+            if token != self.START_IDX:
+                words.append(oov[token - len(self.dict)] if token >= len(self.dict) else self.dict[token])
+        return detokenize(' '.join(words))
 
     def add_readout_fields(self, output, aux):
         speaker_probs = torch.softmax(aux['speaker_logits'].float(), dim=-1).cpu()

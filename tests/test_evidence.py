@@ -153,3 +153,33 @@ def test_outputs_and_json_are_written_reproducibly(tmp_path):
     assert evidence.portable('parlai eval_model -mf /home/me/runs/x/model --y /home/me/z', places) == \
         'parlai eval_model -mf {runs}/x/model --y ~/z'
     assert evidence.portable_opt({'starttime': 'now', 'model_file': '/home/me/runs/m'}, places) == {'model_file': '{runs}/m'}
+
+
+def test_bootstrap_intervals_hold_the_figure_and_are_seeded(ed_dir):
+    import csv
+
+    from parlai_empathy.metrics import bootstrap
+
+    with open(os.path.join(ed_dir, 'test.csv')) as f:
+        utterances = [row[5].replace('_comma_', ',') for row in csv.reader(f)][1:401]
+    rows = [{'id': str(i), 'gold': utterances[i], 'reply': utterances[(i + 1) % 400], 'emo_acc': i % 3 == 0}
+            for i in range(400)]
+    figures = evidence.recompute(rows)
+    first = bootstrap.intervals(rows, resamples=200)
+    assert first == bootstrap.intervals(rows, resamples=200)  # seeded
+    for key in ('avg_bleu', 'dist-1', 'dist-2', 'emo_acc'):
+        low, high = first[key]
+        assert low < figures[key] < high, (key, low, figures[key], high)
+    assert first['emo_acc'][1] - first['emo_acc'][0] == pytest.approx(2 * 1.96 * (1 / 3 * 2 / 3 / 400) ** 0.5, rel=0.25)
+
+
+def test_learning_curve_and_time_to_target():
+    from parlai_empathy import learning_curve
+
+    stats = {'valid_reports': [{'train_time': 600, 'total_train_updates': 1000, 'total_epochs': 0.4, 'ppl': 80.0},
+                               {'train_time': 1800, 'total_train_updates': 3000, 'total_epochs': 1.2, 'ppl': 36.0},
+                               {'train_time': 2400, 'total_train_updates': 4000, 'total_epochs': 1.6, 'ppl': 35.0}]}
+    rows = learning_curve.curve(stats)
+    assert [r['minutes'] for r in rows] == [10.0, 30.0, 40.0]
+    assert learning_curve.time_to_target(rows, 'ppl', 37.5)['updates'] == 3000
+    assert learning_curve.time_to_target(rows, 'ppl', 20.0) is None

@@ -29,6 +29,12 @@ class EmpathyPatterns(ParlaiScript):
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
         parser.add_argument('--report-dir', type=str, required=True)
         parser.add_argument('--split', type=str, default='train')
+        parser.add_argument('--usage-split', type=str, default='test',
+                            help='also count, per label, the utterances of this split that carry it '
+                            '(label_usage.csv: a label at 0 is never predicted there)')
+        parser.add_argument('--compare-with', type=str, default=None,
+                            help='an earlier report folder (e.g. of another tagger): comparison.md sets its '
+                            'headline fractions and top transitions beside this report\'s')
         add_tag_args(parser)
         add_pattern_args(parser)
         return parser
@@ -53,9 +59,20 @@ class EmpathyPatterns(ParlaiScript):
                                           seed=self.opt['pattern_seed'], source=source)
                 path = subsets.write_manifest(manifest, os.path.join(self.opt['report_dir'], 'subsets'))
                 print(subsets.describe(manifest) + f'\n  manifest: {path}')
-                figures['subsets'][preset] = dict(manifest['stats'], manifest=path)
+                figures['subsets'][preset] = dict(manifest['stats'],
+                                                  manifest=os.path.relpath(path, self.opt['report_dir']))
+        if self.opt['usage_split']:
+            usage = patterns.label_usage(tags, ed_dir, self.opt['usage_split'])
+            usage.to_csv(os.path.join(self.opt['report_dir'], 'label_usage.csv'), index=False)
+            unused = usage[usage['utterances'] == 0]['label'].tolist()
+            figures['labels_never_predicted'] = {self.opt['usage_split']: unused}
+            print(f"labels never predicted on ED {self.opt['usage_split']}: {', '.join(unused) or 'none'}")
         with open(os.path.join(self.opt['report_dir'], 'figures.json'), 'w', encoding='utf-8') as f:
             json.dump(figures, f, indent=1, sort_keys=True)
+        if self.opt['compare_with']:
+            with open(os.path.join(self.opt['report_dir'], 'comparison.md'), 'w', encoding='utf-8') as f:
+                f.write(f"# This report beside {os.path.basename(os.path.normpath(self.opt['compare_with']))}\n\n")
+                f.write(patterns.compare(self.opt['compare_with'], self.opt['report_dir']))
         return figures
 
 

@@ -135,3 +135,17 @@ def test_patterns_teacher_serves_the_subset(rule_tags, ed_dir, tmp_path):
     assert convs == kept
     valid = teacher('valid')
     assert valid.num_examples() == 5738 or valid.num_examples() > 5700  # the full clean split
+
+
+def test_two_reports_compared(train_pairs, tmp_path):
+    """A second tagger's report beside the first: fractions, top transitions, pattern-set changes."""
+    import json
+
+    old, new = tmp_path / 'old', tmp_path / 'new'
+    for folder, params in ((old, PatternParams()), (new, PatternParams(min_lift=1.5))):
+        figures = patterns.write_report(train_pairs, CLASSES, params, str(folder))
+        (folder / 'figures.json').write_text(json.dumps(figures))
+    text = patterns.compare(str(old), str(new))
+    before, after = json.loads((old / 'figures.json').read_text()), json.loads((new / 'figures.json').read_text())
+    assert f'| patterns | {before["patterns"]} | {after["patterns"]} |' in text
+    assert '| 1 | ' in text and 'gone' in text  # a stricter lift drops transitions from the set

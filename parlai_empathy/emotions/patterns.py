@@ -202,6 +202,62 @@ def _markdown(frame: pd.DataFrame) -> str:
     return '\n'.join(out)
 
 
+def label_usage(table: TagTable, ed_dir: str, split: str = 'test') -> pd.DataFrame:
+    """How many utterances of a cleaned ED split carry each label (a label at 0 is never predicted)."""
+    from parlai_empathy.data import ed_raw
+
+    conversations, _ = ed_raw.read_clean(os.path.join(ed_dir, split + '.csv'))
+    counts = {c: 0 for c in table.classes}
+    total = 0
+    for conv in conversations:
+        for u in conv.utterances:
+            total += 1
+            for label in table.label_names(table.lookup(split, conv.conv_id, u.utterance_idx)):
+                counts[label] += 1
+    return pd.DataFrame([{'label': c, 'utterances': n, 'share': n / max(total, 1)} for c, n in counts.items()])
+
+
+def compare(old_dir: str, new_dir: str, top: int = 15) -> str:
+    """A Markdown comparison of two pattern reports (e.g. two taggers): headline fractions, the
+    most frequent transitions side by side, and which pattern-set transitions came and went."""
+    import json
+
+    def load(folder):
+        with open(os.path.join(folder, 'figures.json'), encoding='utf-8') as f:
+            figures = json.load(f)
+        trans = pd.read_csv(os.path.join(folder, 'transitions.csv'))
+        pats = pd.read_csv(os.path.join(folder, 'patterns.csv'))
+        return figures, trans, pats
+
+    (f_old, t_old, p_old), (f_new, t_new, p_new) = load(old_dir), load(new_dir)
+    lines = ['| figure | before | now |', '|---|---|---|']
+    for key, fmt in (('patterns', '{:d}'), ('pairs_with_pattern', '{:.1%}'), ('conversations_with_pattern', '{:.1%}')):
+        lines.append(f'| {key.replace("_", " ")} | {fmt.format(f_old[key])} | {fmt.format(f_new[key])} |')
+    for preset in sorted(set(f_old.get('subsets', {})) & set(f_new.get('subsets', {}))):
+        a, b = f_old['subsets'][preset], f_new['subsets'][preset]
+        lines.append(f'| {preset}: conversations showing a pattern | {a["conversations_with_pattern"]:.1%} | '
+                     f'{b["conversations_with_pattern"]:.1%} |')
+
+    def frequent(trans):
+        rows = trans[(trans['speaker'] != 'neutral') & (trans['listener'] != 'neutral')]
+        return rows.sort_values('count', ascending=False).head(top).reset_index(drop=True)
+
+    a, b = frequent(t_old), frequent(t_new)
+    lines += ['', f'Most frequent transitions (neutral excluded), top {top}:', '',
+              '| rank | before | count | lift | now | count | lift |', '|---|---|---|---|---|---|---|']
+    for i in range(max(len(a), len(b))):
+        left = (f'{a.speaker[i]} -> {a.listener[i]}', a['count'][i], f'{a.lift[i]:.2f}') if i < len(a) else ('', '', '')
+        right = (f'{b.speaker[i]} -> {b.listener[i]}', b['count'][i], f'{b.lift[i]:.2f}') if i < len(b) else ('', '', '')
+        lines.append(f'| {i + 1} | ' + ' | '.join(str(x) for x in left + right) + ' |')
+    keys = lambda frame: set(zip(frame.speaker, frame.listener))  # noqa: E731
+    kept, gone, new = keys(p_old) & keys(p_new), keys(p_old) - keys(p_new), keys(p_new) - keys(p_old)
+    lines += ['', f'Pattern set: {len(kept)} transitions in both, {len(gone)} gone, {len(new)} new.']
+    for name, group in (('gone', gone), ('new', new)):
+        if group:
+            lines.append(f'- {name}: ' + ', '.join(f'{s} -> {t}' for s, t in sorted(group)))
+    return '\n'.join(lines) + '\n'
+
+
 def ed_turn_pairs(table: TagTable, ed_dir: str, split: str = 'train') -> pd.DataFrame:
     """The turn pairs of one cleaned ED split, with their tags (same reader as the tagger)."""
     from parlai_empathy.data import ed_raw

@@ -573,6 +573,8 @@ def fill_project_tables(projects_dir: str) -> List[str]:
             head, rest = new.split(start, 1)
             _, tail = rest.split(end, 1)
             new = f'{head}{start}\n{render_project_table(project_dir, table, target)}\n{end}{tail}'
+            for row in table['rows']:
+                new = _fill_per_label(new, project_dir, row)
         if new != text:
             with open(readme, 'w') as f:
                 f.write(new)
@@ -607,6 +609,34 @@ def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] =
             cells.append(_minutes_to_target(project_dir, row, target) if ours else '')
         lines.append('| ' + ' | '.join(cells + [evidence_cell]) + ' |')
     return '\n'.join(lines)
+
+
+PER_LABEL_START, PER_LABEL_END = '<!-- per-label-table:start:{} -->', '<!-- per-label-table:end:{} -->'
+
+
+def _fill_per_label(text: str, project_dir: str, row: Dict) -> str:
+    """A classifier row's per-label precision/recall/F1 (both threshold schemes when it has two)
+    between ``per-label-table`` markers named after the row, if the README has them."""
+    start, end = PER_LABEL_START.format(row['entry']), PER_LABEL_END.format(row['entry'])
+    if start not in text or end not in text:
+        return text
+    report = row_report(project_dir, row)
+    single, tuned = report.get('per_label', {}), report.get('per_label_tuned', {})
+    lines = []
+    if single:
+        header = ['label', 'support', 'precision', 'recall', 'F1']
+        if tuned:
+            header += ['F1, tuned thresholds']
+        lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
+        for label, figures in sorted(single.items(), key=lambda kv: -kv[1]['support']):
+            cells = [label, f'{figures["support"]:,}', f'{figures["precision"]:.3f}', f'{figures["recall"]:.3f}',
+                     f'{figures["f1"]:.3f}']
+            if tuned:
+                cells.append(f'{tuned.get(label, {}).get("f1", 0.0):.3f}')
+            lines.append('| ' + ' | '.join(cells) + ' |')
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f'{head}{start}\n' + '\n'.join(lines) + f'\n{end}{tail}'
 
 
 def _row_curve(project_dir: str, row: Dict) -> List[Dict]:

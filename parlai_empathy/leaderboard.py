@@ -288,6 +288,8 @@ def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: Li
     if 'goemotions' in task:  # the ED data options mean nothing to the GoEmotions teacher
         common_args = _without_option(common_args, '--ed-datapath')
     base = ['-t', task, '-dt', 'test', '-mf', entry.path] + common_args + entry.extra_args
+    if opt.get('ed_emotion_input'):  # a task option: the model file does not carry it to the teacher
+        base += ['--ed-emotion-input', opt['ed_emotion_input']]
     tuned = bool(opt.get('multilabel') and opt.get('multilabel_thresholds'))
     if tuned:  # the paper's single 0.3 first: the main columns; then the per-label thresholds
         base += ['--threshold-scheme', 'single']
@@ -414,7 +416,6 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
         'evaluated': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
         'evaluation_seconds': round(result.get('seconds', 0.0), 1),
         'evaluation_command': eval_command,
-        'training_command': training_command(opt),
         'examples': len(result.get('outputs') or []),
     }
     stats_path = model_file + '.trainstats'
@@ -427,20 +428,6 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
                             if k in stats}
         meta['training']['curve'] = curve(stats)
     return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)
-
-
-def training_command(opt: Dict) -> Optional[str]:
-    """``parlai train_model`` with the options the user gave (ParlAI keeps them in ``override``)."""
-    override = opt.get('override')
-    if not isinstance(override, dict):
-        return None
-    args = []
-    for key, value in sorted(override.items()):
-        flag = '--' + key.replace('_', '-')
-        if isinstance(value, (list, tuple)):
-            value = ','.join(str(v) for v in value)
-        args += [flag, str(value)]
-    return 'parlai train_model ' + shlex.join(args)
 
 
 # ----- boards --------------------------------------------------------------------------------------

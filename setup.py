@@ -68,7 +68,8 @@ setup(
     packages=find_packages(include=['parlai_empathy', 'parlai_empathy.*']) + sorted(LEAVES),
     package_dir=LEAVES,
     package_data={
-        'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*'],
+        'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
+                           'humaneval/templates/*.html'],
         'parlai.opt_presets.empathy': ['*.opt'],
     },
     cmdclass={'build_py': BuildWithStartupHook},

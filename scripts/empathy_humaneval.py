@@ -74,19 +74,23 @@ class HumanEvalBuild(ParlaiScript):
 
 @register_script('empathy_humaneval_links')
 class HumanEvalLinks(ParlaiScript):
-    """Create local workers and print one private link each (for pilots)."""
+    """Create local workers and print one private, signed link each (for pilots)."""
 
     @classmethod
     def setup_args(cls):
         p = _parser(cls.__doc__)
         p.add_argument('--base-url', default='http://127.0.0.1:8000')
         p.add_argument('-n', '--num-workers', type=int, default=1)
+        p.add_argument('--admin-token', type='bool', default=False,
+                       help='also print the admin token (the password of /admin)')
         return p
 
     def run(self):
-        links = providers.local_links(TaskDB(self.opt['db']), self.opt['base_url'],
-                                      self.opt['num_workers'])
+        db = TaskDB(self.opt['db'])
+        links = providers.local_links(db, self.opt['base_url'], self.opt['num_workers'])
         print('\n'.join(links))
+        if self.opt['admin_token']:
+            print(f"Admin token: {db.config['admin_token']}")
         return links
 
 
@@ -106,8 +110,10 @@ class HumanEvalServe(ParlaiScript):
 
         db = TaskDB(self.opt['db'])
         base = f"http://{self.opt['host']}:{self.opt['port']}"
-        print(f"Admin: {base}/admin?token={db.config['admin_token']}")
-        print(f'Prolific-style entry: {providers.generic_entry_url(base)}')
+        print(f'Admin: {base}/admin (user name: anything; password: the admin token that '
+              'empathy_humaneval_build printed, or `parlai empathy_humaneval_links --db DB '
+              '--admin-token true`; scripts send "Authorization: Bearer <token>")')
+        print(f'Prolific-style entry: {providers.generic_entry_url(db, base)}')
         db.close()
         serve(self.opt['db'], self.opt['host'], self.opt['port'])
 
@@ -138,9 +144,10 @@ class HumanEvalMTurk(ParlaiScript):
 
     def run(self):
         o = self.opt
-        n = o['num_hits'] or providers.hits_needed(TaskDB(o['db']))
+        db = TaskDB(o['db'])
+        n = o['num_hits'] or providers.hits_needed(db)
         requests = providers.mturk_requests(
-            o['task_url'], n, o['reward'], o['title'], o['description'], o['keywords'],
+            providers.mturk_entry_url(db, o['task_url']), n, o['reward'], o['title'], o['description'], o['keywords'],
             o['minutes_per_assignment'], o['lifetime_hours'], 1, o['min_approval'],
             [c for c in o['locales'].split(',') if c])
         return providers.create_hits(requests, o['environment'], o['dry_run'],

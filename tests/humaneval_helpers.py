@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,23 +60,28 @@ def free_port() -> int:
 
 
 class Server:
-    """The app in its own uvicorn process on 127.0.0.1, as in production."""
+    """The app in its own uvicorn process on 127.0.0.1, as in production.
+
+    Its stdout and stderr (uvicorn's access and error logs) go to ``log_path``, appended to
+    across restarts, so tests can read what the server logged."""
 
     def __init__(self, db_path: str, port: int = None):
         self.db_path, self.port = db_path, port or free_port()
         self.base = f'http://127.0.0.1:{self.port}'
+        self.log_path = db_path + '.server.log'
         self.proc = None
 
-    def start(self):
+    def start(self, timeout: float = 60):
         code = ('from parlai_empathy.humaneval.app import serve; '
                 f'serve({self.db_path!r}, "127.0.0.1", {self.port})')
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
-        self.proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
+        with open(self.log_path, 'ab') as log:
+            self.proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stderr.read().decode()[-2000:])
+                raise RuntimeError(self.log()[-2000:])
             try:
                 urllib.request.urlopen(self.base + '/healthz', timeout=1).read()
                 return self
@@ -83,21 +89,25 @@ class Server:
                 time.sleep(0.2)
         raise RuntimeError('server did not come up')
 
+    def log(self) -> str:
+        with open(self.log_path, encoding='utf-8', errors='replace') as f:
+            return f.read()
+
     def kill(self):
         """SIGKILL: no chance to flush anything, like a crash."""
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
-        if self.proc and self.proc.stderr:
-            self.proc.stderr.close()
 
 
 def cached_world_logs(tmp_path_factory) -> dict:
-    """make_world_logs once per pytest session, shared by all human-evaluation test files."""
-    root = tmp_path_factory.getbasetemp() / 'humaneval_world_logs'
+    """make_world_logs once per pytest session, shared by all human-evaluation test files
+    (``PARLAI_EMPATHY_WORLD_LOGS_CACHE=DIR`` keeps them in DIR across sessions instead)."""
+    cache = os.environ.get('PARLAI_EMPATHY_WORLD_LOGS_CACHE')
+    root = Path(cache) if cache else tmp_path_factory.getbasetemp() / 'humaneval_world_logs'
     done = root / 'done'
     if not done.exists():
-        root.mkdir(exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
         make_world_logs(str(root))
         done.write_text('ok')
     return {name: str(root / f'{name}.jsonl') for name in ('gold', 'echo')}

@@ -1,30 +1,51 @@
 """The worker and admin web pages (FastAPI, served by uvicorn).
 
 Pages are plain server-rendered HTML forms, so they work in any browser, in MTurk's iframe, and
-after a reload (the DB, not the browser, knows where a worker is). Every value shown is escaped;
-every value received is validated against what this worker was actually given.
+after a reload (the DB, not the browser, knows where a worker is). Pages are Jinja2 templates
+(``templates/``) with autoescaping on for every value, so model replies -- untrusted text -- are
+always shown as text; a Content-Security-Policy that allows no script at all backs this up.
+Every link that opens work is signed with the task's secret (:mod:`.identity`); every value
+received is validated against what this worker was actually given.
 """
+import copy
 import csv
-import hmac
-import html
 import io
 import json
+import logging
 import os
 import re
-from urllib.parse import parse_qs, urlencode, urlparse
+from typing import Optional
+from urllib.parse import parse_qs, urlparse
 
+import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from parlai_empathy.humaneval import sampling
-from parlai_empathy.humaneval.db import TaskDB, TaskError
+from parlai_empathy.humaneval import identity, sampling
+from parlai_empathy.humaneval.db import TaskDB
+from parlai_empathy.humaneval.errors import TaskError
 
-STATIC_DIR = os.path.join(os.path.dirname(__file__), 'static')
-TOKEN_RE = re.compile(r'^[A-Za-z0-9_-]{8,64}$')
-EXTERNAL_ID_RE = re.compile(r'^[A-Za-z0-9_.:@-]{1,128}$')
+HERE = os.path.dirname(__file__)
+STATIC_DIR = os.path.join(HERE, 'static')
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(os.path.join(HERE, 'templates')), autoescape=True,
+    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+EXTERNAL_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$')
+MTURK_ID_RE = re.compile(r'^[A-Z0-9]{1,64}$')  # MTurk's worker and assignment ids
+MTURK_PREVIEW = 'ASSIGNMENT_ID_NOT_AVAILABLE'
 MTURK_SUBMIT_HOSTS = {'www.mturk.com', 'workersandbox.mturk.com'}
 MAX_FORM_BYTES = 4096
+SECURITY_HEADERS = {
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    'Referrer-Policy': 'no-referrer',  # worker links never leak to the completion site
+    'Content-Security-Policy': (
+        "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; "
+        "form-action 'self' https://www.mturk.com https://workersandbox.mturk.com; "
+        "frame-ancestors 'self' https://worker.mturk.com https://workersandbox.mturk.com "
+        "https://www.mturk.com"),
+}
 
 # Rashkin et al. (2019), Section 5: the three questions, rated 1 (not at all) .. 5 (very much).
 QUESTIONS = {
@@ -36,78 +57,45 @@ QUESTIONS = {
     'overall': ('Overall', 'Which response is better, considering whether it shows understanding '
                 'of the feelings of the person, fits the conversation, and is fluent?'),
 }
-LIKERT_SCALE = {1: '1 (not at all)', 2: '2', 3: '3 (somewhat)', 4: '4', 5: '5 (very much)'}
+LIKERT_SCALE = dict(zip(sampling.LIKERT_RATINGS, ['1 (not at all)', '2', '3 (somewhat)', '4', '5 (very much)']))
 AB_OPTIONS = {'A': 0, 'B': 1, 'tie': 'tie'}
+AB_LABELS = {'A': 'Response A', 'B': 'Response B', 'tie': 'Tie'}
 ROLE_NAMES = {'speaker': 'Speaker', 'listener': 'Listener'}
-
-esc = html.escape
-
-
-def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{esc(title)}</title><link rel="stylesheet" href="/static/style.css"></head>'
-        f'<body><main>{body}</main></body></html>', status_code=status,
-        headers={'Cache-Control': 'no-store'})
+HOW = {
+    sampling.LIKERT: 'You will read a short conversation in which a person talks about a personal '
+    'experience, followed by a response. Rate the response on each question on a scale from 1 '
+    '(not at all) to 3 (somewhat) to 5 (very much).',
+    sampling.AB: 'You will read a short conversation in which a person talks about a personal '
+    'experience, followed by two possible responses, A and B. For each question, pick the better '
+    'response, or Tie if neither is better.',
+}
 
 
-def _error(message: str, status: int) -> HTMLResponse:
-    return _page('Problem', f'<h1>Sorry</h1><p class="error" id="error">{esc(message)}</p>', status)
+TEMPLATES.globals['role_names'] = ROLE_NAMES
 
 
-def _instructions(cfg: dict) -> str:
-    n = cfg['items_per_assignment'] + cfg['checks_per_assignment']
-    qs = ''.join(
-        f'<li><b>{esc(QUESTIONS[a][0])}:</b> {esc(QUESTIONS[a][1])}</li>' for a in cfg['aspects'])
-    if cfg['mode'] == sampling.LIKERT:
-        how = ('You will read a short conversation in which a person talks about a personal '
-               'experience, followed by a response. Rate the response on each question on a '
-               'scale from 1 (not at all) to 3 (somewhat) to 5 (very much).')
-    else:
-        how = ('You will read a short conversation in which a person talks about a personal '
-               'experience, followed by two possible responses, A and B. For each question, pick '
-               'the better response, or Tie if neither is better.')
-    return (f'<section id="instructions"><h1>Rate responses in conversations</h1><p>{esc(how)}</p>'
-            f'<ol class="questions">{qs}</ol><p>There are {n} conversations. Some contain an '
-            f'obviously wrong response to check attention. You get a completion code at the '
-            f'end.</p></section>')
+def render(template: str, status: int = 200, **context) -> HTMLResponse:
+    html = TEMPLATES.get_template(template).render(**context)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
-def _turns(turns) -> str:
-    return ''.join(
-        f'<div class="turn {esc(role)}"><span class="who">{esc(ROLE_NAMES.get(role, role))}:'
-        f'</span> {esc(text)}</div>' for role, text in turns)
+def message_page(title: str, heading: str, message: str, element_id: str, status: int = 200,
+                 css_class: str = '') -> HTMLResponse:
+    return render('message.html', status, title=title, heading=heading, message=message,
+                  element_id=element_id, css_class=css_class)
 
 
-def _item_form(cfg: dict, token: str, slot: dict, position: int, total: int) -> str:
-    display = slot['display']
-    cands = display['candidates']
-    if cfg['mode'] == sampling.LIKERT:
-        shown = f'<div class="candidate" id="cand-0"><h3>Response</h3>{_turns(cands[0])}</div>'
-        fields = ''.join(
-            f'<fieldset><legend><b>{esc(QUESTIONS[a][0])}:</b> {esc(QUESTIONS[a][1])}</legend>'
-            + ''.join(
-                f'<label><input type="radio" name="{a}" value="{v}" required> {esc(label)}</label>'
-                for v, label in LIKERT_SCALE.items()) + '</fieldset>'
-            for a in cfg['aspects'])
-    else:
-        shown = ''.join(
-            f'<div class="candidate" id="cand-{i}"><h3>Response {"AB"[i]}</h3>{_turns(c)}</div>'
-            for i, c in enumerate(cands))
-        fields = ''.join(
-            f'<fieldset><legend><b>{esc(QUESTIONS[a][0])}:</b> {esc(QUESTIONS[a][1])}</legend>'
-            + ''.join(
-                f'<label><input type="radio" name="{a}" value="{v}" required> '
-                f'{"Tie" if v == "tie" else "Response " + v}</label>' for v in AB_OPTIONS)
-            + '</fieldset>' for a in cfg['aspects'])
-    return (
-        f'<p class="progress" id="progress">Conversation {position} of {total}</p>'
-        f'<section class="dialogue"><h2>Conversation</h2>{_turns(display["context"])}</section>'
-        f'<section class="candidates">{shown}</section>'
-        f'<form method="post" action="/w/{esc(token)}/answer" id="answer-form">'
-        f'<input type="hidden" name="slot" value="{slot["slot_id"]}">{fields}'
-        f'<button type="submit" id="next">Next</button></form>')
+def task_view(cfg: dict) -> dict:
+    """What the templates need to know about the task's questions and answer options."""
+    likert = cfg['mode'] == sampling.LIKERT
+    return {
+        'how': HOW[cfg['mode']],
+        'questions': [{'aspect': a, 'title': QUESTIONS[a][0], 'text': QUESTIONS[a][1]}
+                      for a in cfg['aspects']],
+        'per_assignment': cfg['items_per_assignment'] + cfg['checks_per_assignment'],
+        'candidate_titles': ['Response'] if likert else [AB_LABELS['A'], AB_LABELS['B']],
+        'options': list(LIKERT_SCALE.items()) if likert else list(AB_LABELS.items()),
+    }
 
 
 def _validate_answer(cfg: dict, form: dict) -> dict:
@@ -136,7 +124,7 @@ def _validate_answer(cfg: dict, form: dict) -> dict:
 async def _read_form(request: Request) -> dict:
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
-        raise TaskError('form too large', 413)
+        raise TaskError(f'form too large ({len(body)} bytes; at most {MAX_FORM_BYTES})', 413)
     try:
         parsed = parse_qs(body.decode('utf-8'), keep_blank_values=True, strict_parsing=bool(body))
     except (UnicodeDecodeError, ValueError):
@@ -146,9 +134,19 @@ async def _read_form(request: Request) -> dict:
     return {k: v[0] for k, v in parsed.items()}
 
 
+def _required_id(params, name: str, pattern: re.Pattern, what: str) -> str:
+    value = params.get(name, '')
+    if not value:
+        raise TaskError(f'{name} is missing ({what})', 400)
+    if not pattern.match(value):
+        raise TaskError(f'{name} is malformed ({what})', 400)
+    return value
+
+
 def create_app(db_path: str) -> FastAPI:
     db = TaskDB(db_path)
     cfg = db.config
+    task = task_view(cfg)
     app = FastAPI(title='parlai-empathy human evaluation', docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.db = db
@@ -156,137 +154,141 @@ def create_app(db_path: str) -> FastAPI:
 
     @app.exception_handler(TaskError)
     async def task_error(_request, exc: TaskError):
-        return _error(str(exc), exc.status)
+        page = message_page('Problem', 'Sorry', str(exc), 'error', exc.status, css_class='error')
+        if exc.status == 401:
+            page.headers['WWW-Authenticate'] = f'Basic realm="{identity.ADMIN_REALM}"'
+        return page
 
-    def worker_or_error(token: str) -> dict:
-        worker = db.worker_by_token(token) if TOKEN_RE.match(token) else None
-        if worker is None:
-            raise TaskError('unknown worker link', 404)
-        return worker
+    def resolve(token: str):
+        """(worker, assignment or None, fixed): a worker link serves the worker's open
+        assignment; an assignment link (``fixed``) serves only its own assignment."""
+        kind, number = db.links.verify(token)
+        if kind == identity.WORKER:
+            worker = db.worker(number)
+            if worker is None:
+                raise TaskError('unknown worker link', 404)
+            return worker, db.open_assignment(number), False
+        assignment = db.assignment(number)
+        if assignment is None:
+            raise TaskError('unknown assignment link', 404)
+        return db.worker(assignment['worker_id']), assignment, True
 
-    def completion_html(assignment: dict) -> str:
-        code = esc(assignment['completion_code'])
-        out = (f'<h1>Thank you!</h1><p>Your completion code is <b id="completion-code">{code}</b>'
-               '</p>')
+    def done_page(assignment: dict, link: str, another: bool) -> HTMLResponse:
+        code = assignment['completion_code']
+        mturk_submit = completion_url = None
         if assignment['submit_to']:
-            target = assignment['submit_to'] + '/mturk/externalSubmit'
-            out += (f'<form method="post" action="{esc(target)}" id="mturk-submit">'
-                    f'<input type="hidden" name="assignmentId" '
-                    f'value="{esc(assignment["external_ref"].split(":", 1)[1])}">'
-                    f'<input type="hidden" name="completionCode" value="{code}">'
-                    '<button type="submit">Submit HIT</button></form>')
+            mturk_submit = {'action': assignment['submit_to'] + '/mturk/externalSubmit',
+                            'assignment_id': assignment['external_ref'].split(':', 1)[1]}
         elif cfg.get('completion_url'):
-            url = cfg['completion_url'].replace('{code}', assignment['completion_code'])
-            out += f'<p><a id="completion-link" href="{esc(url)}">Return to the study site</a></p>'
-        return out
+            completion_url = cfg['completion_url'].replace('{code}', code)
+        return render('done.html', title='Done', code=code, mturk_submit=mturk_submit,
+                      completion_url=completion_url, another=another, link=link)
+
+    def start_page(link: str) -> HTMLResponse:
+        return render('start.html', title='Instructions', task=task, link=link)
+
+    def no_work() -> HTMLResponse:
+        return message_page('No work', 'Thank you', 'There is nothing left for you to rate.',
+                            'no-work')
 
     @app.get('/', response_class=HTMLResponse)
     def home():
-        return _page('Human evaluation', '<h1>Human evaluation</h1><p>Please use the link you '
-                     'were given.</p>')
+        return message_page('Human evaluation', 'Human evaluation',
+                            'Please use the link you were given.', 'home')
 
     @app.get('/w/{token}', response_class=HTMLResponse)
     def worker_page(token: str):
-        worker = worker_or_error(token)
-        assignment = db.open_assignment(worker['worker_id'])
-        if assignment is None:
-            latest = db.latest_assignment(worker['worker_id'])
-            if latest is not None:
-                more = '' if latest['submit_to'] else (
-                    f'<form method="post" action="/w/{esc(token)}/start"><button type="submit" '
-                    'id="another">Do another set</button></form>')
-                return _page('Done', completion_html(latest) + more)
-        elif assignment['started'] is not None:
+        worker, assignment, fixed = resolve(token)
+        link = f'/w/{token}'
+        if assignment is not None and assignment['completed'] is None:
+            if assignment['started'] is None:
+                return start_page(link)
             slots = db.slots(assignment['assignment_id'])
             pending = [s for s in slots if not s['answered']]
-            return _page('Rate', _item_form(cfg, token, pending[0],
-                                            len(slots) - len(pending) + 1, len(slots)))
-        return _page('Instructions', _instructions(cfg) + (
-            f'<form method="post" action="/w/{esc(token)}/start">'
-            '<button type="submit" id="start">Start</button></form>'))
+            return render('item.html', title='Rate', task=task, link=link,
+                          slot_id=pending[0]['slot_id'], display=pending[0]['display'],
+                          position=len(slots) - len(pending) + 1, total=len(slots))
+        if fixed:
+            return done_page(assignment, link, another=False)
+        latest = db.latest_assignment(worker['worker_id'])
+        if latest is None:
+            return start_page(link)
+        return done_page(latest, link, another=not latest['submit_to'])
 
     @app.post('/w/{token}/start')
     def start(token: str):
-        worker = worker_or_error(token)
-        assignment = db.open_assignment(worker['worker_id'])
-        assignment_id = assignment['assignment_id'] if assignment else db.claim(worker['worker_id'])
+        worker, assignment, _fixed = resolve(token)
+        assignment_id = (assignment['assignment_id'] if assignment is not None
+                         else db.claim(worker['worker_id']))
         if assignment_id is None:
-            return _page('No work', '<h1>Thank you</h1><p id="no-work">There is nothing left '
-                         'for you to rate.</p>')
+            return no_work()
         db.start(assignment_id)
         return RedirectResponse(f'/w/{token}', status_code=303)
 
     @app.post('/w/{token}/answer')
     async def answer(token: str, request: Request):
-        worker = worker_or_error(token)
+        worker, assignment, fixed = resolve(token)
         form = await _read_form(request)
         slot = form.get('slot', '')
         if not slot.isdigit() or len(slot) > 12:
             raise TaskError('missing or malformed item id', 400)
-        db.submit(worker['worker_id'], int(slot), _validate_answer(cfg, form))
+        db.submit(worker['worker_id'], int(slot), _validate_answer(cfg, form),
+                  assignment['assignment_id'] if fixed else None)
         return RedirectResponse(f'/w/{token}', status_code=303)
 
     @app.get('/mturk', response_class=HTMLResponse)
     def mturk(request: Request):
+        """MTurk's ExternalQuestion: it appends assignmentId, hitId, workerId and turkSubmitTo.
+
+        A preview (assignmentId ASSIGNMENT_ID_NOT_AVAILABLE) shows the task and writes nothing.
+        An accepted HIT binds its assignmentId to the workerId that first brings it; the same
+        assignmentId with any other workerId is refused."""
         q = request.query_params
-        assignment_ref = q.get('assignmentId', '')
-        if not assignment_ref or assignment_ref == 'ASSIGNMENT_ID_NOT_AVAILABLE':
-            return _page('Preview', _instructions(cfg) + '<p><b>Accept the HIT to begin.</b></p>')
-        worker_ref, submit_to = q.get('workerId', ''), q.get('turkSubmitTo', '')
-        parsed = urlparse(submit_to)
-        if not (EXTERNAL_ID_RE.match(assignment_ref) and EXTERNAL_ID_RE.match(worker_ref)):
-            raise TaskError('malformed MTurk worker or assignment id', 400)
+        db.links.check_entry('mturk', q.get('entry', ''))
+        if q.get('assignmentId') == MTURK_PREVIEW:
+            return render('preview.html', title='Preview', task=task, example=db.example_display())
+        assignment_ref = _required_id(q, 'assignmentId', MTURK_ID_RE, 'sent by MTurk with workerId')
+        worker_ref = _required_id(q, 'workerId', MTURK_ID_RE, 'sent by MTurk with assignmentId')
+        parsed = urlparse(q.get('turkSubmitTo', ''))
         if parsed.scheme != 'https' or parsed.hostname not in MTURK_SUBMIT_HOSTS:
-            raise TaskError('turkSubmitTo must be an mturk.com address', 400)
+            raise TaskError('turkSubmitTo must be an https://www.mturk.com or '
+                            'https://workersandbox.mturk.com address', 400)
         worker = db.add_worker('mturk', worker_ref)
-        external = f'mturk:{assignment_ref}'
-        if db.claim(worker['worker_id'], external, f'https://{parsed.hostname}') is None:
-            return _page('No work', '<p id="no-work">Sorry, there is nothing left for you to '
-                         'rate. Please return the HIT.</p>')
-        return RedirectResponse(f'/w/{worker["token"]}', status_code=303)
+        assignment_id = db.claim(worker['worker_id'], f'mturk:{assignment_ref}',
+                                 f'https://{parsed.hostname}')
+        if assignment_id is None:
+            return message_page('No work', 'Thank you', 'Sorry, there is nothing left for you to '
+                                'rate. Please return the HIT.', 'no-work')
+        return RedirectResponse(f'/w/{db.assignment_token(assignment_id)}', status_code=303)
 
     @app.get('/start')
     def generic_start(request: Request):
-        """Prolific-style entry: /start?PROLIFIC_PID=... (or worker_id=...)."""
-        ref = request.query_params.get('PROLIFIC_PID') or request.query_params.get('worker_id', '')
-        if not EXTERNAL_ID_RE.match(ref):
-            raise TaskError('missing or malformed participant id', 400)
-        worker = db.add_worker('generic', ref)
+        """Prolific-style entry: /start?entry=SIG&PROLIFIC_PID=...&SESSION_ID=... (or
+        worker_id=...); the session id is bound to the participant id at first sight."""
+        q = request.query_params
+        db.links.check_entry('generic', q.get('entry', ''))
+        name = 'PROLIFIC_PID' if 'PROLIFIC_PID' in q else 'worker_id'
+        ref = _required_id(q, name, EXTERNAL_ID_RE, 'the participant id')
+        session = (_required_id(q, 'SESSION_ID', EXTERNAL_ID_RE, 'the study session id')
+                   if 'SESSION_ID' in q else None)
+        worker = db.add_worker('generic', ref, session)
         return RedirectResponse(f'/w/{worker["token"]}', status_code=303)
 
     def require_admin(request: Request):
-        given = request.query_params.get('token', '')
-        auth = request.headers.get('authorization', '')
-        if auth.lower().startswith('bearer '):
-            given = auth[7:].strip()
-        if not hmac.compare_digest(given.encode(), cfg['admin_token'].encode()):
-            raise TaskError('admin token required', 401)
+        identity.check_admin(request.headers.get('authorization', ''),
+                             'token' in request.query_params, cfg['admin_token'])
 
     @app.get('/admin', response_class=HTMLResponse)
     def admin(request: Request):
         require_admin(request)
-        rows = ''.join(
-            f'<tr><td>{esc(p["models"])}</td><td>{p["answered"]}</td><td>{p["wanted"]}</td>'
-            f'<td>{100 * p["answered"] / max(p["wanted"], 1):.0f}%</td></tr>'
-            for p in db.progress())
-        failed = ''.join(
-            f'<li>{esc(f["provider"])}:{esc(str(f["external_id"] or f["worker_id"]))} failed '
-            f'{f["failed"]} of {f["checks"]} checks</li>' for f in db.failed_workers())
-        counts = db.counts()
-        return _page('Admin', (
-            f'<h1>Progress ({esc(cfg["mode"])})</h1><table id="progress-table"><tr><th>models'
-            f'</th><th>answers</th><th>wanted</th><th>done</th></tr>{rows}</table>'
-            f'<p>{counts["workers"]} workers, {counts["completed"]}/{counts["assignments"]} '
-            f'assignments completed, {counts["answers"]} answers.</p>'
-            f'<h2>Failed attention checks</h2><ul id="failed">{failed or "<li>none</li>"}</ul>'
-            f'<p><a href="/admin/export.csv?{urlencode({"token": cfg["admin_token"]})}">'
-            'Export CSV</a></p>'))
+        return render('admin.html', title='Admin', mode=cfg['mode'], progress=db.progress(),
+                      counts=db.counts(), failed=db.failed_workers())
 
     @app.get('/admin/export.csv')
     def export(request: Request):
         require_admin(request)
-        return PlainTextResponse(answers_csv(db), media_type='text/csv', headers={
-            'Content-Disposition': 'attachment; filename="answers.csv"'})
+        return PlainTextResponse(answers_csv(db), media_type='text/csv', headers=dict(
+            SECURITY_HEADERS, **{'Content-Disposition': 'attachment; filename="answers.csv"'}))
 
     @app.get('/healthz')
     def healthz():
@@ -311,8 +313,33 @@ def answers_csv(db: TaskDB) -> str:
     return out.getvalue()
 
 
-def serve(db_path: str, host: str = '127.0.0.1', port: int = 8000) -> None:
+def redact_path(path: str) -> str:
+    """A request path as the access log may show it: a link keeps its kind and id but not its
+    signature, and the query string (MTurk/Prolific ids, entry signatures) is dropped."""
+    path, query_sep, _query = path.partition('?')
+    path = re.sub(r'/w/([wa][0-9]{1,12})?[^/]*', lambda m: f'/w/{m.group(1) or ""}.<redacted>',
+                  path)
+    return path + ('?<redacted>' if query_sep else '')
+
+
+class RedactLinks(logging.Filter):
+    """Keeps signed links and query strings out of uvicorn's access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = args[:2] + (redact_path(args[2]),) + args[3:]
+        return True
+
+
+def serve(db_path: str, host: str = '127.0.0.1', port: int = 8000,
+          log_level: Optional[str] = 'info') -> None:
     """Run the app with uvicorn (binds to localhost unless told otherwise)."""
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
-    uvicorn.run(create_app(db_path), host=host, port=port, log_level='info')
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    log_config.setdefault('filters', {})['redact_links'] = {'()': RedactLinks}
+    log_config['handlers']['access']['filters'] = ['redact_links']
+    uvicorn.run(create_app(db_path), host=host, port=port, log_level=log_level,
+                log_config=log_config)

@@ -15,8 +15,11 @@ from contextlib import contextmanager
 from typing import Dict, List, Optional, Sequence
 
 from parlai_empathy.humaneval import sampling, votes
+from parlai_empathy.humaneval.errors import TaskError
+from parlai_empathy.humaneval.identity import ASSIGNMENT, WORKER, LinkSigner, new_secret
 from parlai_empathy.humaneval.inputs import Item
 
+SECRET_KEY = 'link_secret'  # meta key of the task's HMAC secret (never in the config)
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE items (item_id TEXT PRIMARY KEY, emotion TEXT, situation TEXT, context TEXT, gold TEXT);
@@ -26,7 +29,8 @@ CREATE TABLE units (
   is_check INTEGER NOT NULL, expected TEXT, extra TEXT NOT NULL);
 CREATE TABLE workers (
   worker_id INTEGER PRIMARY KEY, provider TEXT NOT NULL, external_id TEXT,
-  token TEXT NOT NULL UNIQUE, created REAL NOT NULL, UNIQUE (provider, external_id));
+  token TEXT NOT NULL UNIQUE, created REAL NOT NULL, session_ref TEXT,
+  UNIQUE (provider, external_id));
 CREATE TABLE assignments (
   assignment_id INTEGER PRIMARY KEY, worker_id INTEGER NOT NULL REFERENCES workers(worker_id),
   created REAL NOT NULL, started REAL, last_active REAL NOT NULL, completed REAL,
@@ -43,14 +47,6 @@ CREATE TABLE answers (
 """
 
 
-class TaskError(Exception):
-    """A request the task cannot honour; ``status`` is the HTTP code the app returns."""
-
-    def __init__(self, message, status=400):
-        super().__init__(message)
-        self.status = status
-
-
 class TaskDB:
     def __init__(self, path: str):
         if not os.path.exists(path):
@@ -59,6 +55,20 @@ class TaskDB:
         self._lock = threading.Lock()
         self._conn = self._connect(path)
         self.config = json.loads(self._one('SELECT value FROM meta WHERE key = ?', ('config',))[0])
+        self._upgrade()
+        self.links = LinkSigner(self._one('SELECT value FROM meta WHERE key = ?', (SECRET_KEY,))[0])
+
+    def _upgrade(self):
+        """Bring a database built by an earlier version up to date (its old links stop working:
+        they were unsigned)."""
+        has_secret = self._one('SELECT 1 FROM meta WHERE key = ?', (SECRET_KEY,)) is not None
+        has_session = 'session_ref' in {r['name'] for r in self._all('PRAGMA table_info(workers)')}
+        if has_secret and has_session:
+            return
+        with self.transaction() as conn:
+            conn.execute('INSERT OR IGNORE INTO meta VALUES (?, ?)', (SECRET_KEY, new_secret()))
+            if not has_session:
+                conn.execute('ALTER TABLE workers ADD COLUMN session_ref TEXT')
 
     @staticmethod
     def _connect(path):
@@ -89,6 +99,7 @@ class TaskDB:
         used = {u.item_id for u in units}
         with cls._transaction_on(conn):
             conn.execute('INSERT INTO meta VALUES (?, ?)', ('config', json.dumps(config)))
+            conn.execute('INSERT INTO meta VALUES (?, ?)', (SECRET_KEY, new_secret()))
             conn.executemany(
                 'INSERT INTO items VALUES (?, ?, ?, ?, ?)',
                 [
@@ -138,8 +149,15 @@ class TaskDB:
         self._conn.close()
 
     # -- workers ------------------------------------------------------------------------------
-    def add_worker(self, provider: str, external_id: Optional[str] = None) -> dict:
-        """The worker for (provider, external_id), created on first sight."""
+    def add_worker(self, provider: str, external_id: Optional[str] = None,
+                   session_ref: Optional[str] = None) -> dict:
+        """The worker for (provider, external_id), created on first sight; ``token`` is its
+        signed link token.
+
+        ``session_ref`` (a provider's per-participant session id) is bound at first sight: the
+        same participant id with another session is refused (403), so knowing someone's id is
+        not enough to take over their work.
+        """
         with self.transaction() as conn:
             if external_id is not None:
                 row = conn.execute(
@@ -147,18 +165,30 @@ class TaskDB:
                     (provider, external_id),
                 ).fetchone()
                 if row:
+                    if row['session_ref'] != session_ref:
+                        raise TaskError('this participant id is already in use by another '
+                                        'session', 403)
                     return dict(row)
-            token = secrets.token_urlsafe(16)
             cur = conn.execute(
-                'INSERT INTO workers (provider, external_id, token, created) VALUES (?, ?, ?, ?)',
-                (provider, external_id, token, time.time()),
+                'INSERT INTO workers (provider, external_id, token, created, session_ref) '
+                'VALUES (?, ?, ?, ?, ?)',
+                (provider, external_id, secrets.token_hex(16), time.time(), session_ref),
             )
+            conn.execute('UPDATE workers SET token = ? WHERE worker_id = ?',
+                         (self.links.token(WORKER, cur.lastrowid), cur.lastrowid))
             return dict(conn.execute(
                 'SELECT * FROM workers WHERE worker_id = ?', (cur.lastrowid,)).fetchone())
 
-    def worker_by_token(self, token: str) -> Optional[dict]:
-        row = self._one('SELECT * FROM workers WHERE token = ?', (token,))
+    def worker(self, worker_id: int) -> Optional[dict]:
+        row = self._one('SELECT * FROM workers WHERE worker_id = ?', (worker_id,))
         return dict(row) if row else None
+
+    def assignment(self, assignment_id: int) -> Optional[dict]:
+        row = self._one('SELECT * FROM assignments WHERE assignment_id = ?', (assignment_id,))
+        return dict(row) if row else None
+
+    def assignment_token(self, assignment_id: int) -> str:
+        return self.links.token(ASSIGNMENT, assignment_id)
 
     # -- assignments --------------------------------------------------------------------------
     def open_assignment(self, worker_id: int) -> Optional[dict]:
@@ -236,11 +266,18 @@ class TaskDB:
             'WHERE s.assignment_id = ? ORDER BY s.position', (assignment_id,))
         return [dict(r, display=json.loads(r['display'])) for r in rows]
 
+    def example_display(self) -> Optional[dict]:
+        """What the first unit shows (for a preview that writes nothing)."""
+        row = self._one('SELECT display FROM units WHERE is_check = 0 ORDER BY unit_id LIMIT 1')
+        return json.loads(row[0]) if row else None
+
     # -- answers ------------------------------------------------------------------------------
-    def submit(self, worker_id: int, slot_id: int, answer: dict) -> dict:
+    def submit(self, worker_id: int, slot_id: int, answer: dict,
+               assignment_id: Optional[int] = None) -> dict:
         """Store one answer for the worker's current slot; returns the assignment's state.
 
-        Rejects slots that are not this worker's, already answered, or not the current one.
+        Rejects slots that are not this worker's (or not in ``assignment_id``, when the worker
+        came through an assignment link), already answered, or not the current one.
         ``answer`` is {'ratings': {aspect: 1..5}} (Likert) or {'choices': {aspect: 0|1|'tie'}}
         (A/B, 0/1 = the candidate shown first/second), already validated by the app.
         """
@@ -251,7 +288,8 @@ class TaskDB:
                 'SELECT s.*, x.worker_id, x.last_active, u.models, u.is_check, u.expected '
                 'FROM slots s JOIN assignments x USING (assignment_id) JOIN units u USING (unit_id) '
                 'WHERE s.slot_id = ?', (slot_id,)).fetchone()
-            if slot is None or slot['worker_id'] != worker_id:
+            if slot is None or slot['worker_id'] != worker_id or (
+                    assignment_id is not None and slot['assignment_id'] != assignment_id):
                 raise TaskError('this item is not assigned to you', 403)
             if conn.execute('SELECT 1 FROM answers WHERE slot_id = ?', (slot_id,)).fetchone():
                 raise TaskError('this item was already answered', 409)

@@ -1,12 +1,15 @@
 """Where workers come from: local links, Amazon Mechanical Turk, or a Prolific-style platform.
 
-* local: one private link per worker (``/w/<token>``), for pilots with colleagues;
-* MTurk: ExternalQuestion HITs pointing at ``<public https URL>/mturk``; MTurk appends
-  assignmentId/workerId/turkSubmitTo and the completion page posts back to MTurk. boto3 finds
-  credentials through its usual chain (env vars, ~/.aws, instance role); ``dry_run`` prints the
-  requests instead of sending them;
-* generic: participants enter at ``<URL>/start?PROLIFIC_PID={{%PROLIFIC_PID%}}`` and finish at
-  the study's completion URL (``{code}`` in it is replaced by their completion code).
+* local: one private, signed link per worker (``/w/<token>``), for pilots with colleagues;
+* MTurk: ExternalQuestion HITs pointing at ``<public https URL>/mturk?entry=<signature>``; MTurk
+  appends assignmentId/hitId/workerId/turkSubmitTo, each accepted assignment gets its own signed
+  link, and the completion page posts back to MTurk. boto3 finds credentials through its usual
+  chain (env vars, ~/.aws, instance role); ``dry_run`` prints the requests instead of sending them;
+* generic: participants enter at
+  ``<URL>/start?entry=<signature>&PROLIFIC_PID={{%PROLIFIC_PID%}}&SESSION_ID={{%SESSION_ID%}}``
+  and finish at the study's completion URL (``{code}`` in it is replaced by their completion code).
+
+The ``entry`` signatures come from the task database's secret (see :mod:`.identity`).
 """
 import json
 import math
@@ -37,8 +40,14 @@ def local_links(db: TaskDB, base_url: str, n: int) -> List[str]:
     return [f"{base}/w/{db.add_worker('local')['token']}" for _ in range(n)]
 
 
-def generic_entry_url(base_url: str) -> str:
-    return base_url.rstrip('/') + '/start?PROLIFIC_PID={{%PROLIFIC_PID%}}'
+def generic_entry_url(db: TaskDB, base_url: str) -> str:
+    return (f"{base_url.rstrip('/')}/start?entry={db.links.entry('generic')}"
+            '&PROLIFIC_PID={{%PROLIFIC_PID%}}&SESSION_ID={{%SESSION_ID%}}')
+
+
+def mturk_entry_url(db: TaskDB, task_url: str) -> str:
+    """The ExternalURL of the task's HITs (MTurk appends its own parameters to it)."""
+    return f"{task_url.rstrip('/')}/mturk?entry={db.links.entry('mturk')}"
 
 
 def external_question(url: str, frame_height: int = 0) -> str:
@@ -54,17 +63,18 @@ def hits_needed(db: TaskDB) -> int:
 
 
 def mturk_requests(
-    task_url: str, n_hits: int, reward: str, title: str, description: str, keywords: str,
+    entry_url: str, n_hits: int, reward: str, title: str, description: str, keywords: str,
     minutes_per_assignment: int = 30, lifetime_hours: int = 72, assignments_per_hit: int = 1,
     min_approval: Optional[int] = 95, locales: Optional[List[str]] = ('US',),
     batch: Optional[str] = None,
 ) -> List[dict]:
-    """The ``create_hit`` keyword arguments for each HIT.
+    """The ``create_hit`` keyword arguments for each HIT, showing ``entry_url``
+    (:func:`mturk_entry_url`).
 
     ``UniqueRequestToken`` (batch + index) makes a retried launch idempotent on MTurk's side.
     """
     batch = batch or time.strftime('%Y%m%d%H%M%S')
-    if not task_url.startswith('https://'):
+    if not entry_url.startswith('https://'):
         raise ValueError('MTurk shows only https:// ExternalQuestion URLs')
     float(reward)  # a decimal string such as '0.80'
     quals = []
@@ -82,7 +92,7 @@ def mturk_requests(
         'AssignmentDurationInSeconds': minutes_per_assignment * 60,
         'LifetimeInSeconds': lifetime_hours * 3600,
         'AutoApprovalDelayInSeconds': 3 * 24 * 3600,
-        'Question': external_question(task_url.rstrip('/') + '/mturk'),
+        'Question': external_question(entry_url),
         'QualificationRequirements': quals,
     }
     return [dict(request, UniqueRequestToken=f'{batch}-{i}') for i in range(n_hits)]

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from parlai_empathy.humaneval.inputs import LISTENER, Item, Pairing
 
 LIKERT = 'likert'
+LIKERT_RATINGS = (1, 2, 3, 4, 5)  # Rashkin et al.: 1 (not at all) .. 5 (very much)
 AB = 'ab'
 GOLD = '__gold__'
 MISMATCH = '__mismatch__'

@@ -13,6 +13,9 @@ only where a GPU makes another choice sensible:
 * emotion classifiers use batches of 128 (updates and warm-up scaled the same way);
 * MIME and Multi-TR use batches of 64 with the Noam warm-up, decay and validation interval
   scaled by 16/64 (the same examples per phase); ETHREED batches of 64, validated every minute too;
+* a row whose model another row reads ED tags of (``--listener-emotions``: ETHREED's listener
+  labels) tags ED (``empathy_tag_ed``) if its cpu plan does not already: without the tags the
+  reading row cannot train;
 * every training step stops at a wall budget (``--max-train-time``, below), checkpoints every
   minute, validates every minute where the CPU plan validated every half hour; evaluation batches
   are 128; tagging ED takes batches of 65,536 tokens.
@@ -44,6 +47,7 @@ NEEDED_BUDGET = 90  # training of a row other rows wait for (a classifier or the
 MIN_BUDGET = 60
 
 EVIDENCE = 'empathy_leaderboard'
+TAGS_OPTION = '--listener-emotions'  # a classifier whose ED tags (empathy_tag_ed) the row reads
 RASHKIN_BATCH, CLASSIFIER_BATCH, GENERATOR_BATCH = 256, 128, 64
 
 
@@ -121,19 +125,24 @@ def load_specs(projects_dir: str) -> Dict[str, Dict]:
 
 
 def cpu_rows(specs: Dict[str, Dict]) -> Dict[str, Dict]:
-    """``project/row`` -> {'needs': [project/row, ...], 'cpu': [argv, ...]}."""
+    """``project/row`` -> {'needs': [project/row, ...], 'steps': [{'name', 'parlai'}, ...]}: the
+    steps of the gpu plan before :func:`gpu_step` (the cpu plan's, evidence last, tagging added
+    where another row needs a model's ED tags)."""
     rows = {}
     for project, spec in specs.items():
         for entry, plans in spec.get('reproduce', {}).get('rows', {}).items():
             needs = [n if '/' in n else f'{project}/{n}' for n in plans.get('needs', [])]
-            rows[f'{project}/{entry}'] = {'needs': needs, 'cpu': [s['parlai'] for s in plans['cpu']]}
+            rows[f'{project}/{entry}'] = {'needs': needs, 'steps': [dict(s) for s in plans['cpu']]}
+    for key, row in rows.items():
+        for step in row['steps']:
+            tags_of = _option(step['parlai'], TAGS_OPTION)
+            tagger = tags_of and tags_of.startswith('{runs}/') and tags_of[len('{runs}/'):-len('/model')]
+            if tagger in rows and not any(s['parlai'][0] == 'empathy_tag_ed' for s in rows[tagger]['steps']):
+                rows[tagger]['steps'].append({'name': 'tag ED', 'parlai': ['empathy_tag_ed', '-mf', '{model}']})
+    for row in rows.values():
+        row['steps'] = ([s for s in row['steps'] if not is_evidence_step(s['parlai'])]
+                        + [s for s in row['steps'] if is_evidence_step(s['parlai'])])
     return rows
-
-
-def ordered_steps(cpu: List[List[str]]) -> List[List[str]]:
-    """Evidence steps last, so the steps other rows wait for come first (the results are the same:
-    evaluation reads what the other steps write, never the reverse)."""
-    return [s for s in cpu if not is_evidence_step(s)] + [s for s in cpu if is_evidence_step(s)]
 
 
 def budgets(rows: Dict[str, Dict]) -> Dict[str, Tuple[int, int]]:
@@ -151,7 +160,7 @@ def budgets(rows: Dict[str, Dict]) -> Dict[str, Tuple[int, int]]:
         for need in rows[key]['needs']:
             visit(need, chain + (key,))
         start[key] = max([start[n] + gate[n] for n in rows[key]['needs']], default=SETUP)
-        steps = rows[key]['cpu']
+        steps = [s['parlai'] for s in rows[key]['steps']]
         trains = any(s[0] == 'train_model' for s in steps)
         if key in needed:
             budget = NEEDED_BUDGET
@@ -170,16 +179,10 @@ def budgets(rows: Dict[str, Dict]) -> Dict[str, Tuple[int, int]]:
 
 def gpu_plans(specs: Dict[str, Dict]) -> Dict[str, List[Dict]]:
     """``project/row`` -> its gpu plan (steps named as in the cpu plan)."""
-    rows, plans = cpu_rows(specs), {}
+    rows = cpu_rows(specs)
     times = budgets(rows)
-    for project, spec in specs.items():
-        for entry, row in spec.get('reproduce', {}).get('rows', {}).items():
-            named = {json.dumps(s['parlai']): s['name'] for s in row['cpu']}
-            budget = times[f'{project}/{entry}'][1]
-            plans[f'{project}/{entry}'] = [
-                {'name': named[json.dumps(argv)], 'parlai': gpu_step(argv, project, budget)}
-                for argv in ordered_steps([s['parlai'] for s in row['cpu']])]
-    return plans
+    return {key: [{'name': s['name'], 'parlai': gpu_step(s['parlai'], key.split('/')[0], times[key][1])}
+                  for s in row['steps']] for key, row in rows.items()}
 
 
 def with_gpu_plans(spec: Dict, project: str, plans: Dict[str, List[Dict]]) -> Dict:

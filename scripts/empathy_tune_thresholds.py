@@ -34,11 +34,11 @@ class EmpathyTuneThresholds(ParlaiScript):
 
         from parlai_empathy.data import goemotions
         from parlai_empathy.emotions import inference, thresholds
-        from parlai_empathy.emotions.classifier_files import load_classifier
+        from parlai_empathy.emotions.classifier_files import default_device, load_classifier
 
         opt = self.opt
         model_file = opt['model_file']
-        classifier = load_classifier(model_file)
+        classifier = load_classifier(model_file, default_device())
         if not classifier.multilabel:
             raise ValueError(f'{model_file} is a single-label classifier: it has no thresholds to tune')
         folder = goemotions.resolve_dir(opt.get('goemotions_datapath'), opt.get('datapath'))

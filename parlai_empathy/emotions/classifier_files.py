@@ -76,7 +76,13 @@ def read_settings(model_file: str) -> dict:
     return settings
 
 
-def load_classifier(model_file: str) -> LoadedClassifier:
+def default_device() -> str:
+    """Where batch inference runs by default: the GPU when there is one (tagging all of ED takes
+    seconds there, minutes on CPU cores)."""
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def load_classifier(model_file: str, device: str = 'cpu') -> LoadedClassifier:
     from transformers import AutoConfig
 
     settings = read_settings(model_file)
@@ -86,7 +92,7 @@ def load_classifier(model_file: str) -> LoadedClassifier:
     )
     states = torch.load(model_file, map_location='cpu', weights_only=True)
     model.load_state_dict(states['model'])
-    model.eval()
+    model.to(device).eval()
     return LoadedClassifier(
         model=model,
         tokenizer=load_tokenizer(model_file + '.hf'),

@@ -46,8 +46,9 @@ def predict(classifier: LoadedClassifier, token_ids: Sequence[Sequence[int]]) ->
     for row, tokens in enumerate(token_ids):
         ids[row, : len(tokens)] = torch.as_tensor(tokens)
         mask[row, : len(tokens)] = True
-    logits = classifier.model(ids, mask)
-    return classifier.model.probabilities(logits).float().numpy()
+    device = next(classifier.model.parameters()).device
+    logits = classifier.model(ids.to(device), mask.to(device))
+    return classifier.model.probabilities(logits).float().cpu().numpy()
 
 
 def decide_labels(probs: np.ndarray, multilabel: bool, threshold: float) -> np.ndarray:

@@ -129,8 +129,9 @@ def ordered_plans(projects_dir: str, project: str, entries: Sequence[str], runs_
     return ordered
 
 
-def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None) -> None:
-    """Run one parlai command, its output teed to ``<log_dir>/<name>.log``; a failure names the log."""
+def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeout: Optional[float] = None) -> None:
+    """Run one parlai command, its output teed to ``<log_dir>/<name>.log``; a failure names the log.
+    ``timeout``: seconds after which the command is killed (a failure too)."""
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, os.path.basename(step.marker or step.name).replace('.done', '') + '.log')
     parlai = parlai or [sys.executable, '-m', 'parlai']
@@ -138,7 +139,11 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None) -> No
     with open(log_path, 'a', encoding='utf-8') as log:
         log.write(f'$ {step.shell()}\n')
         log.flush()
-        done = subprocess.run(parlai + step.argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            done = subprocess.run(parlai + step.argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f'[reproduce] {step.name} was stopped after {timeout:.0f} s (its time was up); '
+                               f'see {log_path}. Run the same command again to resume.') from None
     if done.returncode != 0:
         raise RuntimeError(f'[reproduce] {step.name} failed (exit {done.returncode}); see {log_path}. '
                            'Run the same command again to resume.')
@@ -156,7 +161,8 @@ def record_plan(plan: RowPlan) -> None:
     if not os.path.isfile(meta_path):
         return
     meta = evidence.read_json(meta_path)
-    places = evidence.path_placeholders({os.path.dirname(os.path.dirname(os.path.dirname(plan.model))): '{runs}'})
+    places = evidence.path_placeholders({os.path.dirname(os.path.dirname(os.path.dirname(plan.model))): '{runs}',
+                                         os.path.dirname(plan.artifacts): '{artifacts}'})
     meta['plan'] = {'profile': plan.profile, 'needs': plan.needs,
                     'commands': [evidence.portable(step.shell(), places) for step in plan.steps]}
     evidence.write_json(meta_path, evidence.portable(meta, places))

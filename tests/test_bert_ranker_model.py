@@ -313,3 +313,120 @@ def test_response_pool_is_deduplicated_listener_turns(ed_dir):
     # the first conversation's listener turn (utterance 2), never its speaker turn (utterance 1)
     assert pool[0] == 'Was this a friend you were in love with, or just a best friend?'
     assert not any(r.startswith('I remember going to see the fireworks') for r in pool)
+
+
+def _real_pairs(ed_dir, tokenizer, n=24):
+    """Contexts and responses of real ED conversations: lengths vary, as in training batches."""
+    from parlai_empathy.data.ed_raw import read_clean
+
+    conversations, _ = read_clean(os.path.join(ed_dir, 'valid.csv'))
+    utterances = [c.utterances for c in conversations if len(c.utterances) >= 2][:n]
+    return _ids(tokenizer, [u[0].text for u in utterances]), _ids(tokenizer, [u[1].text for u in utterances])
+
+
+def _without_dropout(model):
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model.train()
+
+
+def _loss_and_grads(model, loss_of):
+    model.zero_grad()
+    loss = loss_of()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _gradient_cached_loss(model, contexts, responses, chunk_rows):
+    context, candidates = model.gradient_cached(contexts, responses, chunk_rows)
+    loss = in_batch_loss(model.score(context.vectors, candidates.vectors))
+    loss.backward()
+    context.backward()
+    candidates.backward()
+    return loss
+
+
+@pytest.mark.parametrize('share_encoders', [False, True])
+def test_gradient_cache_gives_the_whole_batch_loss_and_gradients(tiny_bert, ed_dir, share_encoders):
+    contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert))
+    model = _without_dropout(BiEncoder.from_pretrained(tiny_bert, share_encoders=share_encoders, projection_dim=300))
+
+    def whole_batch():  # both sides encoded at once, each padded to its longest row
+        loss = in_batch_loss(model.score(model.context_encoder(contexts, contexts != 0),
+                                         model.candidate_encoder(responses, responses != 0)))
+        loss.backward()
+        return loss
+
+    whole_loss, whole_grads = _loss_and_grads(model, whole_batch)
+    for chunk_rows in (5, 24):  # uneven chunks, and one chunk of the whole batch
+        loss, grads = _loss_and_grads(model, lambda: _gradient_cached_loss(model, contexts, responses, chunk_rows))
+        assert torch.allclose(loss, whole_loss, atol=1e-5)
+        assert grads.keys() == whole_grads.keys() and len(grads) > 10
+        for name, grad in grads.items():
+            assert torch.allclose(grad, whole_grads[name], atol=1e-5), name
+
+
+def test_gradient_cache_replays_each_chunks_dropout(tiny_bert, ed_dir, monkeypatch):
+    """With dropout on, both passes of a chunk draw the same masks: the gradients are those of the
+    loss computed, equal to one graph over the same chunks with the same random state."""
+    from parlai_empathy.models import bi_encoder
+
+    contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert))
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').train()
+    monkeypatch.setattr(bi_encoder, 'TRAINING_CHUNK_ROWS', 6)
+
+    def one_graph():  # BiEncoder.forward: length-sorted chunks of TRAINING_CHUNK_ROWS, one graph
+        loss = in_batch_loss(model(contexts, responses))
+        loss.backward()
+        return loss
+
+    torch.manual_seed(3)
+    plain_loss, plain_grads = _loss_and_grads(model, one_graph)
+    after_plain = torch.rand(1)
+    torch.manual_seed(3)
+    cached_loss, cached_grads = _loss_and_grads(model, lambda: _gradient_cached_loss(model, contexts, responses, 6))
+    assert torch.equal(torch.rand(1), after_plain), 'the replays leave the random stream where one pass would'
+    torch.manual_seed(4)
+    other_loss, _ = _loss_and_grads(model, one_graph)
+    assert not torch.allclose(other_loss, plain_loss), 'dropout is really on'
+    assert torch.allclose(cached_loss, plain_loss, atol=1e-5)
+    for name, grad in cached_grads.items():
+        assert torch.allclose(grad, plain_grads[name], atol=1e-5), name
+
+
+def test_gradient_cache_backward_needs_the_loss_first(tiny_bert, ed_dir):
+    contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert), n=6)
+    context, _ = BiEncoder.from_pretrained(tiny_bert).gradient_cached(contexts, responses, 2)
+    assert not context.vectors.grad_fn and context.vectors.requires_grad  # no graph was kept
+    with pytest.raises(RuntimeError, match='back-propagate the loss'):
+        context.backward()
+
+
+@pytest.mark.parametrize('share_encoders', [False, True])
+def test_frozen_word_embeddings_get_no_gradient_and_redrawn_tokens_are_shared(tiny_bert, share_encoders):
+    tokenizer = load_tokenizer(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, share_encoders=share_encoders)
+    pretrained = model.word_embeddings()[0].detach().clone()
+    unused = tokenizer.convert_tokens_to_ids('[unused1]')
+    model.redraw_token_embeddings([unused])
+    tables = model.word_embeddings()
+    assert len(tables) == (1 if share_encoders else 2)
+    assert not torch.equal(tables[0][unused], pretrained[unused])
+    assert all(torch.equal(t[unused], tables[0][unused]) for t in tables)  # one draw for both encoders
+    others = torch.arange(len(pretrained)) != unused
+    assert torch.equal(tables[0][others], pretrained[others])
+    model.freeze_word_embeddings()
+    ids = _ids(tokenizer, TEXTS)
+    in_batch_loss(model(ids, ids)).backward()
+    assert all(not t.requires_grad and t.grad is None for t in tables)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and all(p.grad is not None for p in trained)
+
+
+def test_a_new_bi_encoder_trains_with_dropout_from_its_first_step(tiny_bert):
+    """from_pretrained leaves HuggingFace's modules in eval mode: train() must still reach them."""
+    model = BiEncoder.from_pretrained(tiny_bert)
+    assert all(m.training for m in model.modules())
+    model.train()
+    ids = _ids(load_tokenizer(tiny_bert), TEXTS)
+    assert not torch.equal(model.encode_context(ids), model.encode_context(ids))  # dropout draws differ

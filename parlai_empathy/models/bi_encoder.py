@@ -10,11 +10,19 @@ Sentence encoders such as all-MiniLM-L6-v2 were pretrained that way (cosine x 20
 in-batch negatives), so scoring by cosine keeps fine-tuning on the objective they already learned;
 their raw dot products favour long-norm candidates instead.
 
+Training with in-batch negatives can cache gradients (:class:`GradientCachedEncoding`, Gao et al.'s
+"gradient cache"): the batch is encoded chunk by chunk without a graph, the softmax over the whole
+batch and its gradient with respect to the vectors are computed, then each chunk is encoded again
+with its graph and back-propagated with its rows of that gradient. Same loss and gradients as the
+whole batch at once, in the memory of one chunk: the paper's 256 negatives on a CPU.
+
 Nothing here imports ParlAI, so the module is usable (and tested) on its own.
 """
+import contextlib
 import hashlib
 import os
-from typing import Optional
+import re
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -27,6 +35,7 @@ SIMILARITIES = ('dot', 'cosine')
 DEFAULT_COSINE_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss scale
 INFERENCE_CHUNK_ROWS = 32  # rows per length-sorted chunk when encoding without gradients
 TRAINING_CHUNK_ROWS = 8  # the same with gradients (of 8, 16 and 32, 8 trained fastest on one CPU thread)
+UNUSED_TOKEN = re.compile(r'\[unused\d+\]')  # BERT's reserved, never-trained vocabulary entries
 
 
 class ModelFilesError(FileNotFoundError):
@@ -176,6 +185,9 @@ class BiEncoder(nn.Module):
         else:
             self.candidate_encoder = PooledEncoder(candidate_transformer, pooling, projection_dim, normalize)
         self.output_dim = self.context_encoder.output_dim
+        # one mode for every submodule, as any new module (training): HuggingFace's from_pretrained
+        # leaves the transformers in eval mode, and train() below only looks at its children
+        super().train(True)
 
     @classmethod
     def from_pretrained(
@@ -229,7 +241,6 @@ class BiEncoder(nn.Module):
         need not be computed together).
         """
         mask = token_ids != self.pad_id
-        lengths = mask.sum(1)
         if not torch.is_grad_enabled():
             chunk_rows = INFERENCE_CHUNK_ROWS
         elif token_ids.device.type == 'cpu':
@@ -237,17 +248,13 @@ class BiEncoder(nn.Module):
         else:  # a GPU is not bound by padding at these sizes, and each chunk would cost a sync
             chunk_rows = token_ids.size(0)
         if token_ids.size(0) <= chunk_rows:
-            width = int(lengths.max().item()) if token_ids.numel() else 0
+            width = int(mask.sum(1).max().item()) if token_ids.numel() else 0
             if 0 < width < token_ids.size(1):  # drop all-padding columns: same result, less work
                 token_ids, mask = token_ids[:, :width], mask[:, :width]
             return encoder(token_ids, mask)
-        order = torch.argsort(lengths, descending=True)
-        chunks = []
-        for start in range(0, order.numel(), chunk_rows):
-            rows = order[start:start + chunk_rows]
-            width = max(int(lengths[rows].max().item()), 1)
-            chunks.append(encoder(token_ids[rows, :width], mask[rows, :width]))
-        return torch.cat(chunks)[torch.argsort(order)]  # back to the input order (differentiable)
+        chunks = length_sorted_chunks(mask, chunk_rows)
+        vectors = [encoder(token_ids[rows, :width], mask[rows, :width]) for rows, width in chunks]
+        return in_input_order(torch.cat(vectors), chunks)  # differentiable
 
     def encode_candidates(self, token_ids: torch.LongTensor) -> torch.Tensor:
         """Encode ``[n, len]`` or ``[batch, n, len]`` candidate token ids.
@@ -273,6 +280,100 @@ class BiEncoder(nn.Module):
 
     def forward(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor) -> torch.Tensor:
         return self.score(self.encode_context(context_ids), self.encode_candidates(candidate_ids))
+
+    def gradient_cached(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor,
+                        chunk_rows: int) -> Tuple['GradientCachedEncoding', 'GradientCachedEncoding']:
+        """Both sides of an in-batch-negatives batch encoded for a gradient cache: score their
+        ``vectors``, back-propagate the loss, then call ``backward()`` on both."""
+        return (GradientCachedEncoding(self.context_encoder, context_ids, self.pad_id, chunk_rows),
+                GradientCachedEncoding(self.candidate_encoder, candidate_ids, self.pad_id, chunk_rows))
+
+    def _distinct_encoders(self) -> List[PooledEncoder]:
+        return [self.context_encoder] if self.shares_encoders else [self.context_encoder, self.candidate_encoder]
+
+    def word_embeddings(self) -> List[nn.Parameter]:
+        """The word-piece embedding table of each distinct encoder."""
+        return [encoder.transformer.get_input_embeddings().weight for encoder in self._distinct_encoders()]
+
+    def freeze_word_embeddings(self) -> None:
+        """Keep the word-piece embeddings as pretrained (the reference's BertAdapter detaches them):
+        they get no gradient, so an optimizer built from the trainable parameters leaves them out."""
+        for table in self.word_embeddings():
+            table.requires_grad_(False)
+
+    def redraw_token_embeddings(self, token_ids: List[int]) -> None:
+        """Give never-trained tokens (BERT's ``[unusedN]``, used as a turn separator) one random
+        embedding each, drawn from a normal with the trained table's mean and standard deviation
+        and shared by both encoders, as the reference does for the tokens it brings into use."""
+        tables = self.word_embeddings()
+        with torch.no_grad():
+            mean, std = tables[0].mean().item(), tables[0].std().item()
+            for token_id in token_ids:
+                row = torch.empty_like(tables[0][token_id]).normal_(mean, std)
+                for table in tables:
+                    table[token_id] = row
+
+
+def length_sorted_chunks(mask: torch.Tensor, chunk_rows: int) -> List[Tuple[torch.LongTensor, int]]:
+    """A batch's rows in chunks of ``chunk_rows`` rows of similar length, longest first: each
+    chunk's row indices and its width (its longest row), to which the chunk is cut."""
+    lengths = mask.sum(1)
+    order = torch.argsort(lengths, descending=True)
+    return [(rows, max(int(lengths[rows].max().item()), 1)) for rows in order.split(chunk_rows)]
+
+
+def in_input_order(vectors: torch.Tensor, chunks: List[Tuple[torch.LongTensor, int]]) -> torch.Tensor:
+    """The chunks' concatenated vectors back in the batch's order."""
+    return vectors[torch.argsort(torch.cat([rows for rows, _ in chunks]))]
+
+
+class GradientCachedEncoding:
+    """One side of an in-batch-negatives batch, encoded for a gradient cache.
+
+    ``vectors`` are computed in length-sorted chunks (:func:`length_sorted_chunks`) without a graph
+    and returned as a leaf that requires a gradient: the loss over the whole batch back-propagates
+    into them only. :meth:`backward` then encodes each chunk again, with its graph, and
+    back-propagates that chunk's rows of ``vectors.grad`` into the encoder, so that at most one
+    chunk's activations are alive at a time. The random state of each chunk (dropout) is recorded
+    on the first pass and replayed on the second: both passes draw the same masks, so the gradients
+    are exactly those of the loss that was computed.
+    """
+
+    def __init__(self, encoder: PooledEncoder, token_ids: torch.LongTensor, pad_id: int, chunk_rows: int):
+        self.encoder, self.token_ids = encoder, token_ids
+        self.mask = token_ids != pad_id
+        self.chunks = length_sorted_chunks(self.mask, chunk_rows)
+        self.rng_states = []
+        outputs = []
+        with torch.no_grad():
+            for rows, width in self.chunks:
+                self.rng_states.append(_rng_state(token_ids.device))
+                outputs.append(encoder(token_ids[rows, :width], self.mask[rows, :width]))
+        self.vectors = in_input_order(torch.cat(outputs), self.chunks).requires_grad_()
+
+    def backward(self) -> None:
+        """Back-propagate ``vectors.grad`` into the encoder, one chunk at a time."""
+        if self.vectors.grad is None:
+            raise RuntimeError('back-propagate the loss into .vectors before GradientCachedEncoding.backward()')
+        for (rows, width), state in zip(self.chunks, self.rng_states):
+            with _replayed_rng(self.token_ids.device, state):
+                chunk = self.encoder(self.token_ids[rows, :width], self.mask[rows, :width])
+            chunk.backward(self.vectors.grad[rows])
+
+
+def _rng_state(device: torch.device):
+    cuda = torch.cuda.get_rng_state(device) if device.type == 'cuda' else None
+    return torch.get_rng_state(), cuda
+
+
+@contextlib.contextmanager
+def _replayed_rng(device: torch.device, state) -> Iterator[None]:
+    """Run with the random state ``state``; the global state is left as it was before."""
+    with torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], device)
+        yield
 
 
 def pool_for_scoring(encodings: torch.Tensor, half: bool) -> torch.Tensor:

@@ -8,7 +8,7 @@ import os
 import re
 import string
 
-SPECIALS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+SPECIALS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[unused1]']  # [unused1]: the turn separator
 
 
 def real_vocab(ed_train_csv, size=1500):

@@ -3,6 +3,7 @@ import json
 import random
 import statistics
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -128,15 +129,30 @@ def test_cohen_kappa_hand_worked():
     assert analysis.cohen_kappa(r1, r1) == pytest.approx(1.0)
 
 
+def test_weighted_cohen_kappa_for_likert_hand_worked():
+    # 5 items rated 1..5; the raters swap the top two. Unweighted: p_o = 3/5, every marginal is
+    # 1/5 so p_e = 5/25 -> (0.6 - 0.2) / 0.8 = 0.5. Quadratic weights w = (i - j)^2: observed
+    # disagreement 1 + 1 = 2; expected 1/5 of the sum of (i - j)^2 over the 5 x 5 grid (100) = 20
+    # -> 1 - 2/20 = 0.9: two adjacent swaps are a small disagreement on an ordinal scale.
+    r1, r2 = [1, 2, 3, 4, 5], [1, 2, 3, 5, 4]
+    assert analysis.cohen_kappa(r1, r2) == pytest.approx(0.5)
+    assert analysis.cohen_kappa(r1, r2, **analysis.LIKERT_KAPPA) == pytest.approx(0.9)
+    # labels fix the scale: a pair of raters who only used 4 and 5 is still judged on 1..5
+    assert analysis.cohen_kappa([4, 5, 5], [5, 5, 4], **analysis.LIKERT_KAPPA) == pytest.approx(
+        analysis.cohen_kappa([4, 5, 5], [5, 5, 4], weights='quadratic', labels=[1, 2, 3, 4, 5]))
+    assert np.isnan(analysis.cohen_kappa(['A', 'A'], ['A', 'A']))  # chance agreement is total
+
+
 def test_fleiss_kappa_hand_worked():
     # 4 items, 3 raters, 2 categories: counts (3,0), (0,3), (2,1), (1,2).
     # P_i = 1, 1, 1/3, 1/3 -> P_bar = 2/3; p = (6/12, 6/12) -> P_e = 1/2.
     # kappa = (2/3 - 1/2) / (1/2) = 1/3
     assert analysis.fleiss_kappa([[3, 0], [0, 3], [2, 1], [1, 2]]) == pytest.approx(1 / 3)
-    # Wikipedia's worked example (10 items, 14 raters, 5 categories): 0.210
+    # the worked example of Wikipedia's "Fleiss' kappa" page (10 items, 14 raters, 5
+    # categories; P_bar = 0.378, P_e = 0.213): kappa = 0.210
     wiki = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
             [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
-    assert analysis.fleiss_kappa(wiki) == pytest.approx(0.2099, abs=1e-4)
+    assert round(analysis.fleiss_kappa(wiki), 3) == 0.210
 
 
 # -- DB rules and analysis end to end (no web) -----------------------------------------------
@@ -202,6 +218,7 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
     result = pd.read_csv(out['csv'])
     assert result.loc[0, 'Comparison'] == 'gold vs echo'
     assert result.loc[0, 'Win %'] == 100.0 and result.loc[0, 'items'] == 4
+    assert set(pd.read_csv(out['agreement'])['cohen_weights']) == {'none'}  # A/B is nominal
     acute = pd.read_csv(out['acute_overall'])
     assert len(acute) == 8 and set(acute['winner']) == {'gold'}  # ties are not ACUTE votes
     assert set(acute['matchup']) == {'echo__vs__gold'}
@@ -261,6 +278,7 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
     assert open(out['plot'], 'rb').read(4) == b'\x89PNG'
     kappa = pd.read_csv(out['agreement']).set_index('aspect')
     assert kappa.loc['fluency', 'raters_per_unit'] == 2
+    assert set(kappa['cohen_weights']) == {'quadratic'}  # Likert ratings are ordinal
 
 
 def test_likert_checks_need_the_relevance_aspect(logs, tmp_path):

@@ -6,6 +6,7 @@ from Mephisto (one row per non-tie vote), so its win-rate code can run on them.
 """
 import itertools
 import os
+import warnings
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -32,19 +33,32 @@ def fleiss_kappa(counts) -> float:
     return float('nan') if p_e == 1 else float((p_bar - p_e) / (1 - p_e))
 
 
-def cohen_kappa(a: Sequence, b: Sequence) -> float:
-    """Cohen's kappa for two raters' labels on the same items."""
-    if len(a) != len(b) or not a:
+def cohen_kappa(a: Sequence, b: Sequence, weights: Optional[str] = None,
+                labels: Optional[Sequence] = None) -> float:
+    """Cohen's kappa for two raters' labels on the same items (scikit-learn's implementation).
+
+    ``weights='quadratic'`` (or ``'linear'``) for ordinal labels such as Likert ratings, where
+    disagreeing by one point counts less than by four; ``None`` for nominal labels (A/B/tie).
+    NaN when chance agreement is already perfect (both raters used a single, same label)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    if len(a) != len(b) or not len(a):
         raise ValueError('Cohen kappa needs two equally long, non-empty label lists')
-    labels = sorted(set(a) | set(b), key=str)
-    p_o = np.mean([x == y for x, y in zip(a, b)])
-    p_e = sum((list(a).count(c) / len(a)) * (list(b).count(c) / len(b)) for c in labels)
-    return float('nan') if p_e == 1 else float((p_o - p_e) / (1 - p_e))
+    with warnings.catch_warnings():  # the NaN case warns; it is reported as NaN, not hidden
+        warnings.simplefilter('ignore', RuntimeWarning)
+        return float(cohen_kappa_score(a, b, labels=labels, weights=weights))
 
 
-def agreement(df: pd.DataFrame, label: str, min_common: int = 5) -> pd.DataFrame:
+# How each task's labels are compared: Likert ratings are ordinal, A/B winners nominal.
+LIKERT_KAPPA = {'weights': 'quadratic', 'labels': sorted(sampling.LIKERT_RATINGS)}
+AB_KAPPA = {'weights': None, 'labels': None}
+
+
+def agreement(df: pd.DataFrame, label: str, min_common: int = 5, weights: Optional[str] = None,
+              labels: Optional[Sequence] = None) -> pd.DataFrame:
     """Per aspect: Fleiss' kappa over units (first k raters each, k = most common rater count)
-    and the mean Cohen's kappa over worker pairs sharing >= ``min_common`` units."""
+    and the mean Cohen's kappa (``weights``: see :func:`cohen_kappa`) over worker pairs sharing
+    >= ``min_common`` units."""
     out = []
     for aspect, sub in df.groupby('aspect'):
         sub = sub.sort_values('answer_id')
@@ -60,10 +74,11 @@ def agreement(df: pd.DataFrame, label: str, min_common: int = 5) -> pd.DataFrame
         for w1, w2 in itertools.combinations(wide.columns, 2):
             both = wide[[w1, w2]].dropna()
             if len(both) >= min_common:
-                pair_kappas.append(cohen_kappa(list(both[w1]), list(both[w2])))
+                pair_kappas.append(cohen_kappa(list(both[w1]), list(both[w2]), weights, labels))
         out.append({'aspect': aspect, 'raters_per_unit': k, 'units': len(full),
                     'fleiss_kappa': fleiss, 'worker_pairs': len(pair_kappas),
-                    'mean_cohen_kappa': _finite_mean(pair_kappas)})
+                    'mean_cohen_kappa': _finite_mean(pair_kappas),
+                    'cohen_weights': weights or 'none'})
     return pd.DataFrame(out)
 
 
@@ -230,12 +245,12 @@ def analyze(db_path: str, outdir: str, keep_failed: bool = False,
                                    if ASPECT_TITLES.get(a, a) in table] +
                       (['ratings'] if 'ratings' in table else [])]
         _plot_likert(table, cfg['aspects'], paths['plot'])
-        kappa = agreement(df, 'score')
+        kappa = agreement(df, 'score', **LIKERT_KAPPA)
     else:
         df = ab_frame(rows, keep_failed)
         table = shown = ab_table(df, cfg['models'])
         _plot_ab(table, paths['plot'])
-        kappa = agreement(df, 'winner')
+        kappa = agreement(df, 'winner', **AB_KAPPA)
         run = run_id or os.path.splitext(os.path.basename(db_path))[0]
         for aspect in cfg['aspects']:
             key = f'acute_{aspect}'

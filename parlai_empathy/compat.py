@@ -13,8 +13,9 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   use gloo on CPU-only machines (GPU runs are untouched).
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
-module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs, the
-moment those ParlAI modules are first imported in any process. The hook imports nothing heavy.
+module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs
+(:mod:`parlai_empathy.startup`, which imports this module on a process's first ``import parlai``),
+the moment those ParlAI modules are first imported in any process.
 """
 import importlib.abc
 import importlib.util
@@ -142,7 +143,8 @@ class _RepairingLoader(importlib.abc.Loader):
 
 
 def install_import_hook():
-    """Called from the .pth file at interpreter start-up; must never break Python."""
+    """Called when this module is imported (by the start-up hook on a process's first
+    ``import parlai``, or by our own modules); must never break Python."""
     try:
         ensure_pkg_resources()
         if not any(isinstance(f, _RepairAfterImport) for f in sys.meta_path):

@@ -14,11 +14,14 @@ DEMO_DIR ?= /tmp/parlai_empathy_demo
 .PHONY: install reinstall demo test clean browser
 
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
+	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser')"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	@# torch first, so that nothing later can pull a multi-GB CUDA build of another torch
+	@echo "== install: $(if $(strip $(TORCH_SPEC)),$(TORCH_SPEC) and setuptools<81 first so that nothing later pulls another torch build (ParlAI imports pkg_resources),no torch: TORCH_SPEC is empty so yours is kept)"
 	$(if $(strip $(TORCH_SPEC)),$(PIP) install --quiet "$(TORCH_SPEC)" "setuptools<81")
+	@echo "== install: parlai==1.7.2 without its dependencies (its pins do not run on Python 3.11 / torch 2.13 / numpy 2)"
 	$(PIP) install --quiet --no-deps parlai==1.7.2
+	@echo "== install: requirements.txt (ParlAI's runtime + ours, each line says why) and requirements-test.txt (pytest, selenium)"
 	$(PIP) install --quiet -r requirements.txt -r requirements-test.txt
 	touch $@
 
@@ -42,11 +45,14 @@ demo: install
 # The human-evaluation browser test drives Debian's headless Chromium.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
-	  else echo "chromium/chromedriver missing: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "== browser: installing Debian's chromium and chromium-driver (apt-get, as root) for tests/test_humaneval_browser.py"; \
+	    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "== browser: chromium/chromedriver missing and not root: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
 
+# -rs: every skipped test says why. CI (.ci/run) also sets PARLAI_EMPATHY_REQUIRE_BROWSER=1.
 test: install browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -rs tests
 
 clean:
 	rm -rf build *.egg-info $(VENV)

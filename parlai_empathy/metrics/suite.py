@@ -20,8 +20,8 @@ from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100, NUM_CANDIDATE
 # Report order: the leaderboard's columns.
 COLUMNS = (
     ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'multi_bleu',
-     'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2', BERTSCORE_METRIC, 'ppl', 'ppl_ex', 'ppl_gold',
-     'ppl_ex_gold']
+     'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2', 'dist-1_nltk', 'dist-2_nltk', BERTSCORE_METRIC, 'ppl',
+     'ppl_ex', 'ppl_gold', 'ppl_ex_gold']
     + [emotion_metric_name(k) for k in TOP_KS]
     + [P_AT_1_100, P_AT_1_100_SHUFFLED]
 )

@@ -71,7 +71,7 @@ class Server:
         self.log_path = db_path + '.server.log'
         self.proc = None
 
-    def start(self, timeout: float = 60):
+    def start(self, timeout: float = 300):
         code = ('from parlai_empathy.humaneval.app import serve; '
                 f'serve({self.db_path!r}, "127.0.0.1", {self.port})')
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))

@@ -30,13 +30,16 @@ def make_agent(*args):
     return create_agent(opt)
 
 
-def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool_file, tmp_path):
+@pytest.mark.parametrize('specials', [False, True])
+def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool_file, tmp_path, specials):
     agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                       '--fixed-candidates-path', pool_file)
+                       '--fixed-candidates-path', pool_file, '--add-special-tokens', specials)
     label = agent.fixed_candidates[3]
     obs = agent.observe({'text': 'I lost my job.', 'eval_labels': [label], 'episode_done': True})
     vec = obs['eval_labels_vec']
-    assert vec[0] == agent.START_IDX and vec[-1] == agent.END_IDX  # [CLS] ... [SEP]
+    assert torch.equal(vec[1:-1] if specials else vec, torch.LongTensor(agent.dict.txt2vec(label)))
+    # [CLS] ... [SEP] on request; the reference adds neither
+    assert (vec[0] == agent.START_IDX and vec[-1] == agent.END_IDX) == specials
     inline = agent._vectorize_text(label, True, True, agent.label_truncate, False)  # as inline cands
     assert torch.equal(inline, vec)
     row = agent.fixed_candidate_vecs[3]
@@ -46,27 +49,123 @@ def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool
     assert 'rank' in reply['metrics']  # the label was found among the fixed candidates
 
 
-def test_context_holds_the_last_four_utterances_within_100_tokens(tiny_bert, tmp_path):
+def test_context_is_the_last_four_turns_joined_by_the_separator_keeping_the_first_100_pieces(tiny_bert, tmp_path):
+    """The reference: turns joined by [unused1], no [CLS]/[SEP], the first 100 word pieces kept."""
     agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm')
+    separator = agent.dict.tok2ind['[unused1]']
     utterances = [f'utterance number {i} is here' for i in range(6)]
     obs = agent.observe({'text': utterances[-1], 'context_utterances': utterances,
                          'eval_labels': ['ok'], 'episode_done': True})
     assert 'utterance number 1 ' not in obs['full_text'] and obs['full_text'].startswith('utterance number 2')
+    turns = [agent.dict.txt2vec(u) for u in utterances[2:]]
+    expected = turns[0] + sum(([separator] + t for t in turns[1:]), [])
+    assert obs['text_vec'].tolist() == expected
     agent.reset()
-    long_obs = agent.observe({'text': 'sad ' * 300, 'eval_labels': ['so ' * 300], 'episode_done': True})
-    assert len(long_obs['text_vec']) == 100 and long_obs['text_vec'][0] == agent.START_IDX
-    assert long_obs['text_vec'][-1] == agent.END_IDX
+    long_context = [' '.join(['sad'] * 80), 'it ' + ' '.join(['happy'] * 80)]
+    long_obs = agent.observe({'text': long_context[-1], 'context_utterances': long_context,
+                              'eval_labels': ['so ' * 300], 'episode_done': True})
+    kept = long_obs['text_vec'].tolist()
+    assert len(kept) == 100 and kept[:80] == agent.dict.txt2vec(long_context[0]) and kept[80] == separator
+    assert long_obs['eval_labels_vec'].tolist() == agent.dict.txt2vec('so ' * 300)[:100]
+
+
+def test_our_recipe_keeps_the_last_100_pieces_in_cls_and_sep(tiny_bert, tmp_path):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--add-special-tokens', 'true',
+                       '--truncate-side', 'left', '--turn-separator', 'none')
+    utterances = ['sad ' * 80, 'it happy ' + 'happy ' * 80]
+    long_obs = agent.observe({'text': utterances[-1], 'context_utterances': utterances,
+                              'eval_labels': ['so ' * 300], 'episode_done': True})
+    vec = long_obs['text_vec'].tolist()
+    assert len(vec) == 100 and vec[0] == agent.START_IDX and vec[-1] == agent.END_IDX
+    assert vec[1:-1] == agent.dict.txt2vec('\n'.join(utterances))[-98:]  # the most recent pieces
     assert len(long_obs['eval_labels_vec']) == 100 and long_obs['eval_labels_vec'][-1] == agent.END_IDX
 
 
-def test_interactive_context_comes_from_the_dialogue_history_tokenized_once(tiny_bert, tmp_path, pool_file):
+def test_a_separator_outside_the_vocabulary_is_a_clear_error(tiny_bert, tmp_path):
+    with pytest.raises(ValueError, match='not a token of the vocabulary'):
+        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--turn-separator', '<SOC>')
+
+
+def test_models_saved_before_the_reference_options_keep_their_behaviour(tiny_bert, tmp_path):
+    import json
+
+    model_file = tmp_path / 'old'
+    ours = ['--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
+            '--freeze-word-embeddings', 'false', '--projection-dim', 0]
+    make_agent('--bert-model', tiny_bert, '-mf', model_file, *ours).save()
+    saved = json.loads((tmp_path / 'old.opt').read_text())
+    for key in ('add_special_tokens', 'truncate_side', 'turn_separator', 'freeze_word_embeddings'):
+        del saved[key]  # as an earlier version wrote it
+    (tmp_path / 'old.opt').write_text(json.dumps(saved))
+    loaded = make_agent('-mf', model_file)
+    assert [loaded.opt[k] for k in ('add_special_tokens', 'truncate_side', 'turn_separator')] == [True, 'left', 'none']
+    obs = loaded.observe({'text': 'b', 'context_utterances': ['a', 'b'], 'eval_labels': ['ok'], 'episode_done': True})
+    assert obs['text_vec'][0] == loaded.START_IDX and obs['text_vec'][-1] == loaded.END_IDX
+    assert obs['text_vec'][1:-1].tolist() == loaded.dict.txt2vec('a\nb')
+
+
+def test_word_embeddings_are_frozen_by_default_and_left_out_of_the_optimizer(tiny_bert, tmp_path):
+    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm')
+    frozen = agent.bi_encoder.word_embeddings()
+    assert len(frozen) == 2 and not any(t.requires_grad for t in frozen)
+    optimized = {id(p) for group in agent.optimizer.param_groups for p in group['params']}
+    assert not optimized & {id(t) for t in frozen}
+    assert type(agent.optimizer).__name__ == 'Adamax' and agent.optimizer.param_groups[0]['lr'] == 1e-5
+    trainable = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm2', '--freeze-word-embeddings', 'false')
+    assert all(t.requires_grad for t in trainable.bi_encoder.word_embeddings())
+
+
+def test_negatives_chunk_trains_with_the_same_loss_and_gradients_through_parlai(tiny_bert, tmp_path):
+    """ParlAI's own train_step, with and without the gradient cache, on one batch of 8 (dropout off)."""
+    from parlai_empathy.data import ed_episodes
+    from parlai_empathy.data.ed_raw import read_clean
+
+    conversations, _ = read_clean(os.path.join(os.path.dirname(response_pool.train_csv_path('sample')), 'valid.csv'))
+    examples = [e for ep in ed_episodes.build_episodes(conversations[:6], both_sides=False) for e in ep][:8]
+    grads, losses = {}, {}
+    for chunk in (0, 3):
+        torch.manual_seed(0)
+        agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / f'm{chunk}', '-bs', 8,
+                           '--negatives-chunk', chunk)
+        for module in agent.bi_encoder.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        agent.update_params = lambda: None  # keep the gradients to compare them
+        cached_batches = []
+        encode_for_cache = agent.bi_encoder.gradient_cached
+        agent.bi_encoder.gradient_cached = lambda *a: cached_batches.append(1) or encode_for_cache(*a)
+        observations = []
+        for e in examples:
+            observations.append(agent.observe({'text': e.context_utterances[-1], 'labels': [e.label],
+                                               'context_utterances': e.context_utterances, 'episode_done': True}))
+            agent.reset()
+        batch = agent.batchify(observations)
+        agent.train_step(batch)
+        losses[chunk] = agent._local_metrics['mean_loss']
+        grads[chunk] = {n: p.grad.clone() for n, p in agent.bi_encoder.named_parameters() if p.grad is not None}
+        assert agent._gradient_cache is None and len(cached_batches) == (1 if chunk else 0)
+    for a, b in zip(losses[0], losses[3]):
+        assert a.value() == pytest.approx(b.value(), abs=1e-5)
+    assert grads[0].keys() == grads[3].keys() and grads[0]
+    for name, grad in grads[3].items():
+        assert torch.allclose(grad, grads[0][name], atol=1e-5), name
+
+
+@pytest.mark.parametrize('separator', ['[unused1]', 'none'])
+def test_interactive_context_comes_from_the_dialogue_history_tokenized_once(tiny_bert, tmp_path, pool_file, separator):
     agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                       '--fixed-candidates-path', pool_file, '--interactive-mode', 'true')
+                       '--fixed-candidates-path', pool_file, '--interactive-mode', 'true',
+                       '--turn-separator', separator)
     agent.observe({'text': 'my dog died last week', 'episode_done': False})
     first_reply = agent.act()['text']
-    obs = agent.observe({'text': 'i miss him so much', 'episode_done': False})
-    assert obs['full_text'] == '\n'.join(['my dog died last week', first_reply, 'i miss him so much'])
-    assert torch.equal(obs['text_vec'], agent._vectorize_text(obs['full_text'], True, True, 100, True))
+    turns = ['my dog died last week', first_reply, 'i miss him so much']
+    obs = agent.observe({'text': turns[-1], 'episode_done': False})
+    assert obs['full_text'] == '\n'.join(turns)
+    if separator == 'none':
+        assert torch.equal(obs['text_vec'], agent._vectorize_text(obs['full_text'], True, True, 100, True))
+    else:
+        assert agent.dict.tok2ind[separator] in obs['text_vec'].tolist()
+        assert obs['text_vec'].tolist() == sum(([agent.dict.tok2ind[separator]] + agent.dict.txt2vec(t) for t in turns), [])[1:]
     assert agent.history.history_vecs == []  # utterances are not tokenized one by one as well
 
 
@@ -82,7 +181,7 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     assert os.path.exists(cache)
     built = os.stat(cache).st_mtime_ns
     encs = first.fixed_candidate_encs.clone()
-    assert encs.shape == (len(first.fixed_candidates), 32)
+    assert encs.shape == (len(first.fixed_candidates), 300)  # projected to 300, as the reference
 
     again = make_agent(*fixed)  # same weights, same file: reused, not rebuilt
     assert os.stat(cache).st_mtime_ns == built

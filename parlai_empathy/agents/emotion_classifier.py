@@ -26,6 +26,7 @@ from parlai.core.torch_agent import Output  # noqa: E402
 from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
+from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
 from parlai_empathy.emotions import classifier_files  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
@@ -103,7 +104,7 @@ class F1Metric(Metric):
 
 
 @register_agent('empathy/emotion_classifier')
-class EmotionClassifierAgent(TorchClassifierAgent):
+class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)

@@ -15,9 +15,10 @@ import torch  # noqa: E402
 from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
 
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
+from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 
 
-class EncoderReadoutAgent(TorchGeneratorAgent):
+class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
     """``add_readout_fields(output, aux)`` is what a subclass writes into its replies."""
 
     def __init__(self, opt, shared=None):

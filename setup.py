@@ -80,6 +80,7 @@ setup(
         'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
                            'humaneval/templates/*.html'],
         'parlai.opt_presets.empathy': ['*.opt'],
+        'parlai.zoo.empathy': ['manifest.json'],
     },
     cmdclass={'build_py': BuildWithStartupHook},
     install_requires=[

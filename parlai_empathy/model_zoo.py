@@ -1,0 +1,291 @@
+"""parlai-empathy's model zoo: ``-mf zoo:empathy/<name>/model``.
+
+ParlAI resolves ``zoo:empathy/<name>/model`` by importing ``parlai.zoo.empathy.<name>`` (our thin
+module, ``zoo/empathy/<name>.py``) and calling its ``download(datapath)``, then opening
+``<datapath>/models/empathy/<name>/model``. That ``download`` is :func:`download` here:
+
+* The entries are listed in ``zoo/empathy/manifest.json`` (or ``$PARLAI_EMPATHY_ZOO_MANIFEST``):
+  archive file name, sha256, size, model card, version, and the ``parlai empathy_reproduce`` row
+  that trains the model.
+* A model is fetched from ``$PARLAI_EMPATHY_ZOO_URL/<file>`` (a release mirror) with ParlAI's
+  ``DownloadableFile`` (sha256-verified) into a staging folder, unpacked there and only then moved
+  into place and marked built (``mark_done`` with the entry's version and checksum). A failed
+  checksum or download leaves nothing installed.
+* ``parlai empathy_package_model ... --install-zoo`` installs a locally built archive in the same
+  place (marked ``local:<sha256>``); a local build is used as it is.
+* Without a mirror and without a local build, the error says which two commands build the model.
+"""
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+ZOO_URL_ENV = 'PARLAI_EMPATHY_ZOO_URL'
+MANIFEST_ENV = 'PARLAI_EMPATHY_ZOO_MANIFEST'  # another manifest, e.g. a private mirror's
+MANIFEST_FILE = 'manifest.json'
+LOCAL_PREFIX = 'local:'
+REQUIRED_FILES = ('model', 'model.opt')
+NAME_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+SHA256_RE = re.compile(r'^[0-9a-f]{64}$')
+
+
+class ZooError(RuntimeError):
+    """A zoo model that cannot be installed (never an ImportError: ParlAI would swallow it)."""
+
+
+class ZooModelUnavailable(ZooError):
+    pass
+
+
+class ManifestError(ZooError):
+    pass
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    file: str
+    sha256: Optional[str]
+    size: Optional[int]
+    card: str
+    version: str
+    project: str
+    row: str
+    reproduce_args: str = ''
+    description: str = ''
+
+    @property
+    def zoo_path(self) -> str:
+        return f'zoo:empathy/{self.name}/model'
+
+    @property
+    def done_version(self) -> str:
+        """What ``mark_done`` records: a new archive (another checksum) is fetched again."""
+        return f'{self.version} {self.sha256}'
+
+    def build_commands(self) -> str:
+        extra = f' {self.reproduce_args}' if self.reproduce_args else ''
+        return (f'  parlai empathy_reproduce --project {self.project} --rows {self.row}{extra}\n'
+                f'  parlai empathy_package_model -mf runs/{self.project}/{self.row}/model '
+                f'--name {self.name} --install-zoo')
+
+
+def default_manifest_path() -> str:
+    """``$PARLAI_EMPATHY_ZOO_MANIFEST``, else the installed ``parlai/zoo/empathy/manifest.json``
+    (the checkout's when the plugin is not installed)."""
+    if os.environ.get(MANIFEST_ENV):
+        return os.environ[MANIFEST_ENV]
+    try:
+        import parlai.zoo.empathy as installed
+
+        path = os.path.join(os.path.dirname(installed.__file__), MANIFEST_FILE)
+        if os.path.isfile(path):
+            return path
+    except ImportError:
+        pass
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'zoo', 'empathy',
+                        MANIFEST_FILE)
+
+
+def _line_of(text: str, needle: str) -> int:
+    index = text.find(needle)
+    return text.count('\n', 0, index) + 1 if index >= 0 else 1
+
+
+def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
+    """Every entry of the manifest, checked; a bad one is named by file, line and field."""
+    path = path or default_manifest_path()
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ManifestError(f'{path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})') from None
+    models = data.get('models') if isinstance(data, dict) else None
+    if not isinstance(models, dict):
+        raise ManifestError(f'{path}, line 1: expected {{"models": {{NAME: {{...}}, ...}}}}')
+    entries = {}
+    for name, fields in models.items():
+        line = _line_of(text, f'"{name}"')
+
+        def bad(field, problem):
+            return ManifestError(f'{path}, line {line}: models.{name}.{field}: {problem}')
+
+        if not NAME_RE.match(name):
+            raise bad('(name)', 'a zoo name is lower-case letters, digits and "_" (a Python module name)')
+        if not isinstance(fields, dict):
+            raise bad('(entry)', 'expected an object')
+        for field in ('file', 'card', 'version', 'project', 'row'):
+            value = fields.get(field)
+            if not isinstance(value, str) or not value:
+                raise bad(field, f'missing or not a non-empty string (got {value!r})')
+        for field in ('file', 'card'):
+            if os.path.basename(fields[field]) != fields[field] or fields[field] in ('.', '..'):
+                raise bad(field, f'must be a plain file name, not a path (got {fields[field]!r})')
+        if not fields['file'].endswith('.tar.gz'):
+            raise bad('file', f'the archive is a .tar.gz (got {fields["file"]!r})')
+        sha256, size = fields.get('sha256'), fields.get('size')
+        if sha256 is not None and (not isinstance(sha256, str) or not SHA256_RE.match(sha256)):
+            raise bad('sha256', f'64 lower-case hex digits, or null until published (got {sha256!r})')
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+            raise bad('size', f'a positive number of bytes, or null until published (got {size!r})')
+        if (sha256 is None) != (size is None):
+            raise bad('sha256' if sha256 is None else 'size', 'sha256 and size are published together')
+        entries[name] = ZooEntry(name, fields['file'], sha256, size, fields['card'], fields['version'],
+                                 fields['project'], fields['row'], fields.get('reproduce_args', ''),
+                                 fields.get('description', ''))
+    return entries
+
+
+def model_dir(datapath: str, name: str) -> str:
+    return os.path.join(datapath, 'models', 'empathy', name)
+
+
+def installed_version(folder: str) -> Optional[str]:
+    """The version line ``mark_done`` wrote in ``folder``, or None if it is not built."""
+    try:
+        with open(os.path.join(folder, '.built'), encoding='utf-8') as f:
+            lines = f.read().split('\n')
+    except OSError:
+        return None
+    return lines[1] if len(lines) > 1 else ''
+
+
+@contextlib.contextmanager
+def _install_lock(folder: str):
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with open(folder + '.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _safe_extract(archive: str, into: str) -> None:
+    """Unpack regular files and folders only, each inside ``into`` (no links, no '..')."""
+    try:
+        with tarfile.open(archive, 'r:gz') as tar:
+            members = tar.getmembers()
+            for member in members:
+                parts = member.name.split('/')
+                if member.name.startswith('/') or '..' in parts or not (member.isfile() or member.isdir()):
+                    raise ZooError(f'{archive}: refused member {member.name!r} (only plain files and '
+                                   'folders inside the archive are unpacked)')
+            tar.extractall(into, members=members, filter='data')
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise ZooError(f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: {err})') from None
+    missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(into, f))]
+    if missing:
+        raise ZooError(f'{archive}: not a parlai-empathy model archive (no {", ".join(missing)} at its top)')
+
+
+def install_archive(archive: str, folder: str, done_version: str) -> str:
+    """Unpack ``archive`` into ``folder`` all at once: staged beside it, moved into place, then
+    marked built. Any failure leaves ``folder`` as it was."""
+    import parlai.core.build_data as build_data
+
+    parent = os.path.dirname(os.path.abspath(folder))
+    with _install_lock(folder):
+        stage = tempfile.mkdtemp(prefix=f'.{os.path.basename(folder)}.partial-', dir=parent)
+        try:
+            _safe_extract(archive, stage)
+            build_data.mark_done(stage, version_string=done_version)
+            old = None
+            if os.path.exists(folder):
+                old = stage + '.old'
+                os.rename(folder, old)
+            os.rename(stage, folder)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return folder
+
+
+def fetch(entry: ZooEntry, base_url: str, folder: str) -> str:
+    """Download the entry's archive from the mirror, verify it, install it (nothing on failure)."""
+    import parlai.core.build_data as build_data
+
+    url = base_url.rstrip('/') + '/' + entry.file
+    resource = build_data.DownloadableFile(url, entry.file, entry.sha256, zipped=False)
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    download_dir = tempfile.mkdtemp(prefix=f'.{entry.name}.download-', dir=parent)
+    try:
+        try:
+            resource.check_header()
+        except AssertionError:
+            raise ZooError(f'{url}: the mirror {ZOO_URL_ENV}={base_url} does not serve {entry.file} '
+                           '(no HTTP 200); nothing was installed') from None
+        except Exception as err:
+            raise ZooError(f'{url}: cannot reach the mirror ({type(err).__name__}: {err}); '
+                           'nothing was installed') from None
+        try:
+            resource.download_file(download_dir)  # ParlAI's download + sha256 check
+        except AssertionError as err:
+            raise ZooError(
+                f'{url} was refused: its sha256 does not match the manifest entry {entry.name!r}, '
+                f'so the file on the mirror is corrupt or was tampered with; nothing was installed. '
+                f'({" ".join(str(err).split())})') from None
+        got = os.path.getsize(os.path.join(download_dir, entry.file))
+        if got != entry.size:  # pragma: no cover - a matching sha256 means a matching size
+            raise ZooError(f'{url}: {got} bytes, the manifest says {entry.size}; nothing was installed')
+        return install_archive(os.path.join(download_dir, entry.file), folder, entry.done_version)
+    finally:
+        shutil.rmtree(download_dir, ignore_errors=True)
+
+
+def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
+    """What ``parlai.zoo.empathy.<name>.download`` does: make ``zoo:empathy/<name>/model`` exist."""
+    entries = load_manifest(manifest)
+    if name not in entries:
+        raise ZooModelUnavailable(f'zoo:empathy/{name} is not in {manifest or default_manifest_path()} '
+                                  f'(entries: {", ".join(sorted(entries)) or "none"})')
+    entry = entries[name]
+    folder = model_dir(datapath, name)
+    version = installed_version(folder)
+    if version is not None and (version == entry.done_version or version.startswith(LOCAL_PREFIX)):
+        return folder
+    base_url = os.environ.get(ZOO_URL_ENV, '').strip()
+    if base_url and entry.sha256:
+        return fetch(entry, base_url, folder)
+    if version is not None:
+        import parlai.utils.logging as logging
+
+        logging.warning(f'{entry.zoo_path}: using the installed {version!r} in {folder}; the manifest '
+                        f'lists {entry.done_version!r}, set {ZOO_URL_ENV} to fetch it')
+        return folder
+    why = (f'no mirror is set ({ZOO_URL_ENV})' if not base_url else
+           f'the manifest has no published checksum for it yet, so nothing is downloaded from {base_url}')
+    raise ZooModelUnavailable(
+        f'{entry.zoo_path} is not installed in {folder} and {why}.\n'
+        f'Set {ZOO_URL_ENV} to a release mirror that serves {entry.file}, or build the model '
+        f'locally (it is then installed where zoo: finds it):\n{entry.build_commands()}')
+
+
+def describe(name: str, manifest: Optional[str] = None) -> ZooEntry:
+    entries = load_manifest(manifest)
+    if name not in entries:
+        raise ZooModelUnavailable(f'no zoo entry {name!r} (entries: {", ".join(sorted(entries))})')
+    return entries[name]
+
+
+def update_manifest(path: str, name: str, fields: Dict) -> None:
+    """Write ``fields`` into the manifest's entry ``name`` (created if new), keeping the rest."""
+    with open(path, encoding='utf-8') as f:
+        data = json.load(f)
+    data.setdefault('models', {}).setdefault(name, {}).update(fields)
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        json.dump(data, f, indent=2)
+        f.write('\n')
+    try:
+        load_manifest(tmp)  # a manifest that would not load is never written
+    except ManifestError:
+        os.remove(tmp)
+        raise
+    os.replace(tmp, path)

@@ -133,7 +133,13 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
     """Run one parlai command, its output teed to ``<log_dir>/<name>.log``; a failure names the log.
     ``timeout``: seconds after which the command is killed (a failure too)."""
     os.makedirs(log_dir, exist_ok=True)
-    log_path = os.path.join(log_dir, os.path.basename(step.marker or step.name).replace('.done', '') + '.log')
+    if step.marker:  # {runs}/<paper>/<row>/<profile>.<i>.<name>.done -> <paper>.<row>.<profile>.<i>.<name>.log
+        row_dir = os.path.dirname(step.marker)
+        name = '.'.join([os.path.basename(os.path.dirname(row_dir)), os.path.basename(row_dir),
+                         os.path.basename(step.marker)[: -len('.done')]])
+    else:
+        name = step.name
+    log_path = os.path.join(log_dir, name.replace(' ', '_').replace('/', '_') + '.log')
     parlai = parlai or [sys.executable, '-m', 'parlai']
     print(f'[reproduce] {step.name}: {step.shell()}', flush=True)
     with open(log_path, 'a', encoding='utf-8') as log:

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""``parlai empathy_chat -mf MODEL``: chat with a model in the browser (http://127.0.0.1:8080/).
+
+    parlai empathy_chat -mf zoo:empathy/mime/model
+    parlai empathy_chat -mf runs/ethreed/model --port 8090
+
+Each reply shows the emotion the model read in your message (ETHREED: the speaker emotion it
+tracks and the one planned for its reply). See :mod:`parlai_empathy.chat`.
+"""
+from parlai_empathy import compat
+
+compat.apply()
+
+from parlai.core.params import ParlaiParser  # noqa: E402
+from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai.utils import logging  # noqa: E402
+
+
+@register_script('empathy_chat')
+class EmpathyChat(ParlaiScript):
+    @classmethod
+    def setup_args(cls):
+        parser = ParlaiParser(True, False, 'Chat with a parlai-empathy model in the browser')
+        parser.add_argument('-mf', '--model-file', required=True, help='model file, or zoo:empathy/<name>/model')
+        parser.add_argument('--host', default='127.0.0.1',
+                            help='interface to listen on (default 127.0.0.1: this machine only)')
+        parser.add_argument('--port', type=int, default=8080)
+        return parser
+
+    def run(self):
+        from parlai_empathy.chat import serve
+
+        opt = self.opt
+        if opt['host'] not in ('127.0.0.1', 'localhost', '::1'):
+            logging.warning(f'--host {opt["host"]}: the chat is reachable from other machines, without any login')
+        serve(opt['model_file'], opt['host'], opt['port'])
+
+
+if __name__ == '__main__':
+    EmpathyChat.main()

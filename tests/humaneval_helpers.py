@@ -87,7 +87,8 @@ class Server:
                 return self
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError('server did not come up')
+        self.kill()  # never leave a late server running
+        raise RuntimeError(f'server did not come up within {timeout:.0f} s')
 
     def log(self) -> str:
         with open(self.log_path, encoding='utf-8', errors='replace') as f:

@@ -11,7 +11,7 @@ HEAVY = ('parlai_empathy.compat', 'parlai_empathy.cpu_distributed', 'torch', 'nu
 def _fresh(code):
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout), done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr  # our line is the last
 
 
 def test_a_process_without_parlai_imports_nothing_of_ours_but_the_hook():

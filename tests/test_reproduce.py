@@ -16,12 +16,12 @@ TINY_TRAIN = ('--ed-datapath sample --embedding-size 32 --attention-size 16 --ff
 
 @pytest.mark.parametrize('project', sorted(p for p in os.listdir(PROJECTS) if os.path.isfile(os.path.join(PROJECTS, p, 'table.json'))))
 def test_every_plan_names_real_tasks_agents_and_options(project):
-    """ParlAI parses every step of every row's plan (so no option is misspelt or made up)."""
+    """ParlAI parses every step of every row's plans, cpu and gpu (so no option is misspelt or made up)."""
     from parlai.core.script import setup_script_registry, SCRIPT_REGISTRY
 
     setup_script_registry()
-    for entry in reproduce.all_rows(PROJECTS, project):
-        plan = reproduce.row_plan(PROJECTS, project, entry, 'runs', 'cpu')
+    for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project) for p in reproduce.PROFILES]:
+        plan = reproduce.row_plan(PROJECTS, project, entry, 'runs', profile)
         for step in plan.steps:
             script = SCRIPT_REGISTRY[step.argv[0]].klass
             opt = script.setup_args().parse_args(step.argv[1:])

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh PROFILE: every table row's gpu plan at once on one GPU (issue 19).
+#   PROFILE: cpu-tiny (this CPU, tiny models, for the tests) | smoke (GPU, a few updates, < 2 min)
+#            | full (GPU, the plans in projects/*/table.json, < 9 min)
+# Needs the bundle (make gpu-bundle) and OUT, the folder whose files come back. Optional:
+#   GPU_BUNDLE (default .gpu), GPU_SCRATCH (default ~/parlai-empathy-gpu), GPU_ROWS
+#   (project/row,...; default every row), GPU_PYTHON (default python3: the one that has torch).
+# An environment is made in the scratch folder from GPU_PYTHON (its packages stay visible) with the
+# bundle's wheels installed into it, once per bundle; a second run (full after smoke) reuses it.
+set -euo pipefail
+started=$(date +%s)
+profile=${1:?usage: bench/gpu/run.sh cpu-tiny|smoke|full}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bundle=${GPU_BUNDLE:-$repo/.gpu}
+scratch=${GPU_SCRATCH:-$HOME/parlai-empathy-gpu}  # under ~: the evidence names its paths ~/...
+image_python=${GPU_PYTHON:-python3}
+: "${OUT:?set OUT: the folder whose files come back}"
+[ -f "$bundle/MANIFEST.json" ] || { echo "no bundle at $bundle: run make gpu-bundle first" >&2; exit 2; }
+
+env_dir=$scratch/env
+if ! cmp -s "$bundle/MANIFEST.json" "$env_dir/.installed" 2>/dev/null; then
+  echo "[run.sh] making $env_dir from $image_python and the bundle's wheels"
+  rm -rf "$env_dir"
+  "$image_python" -m venv --without-pip "$env_dir"
+  # the image's packages (torch, transformers, ...) stay visible: its site folders are added, with
+  # their .pth files, after the environment's own (which hold the bundle's wheels and our start-up hook)
+  site=$("$env_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$image_python" - > "$site/_gpu_image.pth" <<'PY'
+import sys
+for path in sys.path:
+    if path.endswith(('site-packages', 'dist-packages')):
+        print(f'import site; site.addsitedir({path!r})')
+PY
+  "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+    --ignore-installed --no-compile "$bundle"/wheels/*.whl
+  cp "$bundle/MANIFEST.json" "$env_dir/.installed"
+fi
+echo "[run.sh] environment ready after $(( $(date +%s) - started )) s"
+rows_arg=()
+[ -n "${GPU_ROWS:-}" ] && rows_arg=(--rows "$GPU_ROWS")
+exec "$env_dir/bin/python" "$here/runbook.py" "$profile" --bundle "$bundle" --scratch "$scratch" --out "$OUT" \
+  --repo "$repo" --started "$started" ${rows_arg[@]+"${rows_arg[@]}"}

@@ -130,7 +130,13 @@ def machine() -> Dict[str, object]:
 
 
 def code_version(repo: Optional[str] = None) -> Dict[str, object]:
-    """The commit of the checkout this package was installed from, when it can be told."""
+    """The commit of the code that ran: ``$PARLAI_EMPATHY_COMMIT`` when the package was installed
+    from a known commit (a run's frozen environment), else the checkout's HEAD and whether it had
+    uncommitted changes."""
+    from parlai_empathy import __version__
+
+    if os.environ.get('PARLAI_EMPATHY_COMMIT'):
+        return {'commit': os.environ['PARLAI_EMPATHY_COMMIT'], 'dirty': False, 'package': __version__}
     repo = repo or os.environ.get('PARLAI_EMPATHY_REPO') or os.getcwd()
     try:
         commit = subprocess.run(['git', '-C', repo, 'rev-parse', 'HEAD'], capture_output=True, text=True,
@@ -139,8 +145,6 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
                                     capture_output=True, text=True, check=True).stdout.strip())
     except (OSError, subprocess.CalledProcessError):
         return {'commit': None}
-    from parlai_empathy import __version__
-
     return {'commit': commit, 'dirty': dirty, 'package': __version__}
 
 

@@ -37,7 +37,7 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     train, evaluate = spec['reproduce']['rows']['multitask_transformer']['cpu']
     train['parlai'] += shlex.split(TINY_TRAIN)
     evaluate['parlai'] += ['--ed-datapath', 'sample', '--bertscore-model', 'none', '--eval-args',
-                           '-bs 16 --inference greedy', '--progress', 'false']
+                           '-bs 16 --inference greedy --beam-size 1', '--progress', 'false']
     spec_path.write_text(json.dumps(spec))
     args = ['empathy_reproduce', '--project', 'majumder2020_mime', '--projects-dir', projects, '--runs-dir',
             tmp_path / 'runs', '--rows', 'multitask_transformer', '--board', tmp_path / 'board']

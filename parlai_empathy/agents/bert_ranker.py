@@ -35,7 +35,8 @@ Our CPU recipe for all-MiniLM-L6-v2 names its options instead (``projects/*/tabl
 ``--bert-model offline-minilm --pooling mean --similarity cosine --optimizer adamw -lr 5e-5
 --lr-scheduler linear --bf16 true -bs 32 --train-experiencer-only true`` plus the options that
 restore what earlier versions did by default: ``--projection-dim 0 --add-special-tokens true
---truncate-side left --turn-separator none --freeze-word-embeddings false --gradient-clip 0.1``.
+--truncate-side left --turn-separator none --freeze-word-embeddings false --gradient-clip 0.1
+--validation-every-n-epochs -1``.
 Models saved before these options existed load with those earlier behaviours (``upgrade_opt``).
 
 * Training: ``--candidates batch`` (in-batch negatives, a softmax over the batch). Larger batches
@@ -61,6 +62,7 @@ from parlai_empathy import compat  # noqa: F401
 compat.apply()
 
 import os  # noqa: E402
+import sys  # noqa: E402
 from typing import Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
@@ -73,7 +75,6 @@ from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
-from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
@@ -111,7 +112,7 @@ class BertRankerDictionary(HFTokenizerDictionary):
 
 
 @register_agent('empathy/bert_ranker')
-class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
+class BertRankerAgent(TorchRankerAgent):
     """BERT bi-encoder ranker (Rashkin et al., 2019) on HuggingFace transformers."""
 
     @classmethod
@@ -229,6 +230,8 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
         self._gradient_cache = None  # both sides of the batch being trained with --negatives-chunk
         super().__init__(opt, shared)
+        if self.opt.get('interactive_mode') and not shared:
+            self._tolerate_undecodable_stdin()
 
     def share(self):
         shared = super().share()

@@ -62,7 +62,6 @@ from parlai_empathy import compat  # noqa: F401
 compat.apply()
 
 import os  # noqa: E402
-import sys  # noqa: E402
 from typing import Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
@@ -75,6 +74,7 @@ from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
+from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
@@ -112,7 +112,7 @@ class BertRankerDictionary(HFTokenizerDictionary):
 
 
 @register_agent('empathy/bert_ranker')
-class BertRankerAgent(TorchRankerAgent):
+class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     """BERT bi-encoder ranker (Rashkin et al., 2019) on HuggingFace transformers."""
 
     @classmethod
@@ -230,8 +230,6 @@ class BertRankerAgent(TorchRankerAgent):
         self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
         self._gradient_cache = None  # both sides of the batch being trained with --negatives-chunk
         super().__init__(opt, shared)
-        if self.opt.get('interactive_mode') and not shared:
-            self._tolerate_undecodable_stdin()
 
     def share(self):
         shared = super().share()

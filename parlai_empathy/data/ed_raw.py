@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from parlai_empathy.cache_lock import atomic_write, build_lock
+
 HEADER = ['conv_id', 'utterance_idx', 'context', 'prompt', 'speaker_idx', 'utterance', 'selfeval', 'tags']
 CONV_ID_RE = re.compile(r'^hit:\d+_conv:\d+$')
 # selfeval is "a|b|c_d|e|f" (ratings of both workers); a free-text answer sometimes replaces one.
@@ -359,15 +361,25 @@ def _group_and_renumber(rows, report: CleaningReport) -> List[Conversation]:
 
 
 def write_report(report: CleaningReport, directory: str, split: str) -> str:
-    """Write ``<split>.cleaning_report.json`` and ``.txt`` atomically; returns the JSON path."""
+    """Write ``<split>.cleaning_report.json`` and ``.txt`` atomically; returns the JSON path.
+
+    Every rank of a distributed run cleans the file it reads and so has the same report: under a
+    lock, the first one writes it and the others find it already there, identical."""
     os.makedirs(directory, exist_ok=True)
     json_path = os.path.join(directory, f'{split}.cleaning_report.json')
-    for path, content in (
-        (json_path, json.dumps(report.to_dict(), indent=1)),
-        (json_path[: -len('.json')] + '.txt', report.summary() + '\n'),
-    ):
-        tmp = f'{path}.tmp{os.getpid()}'
-        with open(tmp, 'w', encoding='utf-8') as f:
-            f.write(content)
-        os.replace(tmp, path)
+    with build_lock(json_path, f'writing the {split} cleaning report'):
+        for path, content in (
+            (json_path, json.dumps(report.to_dict(), indent=1)),
+            (json_path[: -len('.json')] + '.txt', report.summary() + '\n'),
+        ):
+            if not _has_content(path, content):
+                atomic_write(path, lambda f: f.write(content), binary=False)
     return json_path
+
+
+def _has_content(path: str, content: str) -> bool:
+    try:
+        with open(path, encoding='utf-8') as f:
+            return f.read() == content
+    except (OSError, UnicodeDecodeError):
+        return False

@@ -10,6 +10,7 @@ import os
 import re
 from typing import List
 
+from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data.ed_raw import read_clean
 from parlai_empathy.data.ed_source import file_checksum, resolve_ed_dir
 
@@ -44,11 +45,7 @@ def listener_responses(train_csv: str, max_tokens: int = RASHKIN_MAX_TOKENS) -> 
 
 def write_pool(responses: List[str], out_path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    tmp = f'{out_path}.tmp{os.getpid()}'
-    with open(tmp, 'w', encoding='utf-8') as f:
-        for text in responses:
-            f.write(text + '\n')
-    os.replace(tmp, out_path)
+    atomic_write(out_path, lambda f: f.writelines(text + '\n' for text in responses), binary=False)
     return out_path
 
 
@@ -64,9 +61,14 @@ def pool_file_name(train_csv: str, max_tokens: int) -> str:
 
 def ensure_pool(ed_dir: str, max_tokens: int, out_dir: str) -> str:
     """Path of the pool of ``ed_dir``'s train.csv (a folder, or ``sample``; None = env var) in
-    ``out_dir``, built (atomically) only if that file does not exist yet."""
+    ``out_dir``, built (atomically) only if that file does not exist yet. Under a lock: when several
+    ranks start together, one builds it and the others wait and use it."""
     train_csv = train_csv_path(ed_dir)
     path = os.path.join(out_dir, pool_file_name(train_csv, max_tokens))
-    if not os.path.exists(path):
-        write_pool(listener_responses(train_csv, max_tokens), path)
+    if os.path.exists(path):
+        return path
+    os.makedirs(out_dir, exist_ok=True)
+    with build_lock(path, f'building the response pool {path}'):
+        if not os.path.exists(path):
+            write_pool(listener_responses(train_csv, max_tokens), path)
     return path

@@ -7,16 +7,21 @@ atomically (temporary file + rename), so a killed run resumes at the first missi
 never recomputes a finished one. When every chunk exists they are merged into ``tags.npz``
 (probabilities, thresholded labels, keys) and ``meta.json`` is written last: a cache is complete
 exactly when ``meta.json`` says so.
+
+Tagging holds a file lock (``<cache folder>.lock``): when several processes tag the same data with
+the same classifier at once (the ranks of a distributed job), one tags and the others wait, then
+find the complete cache and reuse it.
 """
 import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.emotions import inference
 from parlai_empathy.emotions.classifier_files import LoadedClassifier, load_classifier
@@ -65,17 +70,8 @@ def cache_dir(root: str, classifier_key: str, ed_data_key: str) -> str:
     return os.path.join(root, f'v{VERSION}', f'{classifier_key[:16]}-{ed_data_key[:16]}')
 
 
-def _atomic_write(path: str, write: Callable) -> None:
-    tmp = f'{path}.tmp-{os.getpid()}'
-    with open(tmp, 'wb') as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _atomic_json(path: str, obj) -> None:
-    _atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True).encode('utf-8')))
+    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True).encode('utf-8')))
 
 
 def _part_path(directory: str, number: int) -> str:
@@ -116,6 +112,16 @@ def tag_ed(
     empty = sum(1 for u in utterances if not u.text.strip())
     if _is_complete(directory):
         return TagRun(directory, len(utterances), len(utterances), 0, empty)
+    with build_lock(directory, f'tagging ED into {directory}'):
+        # another process may have finished it while this one waited
+        if _is_complete(directory):
+            return TagRun(directory, len(utterances), len(utterances), 0, empty)
+        return _tag_missing_chunks(directory, utterances, classifier, key, model_file, empty, precision,
+                                   chunk_size, batch_tokens, progress, max_chunks)
+
+
+def _tag_missing_chunks(directory, utterances, classifier, key, model_file, empty, precision, chunk_size,
+                        batch_tokens, progress, max_chunks) -> TagRun:
     os.makedirs(os.path.join(directory, 'parts'), exist_ok=True)
     _check_precision(directory, precision)
 
@@ -140,7 +146,7 @@ def tag_ed(
         for batch in inference.batches(chunk, token_ids, batch_tokens):
             probs[[row_of[p] for p in batch]] = inference.predict(classifier, [token_ids[p] for p in batch])
             bar.update(len(batch))
-        _atomic_write(_part_path(directory, n), lambda f: np.savez(f, positions=chunk, probs=probs))
+        atomic_write(_part_path(directory, n), lambda f: np.savez(f, positions=chunk, probs=probs))
         tagged += len(chunk)
         computed_chunks += 1
     bar.close()
@@ -211,7 +217,7 @@ def write_complete(directory: str, utterances: Sequence[Utterance], probs: np.nd
         conv_id=np.array([u.conv_id for u in utterances]),
         utterance_idx=np.array([u.utterance_idx for u in utterances], dtype=np.int32),
     )
-    _atomic_write(os.path.join(directory, 'tags.npz'), lambda f: np.savez_compressed(f, **arrays))
+    atomic_write(os.path.join(directory, 'tags.npz'), lambda f: np.savez_compressed(f, **arrays))
     meta = {
         'version': VERSION,
         'complete': True,

@@ -5,12 +5,17 @@ matrix takes milliseconds. The cache file stores, next to the matrix, the key it
 the checksum of the weights, the sha256 of the candidate file and a description of how the
 candidates were vectorized. Loading with any other key returns ``None`` (the caller rebuilds and
 overwrites), so a cache built by other weights or from another file is never reused.
+
+:func:`load_or_build` is what agents call: under a file lock, so when the ranks of a distributed
+run start together one of them encodes the candidates and the others wait and read its file.
 """
 import logging
 import os
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
+
+from parlai_empathy.cache_lock import atomic_write, build_lock
 
 FORMAT = 'parlai_empathy.candidate_encodings.v1'
 logger = logging.getLogger(__name__)
@@ -53,8 +58,23 @@ def load_encodings(path: str, key: Dict[str, str]) -> Optional[torch.Tensor]:
 
 def save_encodings(path: str, key: Dict[str, str], encodings: torch.Tensor) -> None:
     """Write atomically, so an interrupted build never leaves a half-written cache behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f'{path}.tmp{os.getpid()}'
-    torch.save({'format': FORMAT, 'key': dict(key), 'encodings': encodings.detach().cpu()}, tmp)
-    os.replace(tmp, path)
+    content = {'format': FORMAT, 'key': dict(key), 'encodings': encodings.detach().cpu()}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: torch.save(content, f))
+
+
+def load_or_build(path: str, key: Dict[str, str], build: Callable[[], torch.Tensor],
+                  rows: Optional[int] = None) -> Tuple[torch.Tensor, bool]:
+    """``(encodings, built)``: the cache at ``path`` for ``key`` (with ``rows`` rows when given), or
+    ``build()``'s result, saved there. One process builds at a time; the others wait for it and
+    then load what it saved instead of building again."""
+    with build_lock(path, 'encoding the candidates'):
+        encodings = load_encodings(path, key)
+        if encodings is not None and rows is not None and encodings.size(0) != rows:
+            logger.warning(f'{path}: {encodings.size(0)} encodings for {rows} candidates: rebuilding')
+            encodings = None
+        if encodings is not None:
+            return encodings, False
+        encodings = build()
+        save_encodings(path, key, encodings)
+        return encodings, True

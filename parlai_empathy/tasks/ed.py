@@ -20,6 +20,7 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
 import parlai.utils.logging as logging  # noqa: E402
 
+from parlai_empathy.cache_lock import build_lock  # noqa: E402
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
 from parlai_empathy.metrics import retrieval  # noqa: E402
 
@@ -96,6 +97,8 @@ class EDTeacherBase(DialogTeacher):
         shuffled = opt.get('ed_candidates') == 'rashkin100_shuffled'
         self.p100_metric = retrieval.SHUFFLED_METRIC if shuffled else retrieval.METRIC
         super().__init__(opt, shared)
+        if self.stream and self.data.length_datafile:
+            self.data.load_length = locked_length_loader(self.data.load_length, self.data.length_datafile)
 
     def read_conversations(self, path):
         raise NotImplementedError
@@ -217,6 +220,29 @@ class CleanTeacher(EDTeacherBase):
         for bad in report.unrecoverable:
             logging.warning(f'{path}, line {bad["line"]}: not recoverable: {bad["reason"]}')
         return conversations
+
+
+def locked_length_loader(load_length, length_file: str):
+    """ParlAI's streaming data counts a split's examples once and writes the counts to
+    ``length_file`` in place, unlocked: a rank that starts at the same moment can read the file
+    half-written and fail. Under a lock one rank counts and the others read its file; a file that
+    does not hold two counts (left by a killed process) is counted again."""
+    def load():
+        with build_lock(length_file, f'counting the examples into {length_file}'):
+            if os.path.exists(length_file) and not _holds_counts(length_file):
+                logging.warning(f'{length_file}: not two example counts (an interrupted write?): counting again')
+                os.remove(length_file)
+            return load_length()
+
+    return load
+
+
+def _holds_counts(path: str) -> bool:
+    try:
+        with open(path, encoding='utf-8') as f:
+            return len([int(line) for line in f.read().split()]) == 2
+    except (OSError, ValueError):
+        return False
 
 
 def clean_report_dir(parlai_datapath: str, source_file: str) -> str:

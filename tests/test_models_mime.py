@@ -215,8 +215,14 @@ def test_ablation_switches_change_the_computation(sample_batch):
     with torch.no_grad():
         assert torch.equal(deterministic.encoder(context, speakers).memory,
                            deterministic.encoder(context, speakers).memory)
-        assert not torch.equal(stochastic.encoder(context, speakers).memory,
-                               stochastic.encoder(context, speakers).memory)
+        sampled = stochastic.encoder(context, speakers).memory
+        # inference draws each example's z from its own context's seed: the same example gives the
+        # same memory again, alone or in a batch, and it is not the mean's memory
+        assert torch.equal(sampled, stochastic.encoder(context, speakers).memory)
+        assert torch.allclose(sampled[:1], stochastic.encoder(context[:1], speakers[:1]).memory, atol=1e-6)
+        stochastic.encoder.sampler.stochastic = False
+        assert not torch.allclose(sampled, stochastic.encoder(context, speakers).memory)
+        stochastic.encoder.sampler.stochastic = True
     deterministic.train()
     _, parts = deterministic.training_loss(context, speakers, emotion, ys=response, emotion=emotion)
     assert 'kl_pos' not in parts and 'kl_neg' not in parts and parts['cls'] > 0

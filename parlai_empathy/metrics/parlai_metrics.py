@@ -9,7 +9,9 @@ as mergeable sufficient statistics:
 * :class:`CorpusDistinctMetric` -- every response's n-grams (the distinct count needs the union).
 
 Adding statistics is exact integer arithmetic, so a figure accumulated example by example inside
-``parlai eval_model`` equals the figure computed offline on the saved outputs.
+``parlai eval_model`` equals the figure computed offline on the saved outputs, and a sharded
+evaluation (``multiprocessing_eval``/``distributed_eval``: each worker's report is pickled,
+gathered and added up by ParlAI's ``aggregate_unnamed_reports``) equals the 1-worker figure.
 
 Agents call :func:`record_generation_metrics` / :func:`record_emotion_metrics` /
 :func:`record_retrieval_metrics` with any object that has ``add(key, metric)`` (``self.metrics``,
@@ -50,6 +52,10 @@ class CorpusBleuMetric(Metric):
         if (other._order, other._config) != (self._order, self._config):
             raise ValueError('cannot add corpus BLEU statistics of different orders or settings')
         return CorpusBleuMetric(self._stats + other._stats, self._order, self._config)
+
+    def __reduce__(self):
+        # pickled between evaluation workers: the integer statistics and the setting, nothing else
+        return (CorpusBleuMetric, (self._stats, self._order, self._config))
 
     def value(self) -> float:
         if self._order == AVG:

@@ -9,6 +9,10 @@
 * TSV: ``context<TAB>gold<TAB>response`` per line; an optional header line with exactly those
   names is skipped; ``\\n`` inside the context stands for a newline.
 
+A sharded evaluation (``multiprocessing_eval``/``distributed_eval --world-logs out.jsonl``) writes
+one log per rank, ``out_0.jsonl``, ``out_1.jsonl``, ...; given ``out.jsonl`` when only those
+exist, they are read together (rank 0 first).
+
 Every problem is reported with the file, line and field.
 """
 import json
@@ -25,10 +29,24 @@ class OutputsFormatError(ValueError):
         super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
 
 
+def rank_files(path: str) -> List[str]:
+    """The per-rank logs ParlAI writes for ``--world-logs path`` in a sharded evaluation."""
+    base, extension = os.path.splitext(path)
+    found = []
+    while os.path.isfile(f'{base}_{len(found)}{extension}'):
+        found.append(f'{base}_{len(found)}{extension}')
+    return found
+
+
 def read_outputs(path: str, fmt: str = 'auto') -> List[ScoredExample]:
     """Read a world-log JSONL (``fmt='world_logs'``) or TSV (``'tsv'``); ``auto`` goes by suffix."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f'outputs file not found: {path}')
+        shards = rank_files(path)
+        if not shards:
+            base, extension = os.path.splitext(path)
+            raise FileNotFoundError(f'outputs file not found: {path} (nor the per-rank logs of a sharded '
+                                    f'evaluation, {base}_0{extension}, ...)')
+        return [example for shard in shards for example in read_outputs(shard, fmt)]
     if fmt == 'auto':
         fmt = 'world_logs' if path.endswith(('.jsonl', '.json')) else 'tsv'
     if fmt == 'world_logs':

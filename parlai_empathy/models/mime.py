@@ -33,13 +33,20 @@ Ablations (the paper's Table 4): ``mimicry=False`` (m = e_pos and m~ = e_neg wha
 polarity), ``grouping=False`` (one distribution over all 32 emotions, one emotion encoder, no
 fusion), ``stochastic=False`` (z_g = mu_g: no sampling, no posterior, no KL).
 
+Inference draws each example's z_g from a generator seeded by that example's own context tokens
+(:func:`example_seeds`), not from the process's random stream: a reply and its perplexity then do
+not depend on which other examples share its batch, on the batch size or on how an evaluation is
+sharded across workers (``multiprocessing_eval`` gives the 1-worker figures), and a rerun gives the
+same replies. Training samples from the random stream as usual.
+
 Deviations from the reference, on purpose:
 
 * its prior and posterior return the *positive* group's log-variance for the negative group too
   (the negative log-variance layers are built and never used); each group has its own here;
 * the posterior's pooled M_g averages real positions only (the reference averages padding too).
 """
-from typing import List, NamedTuple, Optional
+import hashlib
+from typing import List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +75,24 @@ def masked_mean(states, keep):
     return (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
 
+def example_seeds(tokens, padding_idx) -> List[int]:
+    """One 63-bit seed per row of ``tokens`` [B, S]: a hash of the row's non-padding token ids,
+    so it is the same whatever the padding, batch or worker the example is evaluated in."""
+    seeds = []
+    for row in tokens.tolist():
+        ids = [t for t in row if t != padding_idx]
+        digest = hashlib.blake2b(repr(ids).encode(), digest_size=8).digest()
+        seeds.append(int.from_bytes(digest, 'little') >> 1)
+    return seeds
+
+
+def seeded_normal(seeds: Sequence[int], shape, like: torch.Tensor) -> torch.Tensor:
+    """Standard normal noise ``[len(seeds), *shape]``, row i drawn from a generator seeded by
+    ``seeds[i]`` (on the CPU, so a row's draw is the same on every device)."""
+    rows = [torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) for seed in seeds]
+    return torch.stack(rows).to(device=like.device, dtype=like.dtype)
+
+
 class GroupSample(NamedTuple):
     """Step 4 for one group: the emotion vector e_g, its distribution d_g and the prior."""
 
@@ -82,7 +107,7 @@ class EmotionSampler(nn.Module):
 
     def __init__(self, groups, d_model, latent_dim, stochastic=True):
         super().__init__()
-        self.stochastic = stochastic
+        self.stochastic, self.latent_dim = stochastic, latent_dim
         for i, ids in enumerate(groups):
             self.register_buffer(f'group_ids_{i}', torch.tensor(ids), persistent=False)
         self.n_groups = len(groups)
@@ -98,12 +123,18 @@ class EmotionSampler(nn.Module):
     def group_ids(self, i):
         return getattr(self, f'group_ids_{i}')
 
-    def forward(self, c, emotion_table) -> List[GroupSample]:
+    def forward(self, c, emotion_table, seeds: Optional[Sequence[int]] = None) -> List[GroupSample]:
+        """``seeds``: one per example; each example's noise then comes from its own generator
+        (inference), else from the random stream (training)."""
         hidden = F.relu(self.prior_hidden(c))
         samples = []
+        noise = None
+        if self.stochastic and seeds is not None:
+            noise = seeded_normal(seeds, (self.n_groups, self.latent_dim), c)
         for i in range(self.n_groups):
             mu, logvar = self.prior[i](hidden).chunk(2, dim=-1)
-            z = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if self.stochastic else mu
+            eps = torch.randn_like(mu) if noise is None else noise[:, i]
+            z = mu + eps * (0.5 * logvar).exp() if self.stochastic else mu
             d = F.softmax(self.to_distribution[i](z), dim=-1)
             samples.append(GroupSample(d @ emotion_table[self.group_ids(i)], d, mu, logvar))
         return samples
@@ -158,6 +189,7 @@ class MimeEncoder(nn.Module):
         super().__init__()
         d_model = size.d_model
         self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
+        self.padding_idx = padding_idx
         # 1. context encoding
         self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
                                            dropout=size.dropout)
@@ -193,7 +225,8 @@ class MimeEncoder(nn.Module):
             raise ValueError("polarity='gold' needs the gold emotion ids")
         user_positive = self.is_positive[emotion if use_gold else predicted]
         # 4. one emotion vector per group
-        samples = self.sampler(c, self.emotion_embedding)
+        seeds = None if self.training or not self.stochastic else example_seeds(tokens, self.padding_idx)
+        samples = self.sampler(c, self.emotion_embedding, seeds)
         aux = {'emotion_logits': emotion_logits, 'user_positive': user_positive}
         names = ('pos', 'neg') if self.grouping else ('all',)
         for name, sample in zip(names, samples):

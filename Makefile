@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine (Python 3.11, no GPU needed):
-#   make demo   install into .venv, show ED examples, train and evaluate a tiny model (embedded sample)
+#   make demo   install into .venv, then train, evaluate and chat with tiny models (embedded ED sample)
 #   make test   install into .venv and run the test suite (what .ci/run calls)
 #
 # GPU users keep their own torch:  make install TORCH_SPEC=   (installs no torch at all)
@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PARLAI := $(VENV)/bin/parlai
 DEMO_DIR ?= /tmp/parlai_empathy_demo
 
-.PHONY: install reinstall demo test clean browser
+.PHONY: install reinstall demo demo-run test clean browser
 
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
 	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser')"
@@ -31,16 +31,29 @@ reinstall: $(VENV)/.deps-installed
 
 install: reinstall
 
+# The main job on the embedded ED sample (offline, a few minutes on 2 CPU cores): train a tiny MIME
+# with plain -m empathy/mime, fine-tune a tiny MiniLM ranker, evaluate both into a two-row
+# leaderboard, then one scripted exchange at the prompt. `make demo-run` skips the install.
+DEMO_MIME := --embedding-size 32 --attention-size 16 --ffn-size 32 --latent-size 16 --n-heads 2
+DEMO_ED := -t empathy_ed_clean --ed-datapath sample
+DEMO_VALID := -vme 100000 --short-final-eval true --validation-max-exs 32
+
 demo: install
-	$(PARLAI) display_data -t empathy_ed_clean --ed-datapath sample -dt valid -n 3
-	$(PARLAI) empathy_clean_report --ed-datapath sample
+	$(MAKE) --no-print-directory demo-run
+
+demo-run:
+	$(PARLAI) display_data $(DEMO_ED) -dt valid -n 2
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
-	$(PARLAI) train_model -t empathy_ed_clean --ed-datapath sample -m transformer/generator \
-	  -mf $(DEMO_DIR)/model --n-layers 1 --embedding-size 32 --ffn-size 64 --n-heads 2 \
-	  -bs 16 --max-train-steps 30 -vstep 15 -vmt ppl -vmm min --skip-generation true \
-	  --dict-maxtokens 3000 --truncate 64
-	$(PARLAI) eval_model -t empathy_ed_clean --ed-datapath sample -mf $(DEMO_DIR)/model -dt test \
-	  --inference greedy --skip-generation false -bs 16
+	$(PARLAI) train_model $(DEMO_ED) -m empathy/mime $(DEMO_MIME) -mf $(DEMO_DIR)/mime/model \
+	  -bs 16 --max-train-steps 60 -lr 1e-3 -vmt ppl -vmm min --skip-generation true $(DEMO_VALID)
+	$(PARLAI) train_model $(DEMO_ED) -m empathy/bert_ranker --bert-model offline-minilm --pooling mean \
+	  --similarity cosine -mf $(DEMO_DIR)/ranker/model -bs 16 --max-train-steps 8 \
+	  --eval-candidates batch -vmt hits@1 -vmm max $(DEMO_VALID)
+	$(PARLAI) empathy_leaderboard --entries mime=$(DEMO_DIR)/mime/model ranker=$(DEMO_DIR)/ranker/model \
+	  --ed-datapath sample --outdir $(DEMO_DIR)/leaderboard --bertscore-model none --p100-shuffled false \
+	  --eval-args "-bs 32" --progress false
+	printf 'I finally passed my driving test after three tries!\n[EXIT]\n' | $(PARLAI) interactive \
+	  -mf $(DEMO_DIR)/mime/model --display-add-fields predicted_emotion,emotion_polarity
 
 # The human-evaluation browser test drives Debian's headless Chromium.
 browser:

@@ -3,7 +3,13 @@
 ParlAI assumes CUDA in three places: ``distributed_context`` picks ``rank % cuda.device_count()``
 as the GPU and initializes nccl, ``all_gather_list`` builds CUDA buffers, and the agents wrap
 their model in ``DistributedDataParallel(device_ids=[gpu])``, which torch refuses for a CPU module.
-Each repair below only acts when CUDA is unavailable, so GPU runs are untouched.
+Each repair below only acts when CUDA is unavailable, so GPU runs are untouched. The same repairs
+serve ParlAI's SLURM scripts (``distributed_train``/``distributed_eval``, which pass SLURM's local
+task id as the "GPU": on CPU it is ignored).
+
+Rendezvous: ParlAI initializes with ``init_method='tcp://HOST:PORT'``, whose store listens on every
+interface. On CPU the primary worker instead binds the store's socket to the address HOST resolves
+to (127.0.0.1 for ``localhost`` and a one-node cluster), and the group is built on that store.
 
 Importing this module registers the repairs with :mod:`parlai_empathy.compat` (import-light: torch
 is only imported when a repaired ParlAI module is). For every process, including spawned workers,
@@ -18,6 +24,8 @@ a Python wrapper needs the GIL: each thread waits for the other, and the process
 until the interpreter shuts down, long after its threads went idle; see :func:`_keep_until_exit`.
 """
 import contextlib
+import socket
+from urllib.parse import urlsplit
 
 from parlai_empathy.compat import _ModuleView, _repairs_for
 
@@ -38,6 +46,28 @@ def _cuda_missing(torch) -> bool:
     return not torch.cuda.is_available()
 
 
+def _bound_listener(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``'s own address (IPv4 first), not on every interface."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, _, _, _, address = sorted(infos, key=lambda info: info[0] != socket.AF_INET)[0]
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(address)
+    listener.listen(128)
+    return listener
+
+
+def tcp_store(dist, init_method: str, rank: int, world_size: int, timeout=None):
+    """The c10d store of ``tcp://HOST:PORT``; the primary worker (rank 0) serves it on HOST's
+    address only (the socket is handed to torch, which then owns it)."""
+    url = urlsplit(init_method)
+    kwargs = {} if timeout is None else {'timeout': timeout}
+    if rank != 0:
+        return dist.TCPStore(url.hostname, url.port, world_size, False, **kwargs)
+    listener = _bound_listener(url.hostname, url.port)
+    return dist.TCPStore(url.hostname, url.port, world_size, True, master_listen_fd=listener.detach(), **kwargs)
+
+
 @_repairs_for('parlai.utils.distributed')
 def _repair_distributed(module):
     torch = module.torch
@@ -45,8 +75,12 @@ def _repair_distributed(module):
         return
     real_dist = module.dist
 
-    def init_process_group(*args, backend=None, **kwargs):
-        return real_dist.init_process_group(*args, backend='gloo', **kwargs)
+    def init_process_group(*args, backend=None, init_method=None, **kwargs):
+        if init_method and init_method.startswith('tcp://') and not args and 'store' not in kwargs:
+            kwargs['store'] = tcp_store(real_dist, init_method, kwargs['rank'], kwargs['world_size'],
+                                        kwargs.get('timeout'))
+            init_method = None
+        return real_dist.init_process_group(*args, backend='gloo', init_method=init_method, **kwargs)
 
     def all_gather_list(data, max_size=None):
         """Every worker's ``data`` (picklable), gathered with gloo's object collective."""
@@ -62,7 +96,8 @@ def _repair_distributed(module):
     def distributed_context(rank, opt, rank_offset=0, gpu=None, **kwargs):
         # The worker's "device" is the CPU: opt['gpu'] = 'cpu' is what ParlAI's join hook and
         # DDP wrapping then receive; agents never select it, as torch.cuda.is_available() is False.
-        with real_context(rank, opt, rank_offset, 'cpu' if gpu is None else gpu, **kwargs) as worker_opt:
+        # (SLURM's context passes the task's local id as gpu: there is no GPU to pick on CPU.)
+        with real_context(rank, opt, rank_offset, 'cpu', **kwargs) as worker_opt:
             _keep_until_exit(real_dist.distributed_c10d._get_default_group())
             yield worker_opt
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def main():
                         help='use only the first N pool responses (0: all); the scoring cost of the '
                         'full pool is then timed separately on a matrix of its size')
     parser.add_argument('--workdir', default=None)
+    parser.add_argument('--agent-args', default='', help='more agent options, e.g. "--projection-dim 300 '
+                        '--turn-separator [unused1] --add-special-tokens false" (the reference\'s vectorization)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -78,8 +81,11 @@ def main():
         responses = responses[: args.pool_limit]
     pool = response_pool.write_pool(responses, os.path.join(workdir, 'ed_train_pool.cands'))
     model_file = os.path.join(workdir, 'minilm_zero_shot')
-    common = ['--bert-model', minilm_dir(), '--pooling', 'mean', '-mf', model_file,
+    # our MiniLM recipe's vectorization, as measured before the reference's setup became the default
+    common = ['--bert-model', minilm_dir(), '--pooling', 'mean', '-mf', model_file, '--projection-dim', '0',
+              '--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
               '--eval-candidates', 'fixed', '--fixed-candidates-path', pool, '--interactive-mode', 'true']
+    common += shlex.split(args.agent_args)
     figures = {'threads': torch.get_num_threads(), 'cpu_count': os.cpu_count()}
 
     start = time.perf_counter()

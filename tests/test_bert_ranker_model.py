@@ -231,7 +231,8 @@ def test_per_example_candidates_match_flat_encoding(tiny_bert):
 
 def test_in_batch_training_learns_to_match_pairs(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean')
+    # dropout off (a new bi-encoder is in training mode): 15 steps of a tiny BERT, deterministic
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
     ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     losses = []
@@ -247,7 +248,7 @@ def test_in_batch_training_learns_to_match_pairs(tiny_bert):
 
 def test_bf16_autocast_keeps_float32_weights_vectors_and_rankings(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean')
+    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()  # no dropout: comparable outputs
     ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
     with torch.no_grad():
         exact = model(ctx, cand)

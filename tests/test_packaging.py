@@ -89,4 +89,5 @@ def test_opt_presets_resolve_by_plain_name():
     opt = setup_args().parse_args(['-o', 'empathy/mime', '-t', 'empathy_ed_clean'])
     assert opt['model'] == 'empathy/mime' and opt['batchsize'] == 16
     # the reference code's Noam schedule: warm-up to d_model^-0.5 * 8000^-0.5 = 6.45e-4
-    assert (opt['lr_scheduler'], opt['warmup_updates'], opt['learningrate']) == ('invsqrt', 8000, 0.000645)
+    assert (opt['lr_scheduler'], opt['warmup_updates']) == ('invsqrt', 8000)
+    assert opt['learningrate'] == pytest.approx(0.000645, rel=1e-3)

@@ -54,7 +54,7 @@ def test_every_agents_checkpoint_loads_weights_only(tmp_path_factory, agent):
 def test_code_in_a_model_file_is_refused_and_never_run(mime, tmp_path):
     model_file = copy_model(mime, tmp_path / 'evil')
     marker = str(tmp_path / 'code-ran')
-    states = torch.load(mime, weights_only=True)
+    states = load_checkpoint(mime)  # weights only, plus the numpy scalars of ParlAI's scheduler state
     states['extra'] = MakesMarker(marker)
     torch.save(states, model_file)
     with pytest.raises(UnsafeModelFile) as err:
@@ -99,7 +99,7 @@ def test_damaged_or_foreign_files_name_the_file(mime, tmp_path, damage, expected
         with open(model_file, 'w') as f:
             f.write('version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 2661287\n')
     else:  # the weights alone, e.g. exported for another framework
-        torch.save(torch.load(mime, weights_only=True)['model'], model_file)
+        torch.save(load_checkpoint(mime)['model'], model_file)
     with pytest.raises(ModelFileError) as err:
         open_agent(model_file)
     assert model_file in str(err.value) and expected in str(err.value)

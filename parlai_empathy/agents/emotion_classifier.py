@@ -26,6 +26,7 @@ from parlai.core.torch_agent import Output  # noqa: E402
 from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
+from parlai_empathy.agents.emotion_generator import paper_batch_size  # noqa: E402
 from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
 from parlai_empathy.emotions import classifier_files  # noqa: E402
@@ -145,12 +146,14 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         parser.set_defaults(
             learningrate=5e-5,
             optimizer='adamw',
-            batchsize=16,
             num_epochs=4,
             validation_metric='macro_f1',
             validation_metric_mode='max',
             history_size=1,  # the input is one text (see _set_text_vec); keep no dialogue history
         )
+        # batch 16 for training and evaluation, never at the interactive prompt (a batch of 16 chats
+        # reading one console: no reply is shown and [EXIT] ends in a traceback)
+        paper_batch_size(parser, partial_opt, 16)
         return parser
 
     @staticmethod

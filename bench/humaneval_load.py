@@ -61,7 +61,9 @@ class Client:
             start = time.perf_counter()
             try:
                 response = self.session.request(method, url, timeout=60, **kwargs)
-            except (requests.ConnectionError, requests.Timeout):
+            # a kill can also cut a response mid-body (ChunkedEncodingError): the request is
+            # re-sent like any other cut by a kill
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError):
                 self.stats.add('retries', 1)
                 if time.monotonic() > self.deadline:
                     raise ServerDown(url) from None

@@ -36,7 +36,9 @@ TINY = {
     'ethreed': ['-m', 'empathy/ethreed', '--listener-emotions', 'none', '--glove-init', 'false',
                 '--hidden-size', '16', '--embedding-size', '16', '--dict-maxtokens', '1500', '-bs', '4'],
 }
-STEPS_RE = re.compile(r'total_steps:(\d+)')
+# the per-update log line, and ParlAI's last line when the run reaches --max-train-steps (the
+# update that ends the run prints no per-update line)
+STEPS_RE = re.compile(r'total_steps:(\d+)|max_train_steps elapsed:(\d+)')
 
 
 def train_command(model: str, model_file: str, steps: int, save_every: float):
@@ -69,7 +71,7 @@ def run_once(command, log_path, kill_after=None):
                 log.write(line)
                 match = STEPS_RE.search(line)
                 if match:
-                    last['steps'] = int(match.group(1))
+                    last['steps'] = int(match.group(1) or match.group(2))
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()

@@ -103,7 +103,7 @@ class PooledEncoder(nn.Module):
     """One side of the bi-encoder: transformer -> pooled vector -> optional linear projection.
 
     ``bf16 = True`` runs it under bfloat16 autocast: weights and the returned vectors stay float32,
-    the matrix products run in bfloat16. On CPUs with AVX-512 BF16 (this project's 2-core EPYC) a
+    the matrix products run in bfloat16. On CPUs with AVX-512 BF16 (this project's 2-core Intel Xeon VM) a
     MiniLM-L6 pass takes about half the time, and pooled vectors agree with float32 ones to a
     cosine of 0.9999. Off by default, so that figures are float32 unless a run says otherwise.
     """

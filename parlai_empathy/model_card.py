@@ -8,7 +8,6 @@ from the row's artifacts: a leaderboard ``results.json`` row (ours) and the proj
 import datetime
 import json
 import os
-import shlex
 from typing import Dict, List, Optional
 
 PAPERS = {
@@ -53,6 +52,7 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
     if not (projects_dir and project and row):
         return None, None
     from parlai_empathy.leaderboard import project_tables
+    from parlai_empathy.reproduce import Step
 
     path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(path):
@@ -67,7 +67,8 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
             table_row = dict(found[0])
             plan = spec.get('reproduce', {}).get('rows', {}).get(row, {}).get('cpu', [])
             if plan and not table_row.get('command'):
-                table_row['command'] = '\n'.join('parlai ' + shlex.join(str(a) for a in step['parlai'])
+                # rendered as reproduce renders its steps, placeholders unfilled
+                table_row['command'] = '\n'.join(Step(step.get('name', ''), [str(a) for a in step['parlai']]).shell()
                                                   for step in plan)
             return table, table_row
     entries = ', '.join(str(r.get('entry')) for table in tables for r in table.get('rows', []))

@@ -78,7 +78,7 @@ from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
-from parlai_empathy.agents.emotion_generator import paper_batch_size  # noqa: E402
+from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
 from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402

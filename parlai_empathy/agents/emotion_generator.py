@@ -38,6 +38,7 @@ from parlai.core.metrics import AverageMetric  # noqa: E402
 from parlai.core.torch_generator_agent import PPLMetric  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
+from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
@@ -55,13 +56,6 @@ class MoelDictionaryAgent(DictionaryAgent):
     @staticmethod
     def moel_tokenize(text):
         return moel_tokens(text)
-
-
-def paper_batch_size(parser, partial_opt, size):
-    """The paper's batch size as the default, except in interactive scripts: their world would
-    then be a batch of ``size`` chats reading one console."""
-    if not (partial_opt or {}).get('interactive_mode'):
-        parser.set_defaults(batchsize=size)
 
 
 def record_response_metrics(agent, response, suffix=''):

@@ -46,10 +46,9 @@ from parlai.core.metrics import AverageMetric  # noqa: E402
 from parlai.nn.lr_scheduler import FixedLRScheduler  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
+from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
-from parlai_empathy.agents.emotion_generator import (  # noqa: E402
-    MoelDictionaryAgent, paper_batch_size, record_response_metrics,
-)
+from parlai_empathy.agents.emotion_generator import MoelDictionaryAgent, record_response_metrics  # noqa: E402
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
 from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402

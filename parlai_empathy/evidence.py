@@ -56,7 +56,9 @@ def path_placeholders(extra: Optional[Mapping[str, str]] = None) -> Dict[str, st
     """Absolute prefixes and the placeholder each becomes in committed files (longest first)."""
     places = dict(extra or {})
     places.setdefault(os.path.expanduser('~'), '~')
-    for env, name in (('PARLAI_EMPATHY_ED_DIR', '{ed_dir}'), ('PARLAI_EMPATHY_GOEMOTIONS_DIR', '{goemotions_dir}')):
+    # $PARLAI_EMPATHY_RUNS_DIR: set by `parlai empathy_reproduce` for its steps
+    for env, name in (('PARLAI_EMPATHY_RUNS_DIR', '{runs}'), ('PARLAI_EMPATHY_ED_DIR', '{ed_dir}'),
+                      ('PARLAI_EMPATHY_GOEMOTIONS_DIR', '{goemotions_dir}')):
         if os.environ.get(env):
             places.setdefault(os.path.abspath(os.environ[env]), name)
     try:

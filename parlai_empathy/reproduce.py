@@ -146,7 +146,10 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
         log.write(f'$ {step.shell()}\n')
         log.flush()
         try:
-            done = subprocess.run(parlai + step.argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            env = None
+            if step.marker:  # the step's evidence names the runs folder {runs}, not this machine's path
+                env = dict(os.environ, PARLAI_EMPATHY_RUNS_DIR=os.path.dirname(os.path.dirname(row_dir)))
+            done = subprocess.run(parlai + step.argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f'[reproduce] {step.name} was stopped after {timeout:.0f} s (its time was up); '
                                f'see {log_path}. Run the same command again to resume.') from None

@@ -42,9 +42,21 @@ class EmpathyPatterns(ParlaiScript):
     def run(self):
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         tags = open_tags(self.opt, ed_dir)
-        params = pattern_params(self.opt)
         pairs = patterns.ed_turn_pairs(tags, ed_dir, self.opt['split'])
+        base = pattern_params(dict(self.opt, pattern_min_lift=patterns.PatternParams.min_lift))
+        if self.opt['pattern_min_lift'] == patterns.MIN_LIFT_AUTO:
+            lift, sweep = patterns.resolve_min_lift(pairs, tags.classes, base)
+            rule = (f'auto: the lowest lift of the grid at which at most {patterns.MAX_PATTERN_FRACTION:.0%} '
+                    'of the conversations show a pattern')
+        else:
+            lift, sweep = float(self.opt['pattern_min_lift']), patterns.lift_sweep(pairs, tags.classes, base)
+            rule = 'given by --pattern-min-lift'
+        params = patterns.PatternParams(lift, base.min_support, base.exclude_neutral, base.exclude_mirroring)
+        os.makedirs(self.opt['report_dir'], exist_ok=True)
+        sweep.to_csv(os.path.join(self.opt['report_dir'], 'lift_sweep.csv'), index=False)
+        print(f'min_lift {lift} ({rule}); lift_sweep.csv has every grid point')
         figures = patterns.write_report(pairs, tags.classes, params, self.opt['report_dir'])
+        figures['min_lift_rule'] = rule
         print(f"{figures['turn_pairs']} turn pairs; {figures['patterns']} patterns; "
               f"{figures['conversations_with_pattern']:.1%} of conversations show one")
         for p in figures['top_patterns'][:10]:

@@ -149,3 +149,38 @@ def test_two_reports_compared(train_pairs, tmp_path):
     before, after = json.loads((old / 'figures.json').read_text()), json.loads((new / 'figures.json').read_text())
     assert f'| patterns | {before["patterns"]} | {after["patterns"]} |' in text
     assert '| 1 | ' in text and 'gone' in text  # a stricter lift drops transitions from the set
+
+
+def test_min_lift_auto_is_the_lowest_grid_lift_leaving_43_percent_without(train_pairs, rule_tags, ed_dir, tmp_path):
+    """``--pattern-min-lift auto``: the lowest grid lift with <= 57% of conversations showing a
+    pattern; the teacher's subsets and the manifest use the resolved number."""
+    from parlai.core.params import ParlaiParser
+
+    from parlai_empathy.tasks.ed_patterns import EDPatternsTeacher, pattern_params
+
+    base = PatternParams()
+    lift, sweep = patterns.resolve_min_lift(train_pairs, CLASSES, base)
+    assert list(sweep['min_lift']) == list(patterns.LIFT_GRID)
+    assert (sweep['patterns'].diff().dropna() <= 0).all()  # a higher lift never adds a pattern
+    row = sweep.set_index('min_lift').loc[lift]
+    assert row['conversations_with_pattern'] <= patterns.MAX_PATTERN_FRACTION
+    lower = sweep[sweep['min_lift'] < lift]
+    assert lower.empty or lower['conversations_with_pattern'].iloc[-1] > patterns.MAX_PATTERN_FRACTION
+    # the same figure from the report at that lift
+    figures = patterns.write_report(train_pairs, CLASSES, PatternParams(min_lift=lift), str(tmp_path / 'r'))
+    assert figures['conversations_with_pattern'] == pytest.approx(row['conversations_with_pattern'])
+    with pytest.raises(ValueError, match='pattern-min-lift'):
+        patterns.resolve_min_lift(train_pairs, CLASSES, base, max_fraction=0.0, grid=(1.0,))
+
+    parser = ParlaiParser(True, False)
+    EDPatternsTeacher.add_cmdline_args(parser)
+    args = ['-dt', 'train:ordered', '--ed-datapath', ed_dir, '--datapath', str(tmp_path),
+            '--goemotions-tags-dir', rule_tags.directory]
+    opt = parser.parse_args(args)
+    assert opt['pattern_min_lift'] == 'auto'
+    assert pattern_params(opt, train_pairs, CLASSES).min_lift == lift
+    with pytest.raises(ValueError, match='needs the train turn pairs'):
+        pattern_params(opt)
+    assert pattern_params(parser.parse_args(args + ['--pattern-min-lift', '1.5'])).min_lift == 1.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(args + ['--pattern-min-lift', 'high'])

@@ -15,15 +15,20 @@ The **pattern set** is parametric (:class:`PatternParams`): the transitions whos
 same-label pairs (emotional mirroring). A conversation *has* a pattern when one of its turn pairs
 shows one of these transitions.
 
-Default ``min_lift`` 1.2: Metz & You's Table 2 compares two equal subsets of about 43% of train,
-one with the patterns and one without, which needs between 43% and 57% of the conversations to
-show a pattern. With the GoEmotions tagger of ``bench/RESULTS.md``, lift 1.5 gives 50 patterns
-seen in 32.9% of conversations (too few for a 43% subset), 1.3 gives 41.1%, and 1.2 gives 78
-patterns in 47.4%.
+The threshold is chosen per tagger (``min_lift='auto'``, the command-line default, see
+:func:`resolve_min_lift`): the lowest lift on a grid (1.00, 1.05, ... 3.00) at which at most 57% of
+train conversations show a pattern. Metz & You's Table 2 compares two equal subsets of about 43% of
+train, one with the patterns and one without, which needs between 43% and 57% of the conversations
+to show a pattern; taking the lowest such lift keeps the largest pattern set that leaves 43%
+without. A fixed lift does not carry over between taggers: with an undertrained tagger (test
+macro-F1 0.399) lift 1.2 gave 78 patterns in 47.4% of conversations, with the converged one (0.474)
+135 patterns in 60.7%, too many for the "without" pool. Every report writes the whole sweep
+(``lift_sweep.csv``) so the choice can be checked. The dataclass default (1.2) serves library
+callers that pass no choice.
 """
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -98,6 +103,42 @@ def select_patterns(trans: pd.DataFrame, params: PatternParams) -> pd.DataFrame:
     if params.exclude_mirroring:
         keep &= trans['speaker'] != trans['listener']
     return trans[keep].sort_values(['lift', 'count'], ascending=False).reset_index(drop=True)
+
+
+MIN_LIFT_AUTO = 'auto'
+MAX_PATTERN_FRACTION = 0.57  # at most 57% with a pattern: 43% of train left for Table 2's "without" subset
+LIFT_GRID = tuple(round(1.0 + 0.05 * i, 2) for i in range(41))  # 1.00 ... 3.00
+
+
+def lift_sweep(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams,
+               grid: Sequence[float] = LIFT_GRID) -> pd.DataFrame:
+    """For each ``min_lift`` of the grid (the other thresholds of ``params`` kept): the pattern
+    count and the fractions of turn pairs and of conversations that show a pattern."""
+    trans = transitions(pairs, classes)
+    rows = []
+    for lift in grid:
+        chosen = select_patterns(trans, replace(params, min_lift=float(lift)))
+        hits = pattern_hits(pairs, chosen)
+        rows.append({
+            'min_lift': float(lift),
+            'patterns': len(chosen),
+            'pairs_with_pattern': float((hits > 0).mean()) if len(pairs) else 0.0,
+            'conversations_with_pattern': float((hits.groupby(pairs['conv_id']).sum() > 0).mean()) if len(pairs) else 0.0,
+        })
+    return pd.DataFrame(rows, columns=['min_lift', 'patterns', 'pairs_with_pattern', 'conversations_with_pattern'])
+
+
+def resolve_min_lift(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams,
+                     max_fraction: float = MAX_PATTERN_FRACTION, grid: Sequence[float] = LIFT_GRID):
+    """The lowest grid lift at which at most ``max_fraction`` of the conversations show a pattern,
+    and the sweep it was read from. Raises if no grid lift qualifies."""
+    sweep = lift_sweep(pairs, classes, params, grid)
+    ok = sweep[sweep['conversations_with_pattern'] <= max_fraction]
+    if ok.empty:
+        raise ValueError(f'no min_lift in {grid[0]}..{grid[-1]} leaves at most {max_fraction:.0%} of the '
+                         f'conversations with a pattern (at {grid[-1]}: '
+                         f"{sweep['conversations_with_pattern'].iloc[-1]:.1%}); pass --pattern-min-lift explicitly")
+    return float(ok['min_lift'].iloc[0]), sweep
 
 
 def pattern_hits(pairs: pd.DataFrame, patterns: pd.DataFrame) -> pd.Series:
@@ -184,7 +225,8 @@ def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternPar
         '## Most frequent transitions (neutral excluded)', '', _markdown(nonneutral.sort_values('count', ascending=False).head(top)), '',
         '## Pattern set (by lift)', '', _markdown(patterns.head(top)), '',
         '## Per ED emotion (top 3 by lift)', '', _markdown(emotions), '',
-        'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, heatmap_{count,rate,lift}.png',
+        'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, heatmap_{count,rate,lift}.png; '
+        '`parlai empathy_patterns` adds lift_sweep.csv (the min_lift choice) and subsets/',
     ]
     with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')

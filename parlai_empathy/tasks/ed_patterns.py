@@ -16,14 +16,19 @@ import parlai.utils.logging as logging  # noqa: E402
 from parlai.core.teachers import register_teacher  # noqa: E402
 
 from parlai_empathy.emotions import subsets  # noqa: E402
-from parlai_empathy.emotions.patterns import PatternParams, ed_turn_pairs  # noqa: E402
+from parlai_empathy.emotions.patterns import (  # noqa: E402
+    MAX_PATTERN_FRACTION, MIN_LIFT_AUTO, PatternParams, ed_turn_pairs, resolve_min_lift,
+)
 from parlai_empathy.tasks.ed_goemotions import EDGoEmotionsTeacher, open_tags  # noqa: E402
 
 
 def add_pattern_args(parser):
     defaults = PatternParams()
     group = parser.add_argument_group('Emotion-interaction patterns')
-    group.add_argument('--pattern-min-lift', type=float, default=defaults.min_lift)
+    group.add_argument('--pattern-min-lift', type=_min_lift, default=MIN_LIFT_AUTO,
+                       help=f"a number, or '{MIN_LIFT_AUTO}': the lowest lift (grid 1.00..3.00, step 0.05) at "
+                       f'which at most {MAX_PATTERN_FRACTION * 100:.0f}%% of train conversations show a pattern '
+                       "(so that Table 2's 43%% subsets both fit)")
     group.add_argument('--pattern-min-support', type=int, default=defaults.min_support)
     group.add_argument('--pattern-include-neutral', type='bool', default=not defaults.exclude_neutral)
     group.add_argument('--pattern-exclude-mirroring', type='bool', default=defaults.exclude_mirroring)
@@ -31,13 +36,30 @@ def add_pattern_args(parser):
     return group
 
 
-def pattern_params(opt) -> PatternParams:
-    return PatternParams(
-        min_lift=opt['pattern_min_lift'],
+def _min_lift(value):
+    if str(value).strip().lower() == MIN_LIFT_AUTO:
+        return MIN_LIFT_AUTO
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--pattern-min-lift: expected a number or '{MIN_LIFT_AUTO}', got {value!r}") from None
+
+
+def pattern_params(opt, pairs=None, classes=None) -> PatternParams:
+    """The pattern thresholds of ``opt``; ``--pattern-min-lift auto`` is resolved on ``pairs`` (the
+    train turn pairs) with :func:`resolve_min_lift`."""
+    params = PatternParams(
+        min_lift=PatternParams.min_lift,
         min_support=opt['pattern_min_support'],
         exclude_neutral=not opt['pattern_include_neutral'],
         exclude_mirroring=opt['pattern_exclude_mirroring'],
     )
+    lift = _min_lift(opt.get('pattern_min_lift', MIN_LIFT_AUTO))
+    if lift == MIN_LIFT_AUTO:
+        if pairs is None:
+            raise ValueError("--pattern-min-lift auto needs the train turn pairs to resolve")
+        lift, _ = resolve_min_lift(pairs, classes, params)
+    return PatternParams(lift, params.min_support, params.exclude_neutral, params.exclude_mirroring)
 
 
 @register_teacher('empathy_ed_patterns')
@@ -61,7 +83,7 @@ class EDPatternsTeacher(EDGoEmotionsTeacher):
         pairs = ed_turn_pairs(tags, ed_dir, 'train')
         all_ids = sorted(set(pairs['conv_id']))
         manifest = subsets.select(
-            pairs, all_ids, tags.classes, pattern_params(self.opt), preset=self.opt['pattern_subset'],
+            pairs, all_ids, tags.classes, pattern_params(self.opt, pairs, tags.classes), preset=self.opt['pattern_subset'],
             fraction=self.opt.get('pattern_fraction'), seed=self.opt['pattern_seed'],
             source={'tag_cache': os.path.basename(tags.directory), 'classifier_key': tags.meta['classifier']['key'],
                     'data_key': tags.meta['data']['key']},

@@ -29,6 +29,31 @@ def test_every_plan_names_real_tasks_agents_and_options(project):
                 assert os.path.abspath(opt['model_file']) == os.path.abspath(plan.model) or step.argv[0] != 'train_model'
 
 
+
+RECIPE = {'projection_dim': 0, 'add_special_tokens': True, 'truncate_side': 'left', 'turn_separator': 'none'}
+
+
+@pytest.mark.parametrize('project', ['rashkin2019_empatheticdialogues', 'metz2020_emotion_patterns'])
+def test_sentence_encoder_ranker_plans_name_the_cpu_recipe(project):
+    """A ranker row on a pretrained sentence encoder (mean pooling, cosine) keeps its geometry: no
+    new random projection, the special tokens it was pretrained with (the project README's "CPU
+    recipe", which the plans must name, since plain -m empathy/bert_ranker now has the paper's
+    settings). Without it a zero-shot row scores at chance."""
+    from parlai.core.script import setup_script_registry, SCRIPT_REGISTRY
+
+    setup_script_registry()
+    checked = 0
+    for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project) for p in reproduce.PROFILES]:
+        for step in reproduce.row_plan(PROJECTS, project, entry, 'runs', profile).steps:
+            if 'empathy/bert_ranker' not in step.argv or step.argv[0] not in ('train_model', 'empathy_init_model'):
+                continue
+            opt = SCRIPT_REGISTRY[step.argv[0]].klass.setup_args().parse_args(step.argv[1:])
+            assert opt['pooling'] == 'mean' and opt['similarity'] == 'cosine', (entry, profile)
+            assert {k: opt[k] for k in RECIPE} == RECIPE, (entry, profile, step.name)
+            checked += 1
+    assert checked >= 4
+
+
 def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_steps(run_parlai, tmp_path):
     projects = tmp_path / 'projects'
     shutil.copytree(os.path.join(PROJECTS, 'majumder2020_mime'), projects / 'majumder2020_mime')

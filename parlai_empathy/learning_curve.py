@@ -54,7 +54,7 @@ def plot(curves: Mapping[str, Sequence[Mapping]], metric: str, path: str, target
         ax.axhline(target, color='black', linestyle='--', linewidth=1, label=f"paper's {metric} {target:g}")
     if log_y:
         ax.set_yscale('log')
-    ax.set_xlabel('training wall minutes (2 CPU cores)')
+    ax.set_xlabel("training wall minutes (machine, threads and load: each run's meta.json)")
     ax.set_ylabel(f'validation {metric}')
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

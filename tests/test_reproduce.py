@@ -56,7 +56,9 @@ def test_sentence_encoder_ranker_plans_name_the_cpu_recipe(project):
 
 def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_steps(run_parlai, tmp_path):
     projects = tmp_path / 'projects'
-    shutil.copytree(os.path.join(PROJECTS, 'majumder2020_mime'), projects / 'majumder2020_mime')
+    # the project as a fresh clone would have it before any run: its committed evidence left out
+    shutil.copytree(os.path.join(PROJECTS, 'majumder2020_mime'), projects / 'majumder2020_mime',
+                    ignore=shutil.ignore_patterns('runs'))
     spec_path = projects / 'majumder2020_mime' / 'table.json'
     spec = json.loads(spec_path.read_text())
     train, evaluate = spec['reproduce']['rows']['multitask_transformer']['cpu']

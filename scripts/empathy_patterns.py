@@ -11,6 +11,7 @@ compat.apply()
 
 import json  # noqa: E402
 import os  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
@@ -18,7 +19,7 @@ from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 from parlai_empathy.data import ed_source  # noqa: E402
 from parlai_empathy.emotions import patterns, subsets  # noqa: E402
 from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags  # noqa: E402
-from parlai_empathy.tasks.ed_patterns import add_pattern_args, pattern_params  # noqa: E402
+from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params  # noqa: E402
 
 
 @register_script('empathy_patterns')
@@ -43,7 +44,7 @@ class EmpathyPatterns(ParlaiScript):
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         tags = open_tags(self.opt, ed_dir)
         pairs = patterns.ed_turn_pairs(tags, ed_dir, self.opt['split'])
-        base = pattern_params(dict(self.opt, pattern_min_lift=patterns.PatternParams.min_lift))
+        base = threshold_params(self.opt)
         if self.opt['pattern_min_lift'] == patterns.MIN_LIFT_AUTO:
             lift, sweep = patterns.resolve_min_lift(pairs, tags.classes, base)
             rule = (f'auto: the lowest lift of the grid at which at most {patterns.MAX_PATTERN_FRACTION:.0%} '
@@ -51,7 +52,7 @@ class EmpathyPatterns(ParlaiScript):
         else:
             lift, sweep = float(self.opt['pattern_min_lift']), patterns.lift_sweep(pairs, tags.classes, base)
             rule = 'given by --pattern-min-lift'
-        params = patterns.PatternParams(lift, base.min_support, base.exclude_neutral, base.exclude_mirroring)
+        params = replace(base, min_lift=lift)
         os.makedirs(self.opt['report_dir'], exist_ok=True)
         sweep.to_csv(os.path.join(self.opt['report_dir'], 'lift_sweep.csv'), index=False)
         print(f'min_lift {lift} ({rule}); lift_sweep.csv has every grid point')

@@ -11,6 +11,7 @@ from parlai_empathy import compat
 compat.apply()
 
 import os  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 import parlai.utils.logging as logging  # noqa: E402
 from parlai.core.teachers import register_teacher  # noqa: E402
@@ -45,21 +46,25 @@ def _min_lift(value):
         raise ValueError(f"--pattern-min-lift: expected a number or '{MIN_LIFT_AUTO}', got {value!r}") from None
 
 
-def pattern_params(opt, pairs=None, classes=None) -> PatternParams:
-    """The pattern thresholds of ``opt``; ``--pattern-min-lift auto`` is resolved on ``pairs`` (the
-    train turn pairs) with :func:`resolve_min_lift`."""
-    params = PatternParams(
-        min_lift=PatternParams.min_lift,
+def threshold_params(opt) -> PatternParams:
+    """``opt``'s pattern thresholds other than the lift (which keeps the dataclass default)."""
+    return PatternParams(
         min_support=opt['pattern_min_support'],
         exclude_neutral=not opt['pattern_include_neutral'],
         exclude_mirroring=opt['pattern_exclude_mirroring'],
     )
+
+
+def pattern_params(opt, pairs=None, classes=None) -> PatternParams:
+    """The pattern thresholds of ``opt``; ``--pattern-min-lift auto`` is resolved on ``pairs`` (the
+    train turn pairs) with :func:`resolve_min_lift`."""
+    params = threshold_params(opt)
     lift = _min_lift(opt.get('pattern_min_lift', MIN_LIFT_AUTO))
     if lift == MIN_LIFT_AUTO:
         if pairs is None:
             raise ValueError("--pattern-min-lift auto needs the train turn pairs to resolve")
         lift, _ = resolve_min_lift(pairs, classes, params)
-    return PatternParams(lift, params.min_support, params.exclude_neutral, params.exclude_mirroring)
+    return replace(params, min_lift=lift)
 
 
 @register_teacher('empathy_ed_patterns')

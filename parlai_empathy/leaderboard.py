@@ -121,8 +121,12 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
         world.parley()
         if world_logger is not None:
             world_logger.log(world)
-        seen += opt.get('batchsize', 1)
-        bar.update(opt.get('batchsize', 1))
+        # count the examples this parley really held: a batch slot whose episode is over holds
+        # padding, and counting batchsize per parley would stop the loop while longer episodes
+        # still have turns (it once dropped 2 of the 5,200 P@1,100 examples at -bs 64)
+        done = _examples_in_parley(world)
+        seen += done
+        bar.update(done)
     bar.close()
     if world_logger is not None:
         world_logger.reset()
@@ -130,6 +134,18 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
     report = world.report()
     world.reset()
     return report
+
+
+def _examples_in_parley(world) -> int:
+    """How many real (non-padding) teacher messages the last ``parley()`` of ``world`` held."""
+    from parlai.core.message import Message
+
+    acts = world.get_acts()
+    if acts and isinstance(acts[0], (list, tuple)):  # a batch world: one list of slots per agent
+        teacher_acts = acts[0]
+    else:
+        teacher_acts = acts[:1]
+    return sum(1 for act in teacher_acts if act and not Message(act).is_padding())
 
 
 # ----- per-example outputs -------------------------------------------------------------------------

@@ -93,6 +93,20 @@ def test_profiles_add_their_options_last():
     assert runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke']) == ['empathy_tag_ed', '-mf', 'm']
 
 
+def test_rows_of_the_encoder_the_bundle_cannot_carry_are_left_out_unless_named(tmp_path, monkeypatch):
+    """all-mpnet-base-v2 does not travel in the bundle: where it is not installed, the default
+    selection leaves its rows out (instead of failing them); naming one still runs it."""
+    projects = os.path.join(REPO, 'projects')
+    monkeypatch.setattr(runbook, 'mpnet_installed', lambda: False)
+    rows = runbook.select_rows(projects, str(tmp_path), [], 'full')
+    assert 'rashkin2019_empatheticdialogues/mpnet_zero_shot' not in rows
+    assert 'rashkin2019_empatheticdialogues/bert_zero_shot' in rows and 'majumder2020_mime/mime' in rows
+    named = runbook.select_rows(projects, str(tmp_path), ['rashkin2019_empatheticdialogues/mpnet_zero_shot'], 'full')
+    assert list(named) == ['rashkin2019_empatheticdialogues/mpnet_zero_shot']
+    monkeypatch.setattr(runbook, 'mpnet_installed', lambda: True)
+    assert 'rashkin2019_empatheticdialogues/mpnet_zero_shot' in runbook.select_rows(projects, str(tmp_path), [], 'full')
+
+
 def test_the_limits_of_what_comes_back(tmp_path):
     (tmp_path / 'a').mkdir()
     (tmp_path / 'a' / 'b').mkdir()

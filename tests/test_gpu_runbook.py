@@ -40,6 +40,19 @@ def test_minilm_dir_follows_the_environment(tmp_path, monkeypatch):
     assert offline_models.resolve_encoder('offline-minilm') == str(tmp_path)
 
 
+def test_mpnet_dir_follows_the_environment(tmp_path, monkeypatch):
+    """The GPU runbook joins all-mpnet-base-v2 from its pieces outside ParlAI's datapath and points
+    ``offline-mpnet`` there (saved options keep the portable name)."""
+    from parlai_empathy import offline_models
+
+    monkeypatch.setenv('PARLAI_EMPATHY_MPNET_DIR', str(tmp_path))
+    with pytest.raises(FileNotFoundError, match='PARLAI_EMPATHY_MPNET_DIR'):
+        offline_models.mpnet_dir()
+    (tmp_path / 'config.json').write_text('{}')
+    assert offline_models.resolve_encoder('offline-mpnet') == str(tmp_path)
+    assert runbook.mpnet_installed()
+
+
 def test_a_glove_subset_gives_the_same_vectors(tmp_path, monkeypatch):
     from parlai_empathy.models import glove
 
@@ -140,6 +153,10 @@ def test_a_model_travels_in_float16_pieces_and_comes_back_float32(tmp_path):
     assert all(back[k].dtype == original[k].dtype and torch.equal(back[k], original[k].half().to(original[k].dtype))
                for k in original if original[k].is_floating_point())
     assert (tmp_path / 'model' / 'vocab.txt').is_file()
+    env = runbook.prepare_mpnet(str(there), str(tmp_path / 'scratch'))  # what run.sh's GPU_MPNET_PIECES does
+    assert os.path.isfile(os.path.join(env['PARLAI_EMPATHY_MPNET_DIR'], 'model.safetensors'))
+    with pytest.raises(FileNotFoundError, match='send every piece first'):
+        runbook.prepare_mpnet(str(tmp_path / 'nothing'), str(tmp_path / 'scratch'))
     (there / 'model.safetensors.01').write_bytes(b'damaged')
     with pytest.raises(ValueError, match='damaged'):
         mpnet_pieces.join(str(there), str(tmp_path / 'again'))

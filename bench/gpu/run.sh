@@ -4,7 +4,9 @@
 #            | full (GPU, the plans in projects/*/table.json, < 9 min)
 # Needs the bundle (make gpu-bundle) and OUT, the folder whose files come back. Optional:
 #   GPU_BUNDLE (default .gpu), GPU_SCRATCH (default ~/parlai-empathy-gpu), GPU_ROWS
-#   (project/row,...; default every row), GPU_PYTHON (default python3: the one that has torch).
+#   (project/row,...; default every row), GPU_PYTHON (default python3: the one that has torch),
+#   GPU_MPNET_PIECES (a folder holding every float16 piece of all-mpnet-base-v2: joined and used),
+#   GPU_SECONDS (the deadline instead of the profile's), GPU_TRAIN_ARGS (added to every train_model).
 # An environment is made in the scratch folder from GPU_PYTHON (its packages stay visible) with the
 # bundle's wheels installed into it, once per bundle; a second run (full after smoke) reuses it.
 set -euo pipefail
@@ -39,5 +41,8 @@ fi
 echo "[run.sh] environment ready after $(( $(date +%s) - started )) s"
 rows_arg=()
 [ -n "${GPU_ROWS:-}" ] && rows_arg=(--rows "$GPU_ROWS")
+[ -n "${GPU_MPNET_PIECES:-}" ] && rows_arg+=(--mpnet-pieces "$GPU_MPNET_PIECES")
+[ -n "${GPU_SECONDS:-}" ] && rows_arg+=(--seconds "$GPU_SECONDS")
+[ -n "${GPU_TRAIN_ARGS:-}" ] && rows_arg+=(--train-args "$GPU_TRAIN_ARGS")
 exec "$env_dir/bin/python" "$here/runbook.py" "$profile" --bundle "$bundle" --scratch "$scratch" --out "$OUT" \
   --repo "$repo" --started "$started" ${rows_arg[@]+"${rows_arg[@]}"}

@@ -21,13 +21,14 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from gpu_plans import is_evidence_step
@@ -162,6 +163,19 @@ def prepare_data(bundle: str, scratch: str, name: str, profile: Profile, manifes
     }
 
 
+def prepare_mpnet(pieces: str, scratch: str) -> Dict[str, str]:
+    """all-mpnet-base-v2 joined from the float16 pieces earlier commands left in ``pieces``
+    (``mpnet_pieces.py``, bench/gpu/README.md) into a float32 folder, once, checked against the
+    pieces' sha256; the package finds it through ``$PARLAI_EMPATHY_MPNET_DIR``."""
+    import mpnet_pieces
+
+    if not os.path.isfile(os.path.join(pieces, mpnet_pieces.MANIFEST)):
+        raise FileNotFoundError(f'--mpnet-pieces {pieces} holds no {mpnet_pieces.MANIFEST}: send every piece first '
+                                '(bench/gpu/README.md, all-mpnet-base-v2)')
+    os.makedirs(scratch, exist_ok=True)
+    return {offline_models.MPNET_DIR_ENV: mpnet_pieces.join(pieces, os.path.join(scratch, 'mpnet-float32'))}
+
+
 # ----- rows --------------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -176,6 +190,8 @@ class Row:
 
 
 def mpnet_installed() -> bool:
+    if os.environ.get(offline_models.MPNET_DIR_ENV):
+        return True  # joined from the pieces that travelled to this machine (prepare_mpnet)
     try:
         offline_models.mpnet_pieces()
     except offline_models.OfflineModelMissing:
@@ -183,14 +199,15 @@ def mpnet_installed() -> bool:
     return True
 
 
-def select_rows(projects: str, runs: str, wanted: List[str], name: str) -> Dict[str, Row]:
+def select_rows(projects: str, runs: str, wanted: List[str], name: str,
+                profile: Optional[Profile] = None) -> Dict[str, Row]:
     """The rows asked for (default: every row with a plan) and the rows they need: their gpu plans
     with the options of profile ``name`` (recorded in each row's evidence as ``gpu+<name>``).
 
     all-mpnet-base-v2 (438 MB) does not travel in the bundle (see mpnet_pieces.py): where it is not
     installed, the default selection leaves its rows out rather than failing them; a row named in
     ``wanted`` still runs."""
-    profile = PROFILES[name]
+    profile = profile or PROFILES[name]
     keys = list(wanted) or [f'{p}/{e}' for p in sorted(os.listdir(projects))
                             if os.path.isfile(os.path.join(projects, p, 'table.json'))
                             for e in reproduce.all_rows(projects, p)]
@@ -383,8 +400,17 @@ def main(argv=None) -> int:
     parser.add_argument('--repo', required=True)
     parser.add_argument('--started', type=float, default=None, help='when run.sh started (epoch seconds)')
     parser.add_argument('--rows', default='', help='comma-separated project/row (default: every row); needs are added')
+    parser.add_argument('--seconds', type=int, default=None,
+                        help="every row done this long after run.sh started (default: the profile's)")
+    parser.add_argument('--train-args', default='',
+                        help='options added last to every train_model step, e.g. "--max-train-time 120"')
+    parser.add_argument('--mpnet-pieces', default='',
+                        help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): joined and used')
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
+    if args.seconds is not None or args.train_args:  # a session's own limits (bench/gpu/README.md)
+        profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
+                          train=profile.train + shlex.split(args.train_args))
     clock0 = args.started or time.time()
     os.makedirs(args.out, exist_ok=True)
     driver_log = open(os.path.join(args.out, 'driver.log'), 'w')
@@ -399,6 +425,8 @@ def main(argv=None) -> int:
     for sub in ('runs', 'projects', 'board', 'logs', 'parlai_data'):
         shutil.rmtree(os.path.join(work, sub), ignore_errors=True)
     env = prepare_data(args.bundle, args.scratch, args.profile, profile, manifest)
+    if args.mpnet_pieces:
+        env.update(prepare_mpnet(args.mpnet_pieces, args.scratch))
     env.update(PARLAI_DATAPATH=os.path.join(work, 'parlai_data'), PARLAI_EMPATHY_REPO=args.repo,
                HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1', TOKENIZERS_PARALLELISM='false',
                OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
@@ -410,7 +438,7 @@ def main(argv=None) -> int:
     projects, runs = os.path.join(work, 'projects'), os.path.join(work, 'runs')
     shutil.copytree(os.path.join(args.repo, 'projects'), projects)
     os.chdir(work)  # so that every parlai process imports the installed package, not the checkout's
-    rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile)
+    rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile, profile)
     deadline = None if profile.seconds is None else clock0 + profile.seconds
     sampler = GpuSampler(clock0)
     device = sampler.query('name,memory.total,driver_version') if sampler.available else None

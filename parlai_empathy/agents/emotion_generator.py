@@ -28,6 +28,10 @@ Adam (0.9, 0.98, eps 1e-9) under the Noam schedule (warmup 8,000, peak 300^-0.5 
 ``max_grad_norm`` is never applied), Listener turns only, validation on perplexity every 1,000
 updates with patience 3, beam 5 without length penalty, at most 50 generated tokens.
 """
+import json
+import math
+import os
+
 from parlai_empathy import compat  # noqa: F401
 
 compat.apply()
@@ -48,6 +52,15 @@ from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E4
 
 USER, MODEL = 0, 1
 NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
+
+
+def _saved_option(model_file, key, default):
+    """``key`` of a saved model's options (its ``.opt`` file, plain JSON), ``default`` if absent."""
+    path = model_file + '.opt'
+    if not os.path.isfile(path):
+        return default
+    with open(path, encoding='utf-8') as f:
+        return json.load(f).get(key, default)
 
 
 class MoelDictionaryAgent(DictionaryAgent):
@@ -117,6 +130,10 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
                            help='when GloVe is narrower than the model: pad with random columns '
                            'or keep GloVe size and learn a projection')
+        group.add_argument('--embeddings-scale', type='bool', default=None,
+                           help='multiply word and speaker embeddings by sqrt(D_h) before the input '
+                           "projection, as the reference's Embeddings.forward (default: true for a new "
+                           'model; a model saved without this option keeps the unscaled form it was trained with)')
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
         parser.set_defaults(
@@ -149,15 +166,27 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         """The shared word table, GloVe-initialized on a fresh model."""
         size = self.transformer_size()
         vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
+        scale = self._embeddings_scale(size)
         if not self.opt.get('glove_init') or self.opt.get('init_model') or self._model_exists():
             return WordEmbedding(len(vocab), size.d_model, self.NULL_IDX,
-                                 self._glove_table_dim(size))
+                                 self._glove_table_dim(size), scale)
         words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
-                                                   self.opt.get('glove_path'), self.opt['glove_fit'])
+                                                   self.opt.get('glove_path'), self.opt['glove_fit'], scale)
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim
         return words
+
+    def _embeddings_scale(self, size):
+        """sqrt(D_h) or 1 (``--embeddings-scale``). Unset, a new model takes the reference's
+        scaling, and a saved model (``-mf`` that exists, or ``--init-model``) what its own options
+        say, unscaled when they predate the option; the choice is saved with the model."""
+        flag = self.opt.get('embeddings_scale')
+        if flag is None:
+            saved = self.opt['model_file'] if self._model_exists() else self.opt.get('init_model')
+            flag = bool(_saved_option(saved, 'embeddings_scale', False)) if saved else True
+            self.opt['embeddings_scale'] = flag
+        return math.sqrt(size.d_model) if flag else 1.0
 
     def _glove_table_dim(self, size):
         if self.opt.get('word_table_dim'):

@@ -4,7 +4,11 @@
 model size); ``DialogueEmbedding`` adds speaker embeddings and, for MIME, the learned CTX vector
 prepended to the context whose encoding is c = H_0. Positions are the transformer stacks' own
 timing signal (``transformer_blocks``), added after their input projection as in the MIME/MoEL
-reference code; word vectors are not scaled by sqrt(d) there either.
+reference code. The reference's ``Embeddings.forward`` returns ``lut(x) * sqrt(d_model)``
+(``model/common_layer.py``), for context words, the USR/SYS tags added to them, and the decoder's
+inputs alike: ``WordEmbedding(scale=...)`` multiplies the word vectors, and ``DialogueEmbedding``
+the speaker vectors by the same factor (the agents of MIME and Multi-TR pass sqrt(D_h),
+``--embeddings-scale``; ETHREED's GRUs and models saved before 2026-11-27 use 1).
 """
 import torch
 from torch import nn
@@ -20,8 +24,9 @@ class WordEmbedding(nn.Module):
     columns ('pad'), see ``glove.py``.
     """
 
-    def __init__(self, vocab_size, d_model, padding_idx=0, emb_dim=None):
+    def __init__(self, vocab_size, d_model, padding_idx=0, emb_dim=None, scale=1.0):
         super().__init__()
+        self.scale = float(scale)
         emb_dim = emb_dim or d_model
         self.table = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
         nn.init.normal_(self.table.weight, std=emb_dim ** -0.5)
@@ -31,13 +36,13 @@ class WordEmbedding(nn.Module):
         self.d_model = d_model
 
     @classmethod
-    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project'):
+    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project', scale=1.0):
         """A table initialized from GloVe for the word list ``vocab``; returns (module, hit-rate)."""
         if glove_fit not in ('project', 'pad'):
             raise ValueError(f"glove_fit must be 'project' or 'pad', not {glove_fit!r}")
         matrix, hit = glove.load_glove(vocab, glove_path)
         emb_dim = matrix.shape[1] if glove_fit == 'project' else d_model
-        module = cls(len(vocab), d_model, padding_idx, emb_dim)
+        module = cls(len(vocab), d_model, padding_idx, emb_dim, scale)
         with torch.no_grad():
             if glove_fit == 'project':
                 module.table.weight[hit] = matrix[hit]
@@ -52,6 +57,8 @@ class WordEmbedding(nn.Module):
 
     def forward(self, tokens):
         x = self.table(tokens)
+        if self.scale != 1.0:
+            x = x * self.scale
         return self.proj(x) if self.proj is not None else x
 
 
@@ -78,7 +85,7 @@ class DialogueEmbedding(nn.Module):
         keep = tokens.ne(self.padding_idx)
         x = self.words(tokens)
         if self.speakers is not None and speakers is not None:
-            x = x + self.speakers(speakers)
+            x = x + self.speakers(speakers) * self.words.scale
         if self.ctx is not None:
             ctx = self.ctx.expand(tokens.size(0), 1, -1).to(x.dtype)
             x = torch.cat([ctx, x], dim=1)

@@ -4,8 +4,8 @@ They follow the MoEL/MIME reference code (declare-lab/MIME @ 7c34f3a, ``model/co
 ``transformer_mulexpert.py``), which the MIME paper's figures come from:
 
 * every stack first maps its input with a bias-free linear layer (the reference's
-  ``embedding_proj``) and adds the fixed sinusoidal timing signal; word embeddings are *not*
-  scaled by sqrt(d);
+  ``embedding_proj``) and adds the fixed sinusoidal timing signal; the word embeddings it gets
+  are scaled by sqrt(d) beforehand, as the reference's ``Embeddings`` does (``embeddings.py``);
 * pre-layer-norm blocks with a separate attention width ``attn_dim`` (the reference's "total
   key/value depth": 40 for D_h = 300) and bias-free query/key/value/output maps;
 * the position-wise feed-forward layer is two 1-D convolutions of width ``ffn_kernel`` (3) with a

@@ -51,7 +51,7 @@ MIN_BUDGET = 60
 # (bench/gpu/README.md). Their budget: the setup plus the join, and the evaluation as the first GPU
 # session measured it for MiniLM rankers (187-203 s on 2026-11-26, bench/gpu/results), not the
 # shared-run model's 75 s.
-ALONE = ('rashkin2019_empatheticdialogues/mpnet_ft',)
+ALONE = ('rashkin2019_empatheticdialogues/mpnet_ft', 'rashkin2019_empatheticdialogues/ed32_situation_mpnet')
 ALONE_SETUP = 70
 ALONE_EVIDENCE_WORK = 210
 

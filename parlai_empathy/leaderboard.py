@@ -436,13 +436,15 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
     }
     stats_path = model_file + '.trainstats'
     if os.path.isfile(stats_path):
-        from parlai_empathy.learning_curve import curve
+        from parlai_empathy.learning_curve import curve, model_updates
 
         with open(stats_path) as f:
             stats = json.load(f)
         meta['training'] = {k: stats[k] for k in ('train_steps', 'total_epochs', 'train_time', 'parleys')
                             if k in stats}
         meta['training']['curve'] = curve(stats)
+        if model_updates(stats) is not None:  # the evaluated model: the best validated one
+            meta['training']['model_updates'] = model_updates(stats)
     return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)
 
 

@@ -24,6 +24,15 @@ def curve(trainstats: Mapping) -> List[Dict[str, float]]:
     return rows
 
 
+def model_updates(trainstats: Mapping) -> Optional[int]:
+    """Updates of the model that ``train_model`` left in the model file: it saves that file only at
+    validations that improve (else once, at the end) and reloads it for its final reports, so
+    ``final_valid_report`` counts the updates of the evaluated model, which can be fewer than the
+    run's ``train_steps`` when training ends between validations."""
+    report = trainstats.get('final_valid_report') or {}
+    return int(report['total_train_updates']) if 'total_train_updates' in report else None
+
+
 def read_curve(trainstats_path: str) -> List[Dict[str, float]]:
     with open(trainstats_path) as f:
         return curve(json.load(f))

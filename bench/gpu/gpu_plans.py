@@ -17,7 +17,8 @@ only where a GPU makes another choice sensible:
   labels) tags ED (``empathy_tag_ed``) if its cpu plan does not already: without the tags the
   reading row cannot train;
 * every training step stops at a wall budget (``--max-train-time``, below), checkpoints every
-  minute, validates every minute where the CPU plan validated every half hour; evaluation batches
+  minute, validates every minute where the CPU plan validated every half hour, and then also every
+  third of its updates, so that the last validation falls just before the last update; evaluation batches
   are 128; tagging ED takes batches of 65,536 tokens.
 
 The budgets come from one timing model of ``bench/gpu/run.sh full`` (all rows at once on one GPU,
@@ -104,6 +105,12 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
             argv = _set(argv, flag, value * 16 // GENERATOR_BATCH)
     if model == 'empathy/ethreed':  # defaults: batch 16, validated once an epoch
         argv = _set(_set(argv, '-bs', GENERATOR_BATCH), '-vtim', 60)
+    steps = _option(argv, '--max-train-steps')
+    if _option(argv, '-vtim') is not None and steps is not None and int(steps) > 3:
+        # train_model keeps the best *validated* model and stops at --max-train-steps before it
+        # validates: a validation every (steps - 1) / 3 updates puts the last one just before the end
+        # (the 2026-11-26 rankers were evaluated at 311 and 229 of their 462 updates without it)
+        argv = _set(argv, '-vstep', (int(steps) - 1) // 3)
     return _set(argv, '--max-train-time', budget)
 
 

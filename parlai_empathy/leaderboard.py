@@ -443,8 +443,9 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
         meta['training'] = {k: stats[k] for k in ('train_steps', 'total_epochs', 'train_time', 'parleys')
                             if k in stats}
         meta['training']['curve'] = curve(stats)
-        if model_updates(stats) is not None:  # the evaluated model: the best validated one
-            meta['training']['model_updates'] = model_updates(stats)
+        updates = model_updates(stats, opt.get('validation_metric') or 'loss')
+        if updates is not None:  # the evaluated model: the best validated one
+            meta['training']['model_updates'] = updates
     return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)
 
 

@@ -24,13 +24,17 @@ def curve(trainstats: Mapping) -> List[Dict[str, float]]:
     return rows
 
 
-def model_updates(trainstats: Mapping) -> Optional[int]:
-    """Updates of the model that ``train_model`` left in the model file: it saves that file only at
-    validations that improve (else once, at the end) and reloads it for its final reports, so
-    ``final_valid_report`` counts the updates of the evaluated model, which can be fewer than the
-    run's ``train_steps`` when training ends between validations."""
-    report = trainstats.get('final_valid_report') or {}
-    return int(report['total_train_updates']) if 'total_train_updates' in report else None
+def model_updates(trainstats: Mapping, metric: str) -> Optional[int]:
+    """Updates of the model ``train_model`` left in the model file: it writes that file only at a
+    validation whose ``metric`` is the best so far (``trainstats['best_valid']``), or once at the
+    end when no validation ran, so the model can be younger than the run. (Its own final reports
+    are no guide: after a resumed run they load ``model.checkpoint`` over the model file.)"""
+    reports = trainstats.get('valid_reports') or []
+    if not reports:
+        return int(trainstats['train_steps']) if 'train_steps' in trainstats else None
+    best = trainstats.get('best_valid')
+    matching = [r for r in reports if metric in r and best is not None and float(r[metric]) == float(best)]
+    return int(matching[-1]['total_train_updates']) if matching and 'total_train_updates' in matching[-1] else None
 
 
 def read_curve(trainstats_path: str) -> List[Dict[str, float]]:

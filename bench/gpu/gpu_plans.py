@@ -106,10 +106,11 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
     if model == 'empathy/ethreed':  # defaults: batch 16, validated once an epoch
         argv = _set(_set(argv, '-bs', GENERATOR_BATCH), '-vtim', 60)
     steps = _option(argv, '--max-train-steps')
-    if _option(argv, '-vtim') is not None and steps is not None and int(steps) > 3:
-        # train_model keeps the best *validated* model and stops at --max-train-steps before it
-        # validates: a validation every (steps - 1) / 3 updates puts the last one just before the end
-        # (the 2026-11-26 rankers were evaluated at 311 and 229 of their 462 updates without it)
+    validated = _option(argv, '-vtim') is not None or _option(argv, '-veps') is not None
+    if validated and steps is not None and int(steps) > 3:
+        # train_model keeps the best *validated* model and stops at --max-train-steps (or its epochs)
+        # before it validates: a validation every (steps - 1) / 3 updates puts one just before the
+        # end (the 2026-11-26 rankers were evaluated at 311 and 229 of their 462 updates without it)
         argv = _set(argv, '-vstep', (int(steps) - 1) // 3)
     return _set(argv, '--max-train-time', budget)
 

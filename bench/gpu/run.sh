@@ -41,10 +41,12 @@ PY
 fi
 # the package itself from the checkout that came with this command, once per state of its code: the
 # bundle's wheel is the code of the day the bundle was built (2026-11-27: a run failed on it)
-code=$(cd "$repo" && find setup.py parlai_empathy agents tasks zoo -type f ! -path '*__pycache__*' 2>/dev/null \
-       | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+code=$( (cd "$repo" && find setup.py MANIFEST.in parlai_empathy_compat.pth parlai_empathy agents tasks zoo \
+          -type f ! -path '*__pycache__*' 2>/dev/null || true) | LC_ALL=C sort \
+       | (cd "$repo" && xargs -r sha256sum) | sha256sum | cut -c1-16)
 if [ "$(cat "$env_dir/.code" 2>/dev/null)" != "$code" ]; then
   echo "[run.sh] installing parlai-empathy from $repo (code $code)"
+  rm -rf "$repo/build"  # an earlier build's modules must not come back
   "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
     --no-build-isolation --force-reinstall --no-compile "$repo"
   echo "$code" > "$env_dir/.code"

@@ -125,8 +125,10 @@ def gpu_step(argv: List[str], project: str, budget: int) -> List[str]:
     return list(argv)
 
 
-def step_cost(argv: List[str]) -> int:
-    """Seconds a step costs beyond its training budget."""
+def step_cost(argv: List[str], alone: bool = False) -> int:
+    """Seconds a step costs beyond its training budget (``alone``: a row of :data:`ALONE`)."""
+    if alone and is_evidence_step(argv):
+        return STEP_START + ALONE_EVIDENCE_WORK
     return STEP_START + STEP_WORK.get(argv[0], OTHER_STEP_WORK)
 
 
@@ -183,9 +185,7 @@ def budgets(rows: Dict[str, Dict]) -> Dict[str, Tuple[int, int]]:
             budget = NEEDED_BUDGET
         elif key in ALONE:
             start[key] = ALONE_SETUP
-            budget = FULL_END - ALONE_SETUP - sum(
-                STEP_START + (ALONE_EVIDENCE_WORK if is_evidence_step(s) else STEP_WORK.get(s[0], OTHER_STEP_WORK))
-                for s in steps)
+            budget = FULL_END - ALONE_SETUP - sum(step_cost(s, alone=True) for s in steps)
         else:
             budget = FULL_END - start[key] - sum(step_cost(s) for s in steps)
             if trains and budget < MIN_BUDGET:

@@ -28,9 +28,7 @@ Adam (0.9, 0.98, eps 1e-9) under the Noam schedule (warmup 8,000, peak 300^-0.5 
 ``max_grad_norm`` is never applied), Listener turns only, validation on perplexity every 1,000
 updates with patience 3, beam 5 without length penalty, at most 50 generated tokens.
 """
-import json
 import math
-import os
 
 from parlai_empathy import compat  # noqa: F401
 
@@ -55,12 +53,13 @@ NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 800
 
 
 def _saved_option(model_file, key, default):
-    """``key`` of a saved model's options (its ``.opt`` file, plain JSON), ``default`` if absent."""
-    path = model_file + '.opt'
-    if not os.path.isfile(path):
+    """``key`` of a saved model's options, ``default`` when absent (or without an ``.opt`` file)."""
+    from parlai_empathy.leaderboard import read_model_opt  # only for saved models: not at start-up
+
+    try:
+        return read_model_opt(model_file).get(key, default)
+    except FileNotFoundError:
         return default
-    with open(path, encoding='utf-8') as f:
-        return json.load(f).get(key, default)
 
 
 class MoelDictionaryAgent(DictionaryAgent):

@@ -225,3 +225,31 @@ def test_a_word_outside_the_vocabulary_is_copied_into_the_reply_and_scored(train
     assert lines['REPLY'][0] == 'zyzzyvas', done.stdout[-2000:]
     assert lines['SOURCE'] == ['1', 'LABEL', '1', 'UNK', '1']  # the label's unknown word has the source's id
     assert lines['LOSS'] == ['True']
+
+
+def test_conversation_labels_give_listener_turns_the_conversations_emotion(run_parlai, tmp_path):
+    """``--listener-emotions conversation`` (the diagnostic upper bound): every L1 label of a
+    batch, the listener's included, is the conversation's ED emotion."""
+    script = tmp_path / 'labels.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent\n'
+        'from parlai.core.teachers import create_task_agent_from_taskname\n'
+        'from parlai.scripts.train_model import setup_args\n'
+        'from parlai_empathy.data.emotions import emotion_to_id\n'
+        "opt = setup_args().parse_args(['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m',"
+        " 'empathy/ethreed', '-mf', sys.argv[1], '--listener-emotions', 'conversation',"
+        " '--glove-init', 'false', '--hidden-size', '8', '--embedding-size', '8'])\n"
+        'agent = create_agent(opt)\n'
+        'teacher = create_task_agent_from_taskname(opt)[0]\n'
+        'observed = []\n'
+        'for _ in range(12):\n'
+        '    observed.append(agent.observe(teacher.act()))\n'
+        '    agent.reset()\n'
+        'batch = agent.batchify(observed)\n'
+        'gold = [emotion_to_id(o["emotion"]) for o in observed]\n'
+        "print('RESPONSE', batch['response_labels'].tolist() == gold)\n"
+        "print('ANSWERED', batch['answered_labels'].tolist() == gold)\n"
+    )
+    done = run_parlai('python', script, tmp_path / 'model')
+    assert 'RESPONSE True' in done.stdout and 'ANSWERED True' in done.stdout, done.stdout[-2000:]

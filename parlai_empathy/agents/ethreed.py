@@ -62,6 +62,9 @@ from parlai_empathy.models.ethreed import (  # noqa: E402
 
 ROLE_IDS = {'speaker': SPEAKER, 'listener': LISTENER}
 NO_TAGS = 'none'
+# Diagnostic upper bound: every listener utterance labelled with the conversation's ED emotion,
+# as if the utterance classifier agreed with the conversation label on 100 % of them.
+CONVERSATION_LABELS = 'conversation'
 TAG_COMMAND = (
     'parlai train_model -t empathy_ed_emotion --ed-emotion-input utterance '
     '-m empathy/emotion_classifier -mf CLF, then parlai empathy_tag_ed -mf CLF (it prints the '
@@ -158,7 +161,9 @@ class EthreedAgent(EncoderReadoutAgent):
                            help='the listener labels of L1: the ED 32-way classifier model file '
                            'that parlai empathy_tag_ed tagged ED with (its cache is found in '
                            '--tag-cache-dir or the default root), or the tag cache folder itself; '
-                           f'"{NO_TAGS}": speaker labels only')
+                           f'"{NO_TAGS}": speaker labels only; "{CONVERSATION_LABELS}": the '
+                           "conversation's ED label for every listener utterance too (an "
+                           'upper bound on what better listener tags can give, not the paper)')
         group.add_argument('--tag-cache-dir', type=str, default=None,
                            help='tag cache root, as given to parlai empathy_tag_ed')
         group.add_argument('--emp-policy', type='bool', default=True,
@@ -200,6 +205,8 @@ class EthreedAgent(EncoderReadoutAgent):
         path = opt.get('listener_emotions')
         if path == NO_TAGS:
             return None
+        if path == CONVERSATION_LABELS:
+            return CONVERSATION_LABELS
         if path is None:
             if 'train' in opt.get('datatype', '') and not opt.get('interactive_mode'):
                 raise ValueError(
@@ -379,7 +386,7 @@ class EthreedAgent(EncoderReadoutAgent):
 
     def _label(self, obs, role, turn, speaker_emotion):
         """L1 label of one utterance: the ED label for the speaker, the tag for the listener."""
-        if role == SPEAKER:
+        if role == SPEAKER or self.listener_tags == CONVERSATION_LABELS:
             return speaker_emotion
         if self.listener_tags is None or turn is None or obs.get('conv_id') is None:
             return IGNORE

@@ -1,0 +1,245 @@
+"""The reference MIME's own learning curve (declare-lab/MIME @ 7c34f3a), to set beside ours.
+
+Issue 15's open question: our MIME's emotion classifier stays near chance for thousands of updates
+and ends at 0.153 test accuracy where the paper reports 0.34. Is that our code, or does the
+reference's classifier learn just as slowly at equal updates? This script answers it by running
+the reference's own ``main.py`` training loop (unchanged model, loss, Noam-Adam, data loader,
+shuffling) on the same ED files and recording, at equal updates, what its loop computes:
+
+* every ``--log-every`` updates, the means over those updates of what ``train_one_batch`` returns
+  (loss, PPL, emotion cross-entropy, emotion accuracy of the batch);
+* at every validation of its loop (``check_iter = 1000``): the valid loss, PPL and emotion
+  accuracy of its ``evaluate(..., ty="valid")``: the same loss pass over the valid loader
+  (``train_one_batch(train=False)``) and the same means; the BLEU calls of that function, which
+  have no hypotheses at validation, are skipped (they would shell out to a perl script).
+
+The run stops after ``--steps`` updates; the JSON (``--out``) is rewritten after every entry, so a
+run cut short keeps what it measured. It reuses the child-process machinery and runtime shims of
+``bench/reference_speed.py`` (listed there in ``SHIMS``; no reference code is copied here).
+
+Word table at the start (``--init``):
+
+* ``ours`` (default): every word of our MIME dictionary that the reference also has starts from
+  the row our ``-m empathy/mime`` starts it from in distribution: GloVe 6B 50d in the first 50
+  columns and N(0, GloVe's std) elsewhere, words outside GloVe entirely N(0, GloVe's std)
+  (``parlai_empathy.models.glove.fit_to_dim``, 'pad'), written as a 300-d text file the
+  reference's ``gen_embeddings`` reads; so the curves differ by the code, not the initial table;
+* ``reference``: an empty embedding file: the reference's own fallback, 0.01 * randn for every
+  word (what it does for words its GloVe 300d lacks).
+
+Usage (from the repository root; the workdir of a ``reference_speed.py`` run holds the converted
+ED files, or they are written there)::
+
+    .venv/bin/python bench/reference_curve.py --mime-repo /tmp/ref-mime --ref-python ../ref-venv/bin/python \\
+        --dict M.dict --steps 8000 --threads 1 --workdir WORKDIR --out curve.json
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_speed as rs  # noqa: E402
+
+
+class StopCurve(BaseException):
+    """Raised after the last update (a BaseException: main.py catches KeyboardInterrupt only)."""
+
+
+def write_init_file(dict_path, path, dim=300, seed=0):
+    """Our MIME's initial word rows (see module doc), as a GloVe-style text file."""
+    import torch
+
+    from parlai_empathy.models.glove import fit_to_dim, load_glove
+
+    words = []
+    with open(dict_path, encoding='utf-8') as handle:
+        for line_no, line in enumerate(handle, start=1):
+            word, sep, _count = line.rstrip('\n').rpartition('\t')
+            if not sep:
+                raise ValueError(f'{dict_path}:{line_no}: field "word<TAB>count" expected')
+            if word and not word.startswith('__') and ' ' not in word:
+                words.append(word)
+    matrix, hit = load_glove(words)
+    table = fit_to_dim(matrix, hit, dim, generator=torch.Generator().manual_seed(seed))
+    with open(path + '.tmp', 'w', encoding='utf-8') as handle:
+        for word, row in zip(words, table.tolist()):
+            handle.write(word + ' ' + ' '.join(f'{v:.5f}' for v in row) + '\n')
+    os.replace(path + '.tmp', path)
+    return {'words': len(words), 'in_glove': int(hit.sum()), 'dim': dim, 'seed': seed}
+
+
+def child_mime_curve(spec):
+    import runpy
+
+    import numpy as np
+    import torch
+
+    root, work = spec['repo'], spec['workdir']
+    main_py = os.path.join(root, 'main.py')
+    os.chdir(work)
+    sys.path.insert(0, root)
+    rs.reference_shims(root, {})
+    torch.set_num_threads(spec['threads'])
+    sys.argv = [main_py, '--batch_size', str(spec['batch']), '--save_path', spec['save_path'],
+                '--emb_file', spec['emb_file']]
+    from utils import config  # parses sys.argv
+
+    config.USE_CUDA = False
+    from model import common_layer, trainer
+
+    curve = dict(spec['report'], train=[], valid=[])
+    window, clock = [], {'start': time.perf_counter(), 'train_s': 0.0}
+
+    def dump():
+        curve['updates_done'] = clock.get('updates', 0)
+        curve['train_seconds'] = clock['train_s']
+        with open(spec['out'] + '.tmp', 'w') as handle:
+            json.dump(curve, handle, indent=1)
+        os.replace(spec['out'] + '.tmp', spec['out'])
+
+    original = trainer.Train_MIME.train_one_batch
+
+    def train_one_batch(self, batch, n_iter, train=True):
+        if not train:
+            return original(self, batch, n_iter, train)
+        started = time.perf_counter()
+        out = original(self, batch, n_iter, train)
+        clock['train_s'] += time.perf_counter() - started
+        clock['updates'] = n_iter + 1
+        window.append(out)
+        if (n_iter + 1) % spec['log_every'] == 0:
+            loss, ppl, bce, acc = (float(np.mean(col)) for col in zip(*window))
+            curve['train'].append({'updates': n_iter + 1, 'loss': loss, 'ppl_mean': ppl,
+                                   'loss_cls': bce, 'emo_acc': acc,
+                                   'train_minutes': clock['train_s'] / 60})
+            window.clear()
+            dump()
+        if n_iter + 1 >= spec['steps']:
+            raise StopCurve()
+        return out
+
+    def evaluate(model, data, ty='valid', max_dec_step=30, write_summary=False):
+        # the loss pass of the reference's evaluate() and its means (valid decodes nothing)
+        assert ty == 'valid', ty
+        rows, started = [], time.perf_counter()
+        with torch.no_grad():
+            for batch in data:
+                rows.append(model.train_one_batch(batch, 0, train=False) + (len(batch['input_lengths']),))
+        loss, _ppl, bce, acc = (float(np.mean([r[i] for r in rows])) for i in range(4))
+        examples = sum(r[4] for r in rows)
+        acc_ex = sum(r[3] * r[4] for r in rows) / examples
+        curve['valid'].append({'updates': model.epoch + 1, 'loss': loss, 'ppl': float(np.exp(loss)),
+                               'loss_cls': bce, 'emo_acc': acc, 'emo_acc_per_example': acc_ex,
+                               'examples': examples, 'train_minutes': clock['train_s'] / 60,
+                               'valid_seconds': time.perf_counter() - started})
+        dump()
+        return loss, float(np.exp(loss)), bce, acc, 0.0, 0.0, 0.0
+
+    trainer.Train_MIME.train_one_batch = train_one_batch
+    common_layer.evaluate = evaluate
+    try:
+        runpy.run_path(main_py, run_name='__main__')
+    except StopCurve as stop:
+        if spec.get('smoke_valid_batches'):  # a smoke run: one validation on a few valid batches
+            names = rs.script_globals(stop, main_py)
+            loader = names['data_loader_val']
+            batches = [b for _, b in zip(range(spec['smoke_valid_batches']), loader)]
+            names['model'].eval()
+            names['model'].epoch = clock['updates'] - 1
+            evaluate(names['model'], batches)
+    curve['finished'] = True
+    dump()
+    rs.write_result(spec, {'updates': clock.get('updates', 0)})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--mime-repo', required=False)
+    parser.add_argument('--ref-python', default=os.environ.get('PARLAI_EMPATHY_REF_PYTHON', sys.executable))
+    parser.add_argument('--ed-dir', default=rs.DEFAULT_ED)
+    parser.add_argument('--dict', help='our MIME dictionary (a model\'s .dict), for --init ours')
+    parser.add_argument('--init', choices=['ours', 'reference'], default='ours')
+    parser.add_argument('--steps', type=int, default=8000)
+    parser.add_argument('--log-every', type=int, default=250)
+    parser.add_argument('--batch', type=int, default=16)
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--workdir', default='/tmp/parlai_empathy_reference_speed')
+    parser.add_argument('--out', required=False)
+    parser.add_argument('--smoke-valid-batches', type=int, default=0,
+                        help='smoke test: after the last update, validate on this many valid batches')
+    parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+    parser.add_argument('--spec', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        with open(args.spec) as handle:
+            child_mime_curve(json.load(handle))
+        return
+    if not (args.mime_repo and args.out):
+        raise SystemExit('give --mime-repo DIR (a checkout of declare-lab/MIME) and --out FILE')
+    if args.init == 'ours' and not args.dict:
+        raise SystemExit('--init ours needs --dict (the .dict of a -m empathy/mime model)')
+    workdir = os.path.abspath(args.workdir)
+    ed_dir = os.path.abspath(args.ed_dir)
+    key = rs.sha256_of([os.path.join(ed_dir, s + '.csv') for s in ('train', 'valid', 'test')])[:12]
+    mime_dir = os.path.join(workdir, f'mime-{key}')
+    if not os.path.isfile(os.path.join(mime_dir, 'dataset', 'sys_target_texts.test.npy')):
+        splits = {split: rs.listener_turns(ed_dir, split) for split in ('train', 'valid', 'test')}
+        rs.write_mime_dataset(splits, os.path.join(mime_dir, 'dataset'))
+    os.makedirs(os.path.join(mime_dir, 'vectors'), exist_ok=True)
+    init = {'init': args.init}
+    if args.init == 'ours':
+        emb_file = os.path.join(mime_dir, 'vectors', 'ours_init_300d.txt')
+        init.update(write_init_file(args.dict, emb_file))
+    else:
+        emb_file = os.path.join(mime_dir, 'vectors', 'empty.txt')
+        open(emb_file, 'w').close()
+    report = {
+        'what': 'declare-lab/MIME main.py training loop, unchanged, its train and valid figures '
+                'at equal updates (bench/reference_curve.py)',
+        'command': ['python'] + [a for a in sys.argv],
+        'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
+        'reference_commit': rs.git_commit(os.path.abspath(args.mime_repo)),
+        'machine': {'platform': platform.platform(), 'processor': platform.processor(),
+                    'cpu_count': os.cpu_count(), 'python': platform.python_version()},
+        'threads': args.threads, 'batch': args.batch, 'ed_sha256_12': key, 'word_table': init,
+        'shims': rs.SHIMS['both'] + rs.SHIMS['mime'][1:2] + [
+            'argv: --batch_size B --save_path save/curve/ --emb_file <the --init file>; the '
+            'process runs in <workdir>/mime-<ED hash>, where dataset/ holds the converted ED files',
+            'stop after --steps updates: Train_MIME.train_one_batch is wrapped to record what it '
+            'returns and raise a BaseException after the last update',
+            'validation: model.common_layer.evaluate is replaced by its own loss pass and means '
+            '(train_one_batch(train=False) over the valid loader) without its BLEU calls, which '
+            'have no hypotheses at validation; under torch.no_grad',
+        ],
+        'load_at_start': os.getloadavg(),
+    }
+    spec = dict(repo=os.path.abspath(args.mime_repo), workdir=mime_dir, batch=args.batch,
+                steps=args.steps, log_every=args.log_every, emb_file=emb_file,
+                save_path='save/curve/', out=os.path.abspath(args.out), report=report,
+                smoke_valid_batches=args.smoke_valid_batches)
+    # run_child runs this file's --child through reference_speed's CLI: use our own instead
+    logs = os.path.join(workdir, 'logs')
+    os.makedirs(logs, exist_ok=True)
+    spec_path = os.path.join(logs, 'mime-curve.spec.json')
+    spec['result'] = os.path.join(logs, 'mime-curve.result.json')
+    spec['threads'] = args.threads
+    with open(spec_path, 'w') as handle:
+        json.dump(spec, handle, indent=1)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               PYTHONDONTWRITEBYTECODE='1', TQDM_MININTERVAL='60')
+    import subprocess
+    log_path = os.path.join(logs, 'mime-curve.log')
+    print(f'reference curve: log {log_path}, curve {args.out}', flush=True)
+    with open(log_path, 'w') as log:
+        done = subprocess.run([args.ref_python, os.path.abspath(__file__), '--child', '--spec', spec_path],
+                              stdout=log, stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        with open(log_path, errors='replace') as handle:
+            raise SystemExit(f'reference curve failed (exit {done.returncode}):\n{handle.read()[-4000:]}')
+
+
+if __name__ == '__main__':
+    main()

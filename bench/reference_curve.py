@@ -71,6 +71,42 @@ def write_init_file(dict_path, path, dim=300, seed=0):
     return {'words': len(words), 'in_glove': int(hit.sum()), 'dim': dim, 'seed': seed}
 
 
+def our_curve(path):
+    """Valid points of one of our runs: a ``meta.json`` (``training.curve``) or a diagnostic's
+    ``curve.json`` (``curve``)."""
+    with open(path) as handle:
+        data = json.load(handle)
+    points = data.get('curve') or (data.get('training') or {}).get('curve')
+    if not points:
+        raise ValueError(f'{path}: no "curve" nor "training.curve" list')
+    return {int(p['updates']): p for p in points}
+
+
+def comparison_table(reference_path, ours):
+    """Markdown: the reference's valid figures beside ours at the same updates (within 10).
+
+    The reference's valid PPL is exp of the mean over its batches of each batch's mean token NLL
+    (``evaluate``); ours are given both ways that bracket it: token-weighted over the corpus
+    (``ppl_gold``) and exp of the mean over examples of each example's mean (``ppl_ex_gold``).
+    Emotion accuracy is per example on both sides."""
+    with open(reference_path) as handle:
+        ref = json.load(handle)
+    curves = [(name, our_curve(path)) for name, path in ours]
+    head = ['updates', 'reference: valid PPL (its definition)', 'reference: valid emotion acc.']
+    for name, _ in curves:
+        head += [f'{name}: valid PPL, corpus / per example (gold polarity)', f'{name}: valid emotion acc.']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for point in ref['valid']:
+        row = [f"{point['updates']:,}", f"{point['ppl']:.1f}", f"{point['emo_acc_per_example']:.3f}"]
+        for _, curve in curves:
+            near = [u for u in curve if abs(u - point['updates']) <= 10]
+            mine = curve[near[0]] if near else None
+            row += ([f"{mine['ppl_gold']:.1f} / {mine['ppl_ex_gold']:.1f}", f"{mine['emo_acc']:.3f}"]
+                    if mine else ['', ''])
+        lines.append('| ' + ' | '.join(row) + ' |')
+    return '\n'.join(lines)
+
+
 def child_mime_curve(spec):
     import runpy
 
@@ -170,12 +206,19 @@ def main():
     parser.add_argument('--out', required=False)
     parser.add_argument('--smoke-valid-batches', type=int, default=0,
                         help='smoke test: after the last update, validate on this many valid batches')
+    parser.add_argument('--table', metavar='CURVE',
+                        help='print a markdown table of this reference curve beside --ours curves')
+    parser.add_argument('--ours', nargs='*', default=[], metavar='NAME=PATH',
+                        help='with --table: our runs (meta.json or a diagnostic curve.json)')
     parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--spec', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         with open(args.spec) as handle:
             child_mime_curve(json.load(handle))
+        return
+    if args.table:
+        print(comparison_table(args.table, [tuple(item.split('=', 1)) for item in args.ours]))
         return
     if not (args.mime_repo and args.out):
         raise SystemExit('give --mime-repo DIR (a checkout of declare-lab/MIME) and --out FILE')

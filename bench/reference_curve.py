@@ -14,7 +14,11 @@ shuffling) on the same ED files and recording, at equal updates, what its loop c
   have no hypotheses at validation, are skipped (they would shell out to a perl script).
 
 The run stops after ``--steps`` updates; the JSON (``--out``) is rewritten after every entry, so a
-run cut short keeps what it measured. It reuses the child-process machinery and runtime shims of
+run cut short keeps what it measured. Every ``--save-every`` updates the run saves its own
+checkpoint beside ``--out`` (weights, Adam state, the Noam step, the curve so far: tensors and plain
+values, loaded with ``weights_only=True``); a rerun with the same ``--out`` resumes from it, with
+a fresh shuffle of the training data and fresh random state (the reference's ``main.py`` seeds
+both at its start and has no resume of its own). It reuses the child-process machinery and runtime shims of
 ``bench/reference_speed.py`` (listed there in ``SHIMS``; no reference code is copied here).
 
 Word table at the start (``--init``):
@@ -138,22 +142,54 @@ def child_mime_curve(spec):
 
     original = trainer.Train_MIME.train_one_batch
 
+    checkpoint = spec.get('checkpoint')
+    state = {'offset': 0, 'resumed': False}
+
+    def resume(model):
+        """At the first update: load our checkpoint of an earlier run of this curve, if any
+        (weights, Adam state, the Noam step, the curve so far; tensors and plain values only,
+        read with weights_only=True)."""
+        state['resumed'] = True
+        if not checkpoint or not os.path.isfile(checkpoint):
+            return
+        saved = torch.load(checkpoint, weights_only=True)
+        model.load_state_dict(saved['model'])
+        model.optimizer.optimizer.load_state_dict(saved['adam'])
+        model.optimizer._step, model.optimizer._rate = saved['noam_step'], saved['noam_rate']
+        state['offset'] = saved['updates']
+        clock['train_s'] = saved['train_s']
+        curve['train'], curve['valid'] = saved['curve_train'], saved['curve_valid']
+        curve.setdefault('resumed_at', []).append({'updates': saved['updates'],
+                                                   'date': time.strftime('%Y-%m-%d %H:%M:%S %z')})
+
+    def save(model):
+        torch.save({'model': model.state_dict(), 'adam': model.optimizer.optimizer.state_dict(),
+                    'noam_step': model.optimizer._step, 'noam_rate': model.optimizer._rate,
+                    'updates': clock['updates'], 'train_s': clock['train_s'],
+                    'curve_train': curve['train'], 'curve_valid': curve['valid']}, checkpoint + '.tmp')
+        os.replace(checkpoint + '.tmp', checkpoint)
+
     def train_one_batch(self, batch, n_iter, train=True):
         if not train:
             return original(self, batch, n_iter, train)
+        if not state['resumed']:
+            resume(self)
+        updates = n_iter + 1 + state['offset']
         started = time.perf_counter()
-        out = original(self, batch, n_iter, train)
+        out = original(self, batch, updates - 1, train)
         clock['train_s'] += time.perf_counter() - started
-        clock['updates'] = n_iter + 1
+        clock['updates'] = updates
         window.append(out)
-        if (n_iter + 1) % spec['log_every'] == 0:
+        if updates % spec['log_every'] == 0:
             loss, ppl, bce, acc = (float(np.mean(col)) for col in zip(*window))
-            curve['train'].append({'updates': n_iter + 1, 'loss': loss, 'ppl_mean': ppl,
+            curve['train'].append({'updates': updates, 'loss': loss, 'ppl_mean': ppl,
                                    'loss_cls': bce, 'emo_acc': acc,
                                    'train_minutes': clock['train_s'] / 60})
             window.clear()
             dump()
-        if n_iter + 1 >= spec['steps']:
+        if checkpoint and updates % spec['save_every'] == 0:
+            save(self)
+        if updates >= spec['steps']:
             raise StopCurve()
         return out
 
@@ -167,7 +203,7 @@ def child_mime_curve(spec):
         loss, _ppl, bce, acc = (float(np.mean([r[i] for r in rows])) for i in range(4))
         examples = sum(r[4] for r in rows)
         acc_ex = sum(r[3] * r[4] for r in rows) / examples
-        curve['valid'].append({'updates': model.epoch + 1, 'loss': loss, 'ppl': float(np.exp(loss)),
+        curve['valid'].append({'updates': clock['updates'], 'loss': loss, 'ppl': float(np.exp(loss)),
                                'loss_cls': bce, 'emo_acc': acc, 'emo_acc_per_example': acc_ex,
                                'examples': examples, 'train_minutes': clock['train_s'] / 60,
                                'valid_seconds': time.perf_counter() - started})
@@ -184,7 +220,6 @@ def child_mime_curve(spec):
             loader = names['data_loader_val']
             batches = [b for _, b in zip(range(spec['smoke_valid_batches']), loader)]
             names['model'].eval()
-            names['model'].epoch = clock['updates'] - 1
             evaluate(names['model'], batches)
     curve['finished'] = True
     dump()
@@ -201,6 +236,9 @@ def main():
     parser.add_argument('--steps', type=int, default=8000)
     parser.add_argument('--log-every', type=int, default=250)
     parser.add_argument('--batch', type=int, default=16)
+    parser.add_argument('--save-every', type=int, default=1000,
+                        help='updates between checkpoints (a multiple of 1,000 keeps the reference\'s '
+                        'validations at multiples of 1,000 after a resume); a rerun with the same --out resumes')
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--workdir', default='/tmp/parlai_empathy_reference_speed')
     parser.add_argument('--out', required=False)
@@ -253,6 +291,8 @@ def main():
             'process runs in <workdir>/mime-<ED hash>, where dataset/ holds the converted ED files',
             'stop after --steps updates: Train_MIME.train_one_batch is wrapped to record what it '
             'returns and raise a BaseException after the last update',
+            'resume: after a rerun, the first update loads our checkpoint (weights, Adam, Noam step); '
+            'the loader reshuffles and the random state is main.py\'s seed again',
             'validation: model.common_layer.evaluate is replaced by its own loss pass and means '
             '(train_one_batch(train=False) over the valid loader) without its BLEU calls, which '
             'have no hypotheses at validation; under torch.no_grad',
@@ -262,7 +302,8 @@ def main():
     spec = dict(repo=os.path.abspath(args.mime_repo), workdir=mime_dir, batch=args.batch,
                 steps=args.steps, log_every=args.log_every, emb_file=emb_file,
                 save_path='save/curve/', out=os.path.abspath(args.out), report=report,
-                smoke_valid_batches=args.smoke_valid_batches)
+                smoke_valid_batches=args.smoke_valid_batches, save_every=args.save_every,
+                checkpoint=os.path.abspath(args.out) + '.checkpoint.pt')
     # run_child runs this file's --child through reference_speed's CLI: use our own instead
     logs = os.path.join(workdir, 'logs')
     os.makedirs(logs, exist_ok=True)

@@ -7,7 +7,9 @@ the reference's own ``main.py`` training loop (unchanged model, loss, Noam-Adam,
 shuffling) on the same ED files and recording, at equal updates, what its loop computes:
 
 * every ``--log-every`` updates, the means over those updates of what ``train_one_batch`` returns
-  (loss, PPL, emotion cross-entropy, emotion accuracy of the batch);
+  (loss, PPL, emotion cross-entropy, emotion accuracy of the batch), and of the two KL terms it
+  adds to its loss (positive and negative group, as its ``VAESampling.kl_div`` returns them,
+  divided by the batch's pairs: per example, as our ``loss_kl_pos``/``loss_kl_neg``);
 * at every validation of its loop (``check_iter = 1000``): the valid loss, PPL and emotion
   accuracy of its ``evaluate(..., ty="valid")``: the same loss pass over the valid loader
   (``train_one_batch(train=False)``) and the same means; the BLEU calls of that function, which
@@ -141,6 +143,19 @@ def child_mime_curve(spec):
         os.replace(spec['out'] + '.tmp', spec['out'])
 
     original = trainer.Train_MIME.train_one_batch
+    # the KL terms its train_one_batch adds to the loss but does not return: recorded as its
+    # VAESampling.kl_div computes them (summed over the batch and the latent dimensions)
+    from model import VAE_noEmo_posterior as vae
+
+    kl_calls, original_kl = [], vae.VAESampling.kl_div
+
+    def kl_div(*args, **kwargs):
+        value = original_kl(*args, **kwargs)
+        if state.get('training_step'):
+            kl_calls.append(float(value))
+        return value
+
+    vae.VAESampling.kl_div = staticmethod(kl_div)
 
     checkpoint = spec.get('checkpoint')
     state = {'offset': 0, 'resumed': False}
@@ -176,14 +191,20 @@ def child_mime_curve(spec):
             resume(self)
         updates = n_iter + 1 + state['offset']
         started = time.perf_counter()
+        kl_calls.clear()
+        state['training_step'] = True
         out = original(self, batch, updates - 1, train)
+        state['training_step'] = False
         clock['train_s'] += time.perf_counter() - started
         clock['updates'] = updates
-        window.append(out)
+        pairs = len(batch['input_lengths'])
+        kl = [value / pairs for value in kl_calls] if len(kl_calls) == 2 else [float('nan')] * 2
+        window.append(tuple(out) + tuple(kl))
         if updates % spec['log_every'] == 0:
-            loss, ppl, bce, acc = (float(np.mean(col)) for col in zip(*window))
+            loss, ppl, bce, acc, kl_pos, kl_neg = (float(np.mean(col)) for col in zip(*window))
             curve['train'].append({'updates': updates, 'loss': loss, 'ppl_mean': ppl,
                                    'loss_cls': bce, 'emo_acc': acc,
+                                   'kl_pos_per_example': kl_pos, 'kl_neg_per_example': kl_neg,
                                    'train_minutes': clock['train_s'] / 60})
             window.clear()
             dump()
@@ -291,6 +312,8 @@ def main():
             'process runs in <workdir>/mime-<ED hash>, where dataset/ holds the converted ED files',
             'stop after --steps updates: Train_MIME.train_one_batch is wrapped to record what it '
             'returns and raise a BaseException after the last update',
+            'KL: model.VAE_noEmo_posterior.VAESampling.kl_div is wrapped to record the values it '
+            'returns during training updates (unchanged)',
             'resume: after a rerun, the first update loads our checkpoint (weights, Adam, Noam step); '
             'the loader reshuffles and the random state is main.py\'s seed again',
             'validation: model.common_layer.evaluate is replaced by its own loss pass and means '

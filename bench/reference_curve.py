@@ -189,6 +189,8 @@ def child_mime_curve(spec):
             return original(self, batch, n_iter, train)
         if not state['resumed']:
             resume(self)
+        if n_iter + state['offset'] >= spec['steps']:
+            raise StopCurve()  # here, not after the last update: main.py validates after it first
         updates = n_iter + 1 + state['offset']
         started = time.perf_counter()
         kl_calls.clear()
@@ -210,8 +212,6 @@ def child_mime_curve(spec):
             dump()
         if checkpoint and updates % spec['save_every'] == 0:
             save(self)
-        if updates >= spec['steps']:
-            raise StopCurve()
         return out
 
     def evaluate(model, data, ty='valid', max_dec_step=30, write_summary=False):

@@ -152,7 +152,7 @@ def child_mime_curve(spec):
     def kl_div(*args, **kwargs):
         value = original_kl(*args, **kwargs)
         if state.get('training_step'):
-            kl_calls.append(float(value))
+            kl_calls.append(float(value.detach()))
         return value
 
     vae.VAESampling.kl_div = staticmethod(kl_div)

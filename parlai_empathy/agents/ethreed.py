@@ -16,7 +16,8 @@ The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
   vocabulary is every train word seen at least 3 times (the reference also counts valid).
 * L1 labels: the speaker's from the ED ``emotion`` field, the listener's from the emotions tagging
   cache, made once with an ED 32-way classifier (``--listener-emotions``, see
-  :class:`ListenerEmotionTags`).
+  :class:`ListenerEmotionTags`); ``--listener-emotions conversation`` gives the listener the
+  conversation's label too (a diagnostic upper bound, not the paper's setup).
 * Loss = the reference's: L3 averaged over each response's tokens, then over responses, plus the
   model's L1 + L2 + L4 (``loss_emo``, ``loss_kl``, ``loss_cov``). Perplexity both ways: ``ppl``
   (ParlAI's, token-weighted) and ``ppl_ex`` (exp of the mean per-response mean NLL, the
@@ -385,7 +386,8 @@ class EthreedAgent(EncoderReadoutAgent):
             raise ValueError(f'bad "emotion" field in an {self.id} observation: {err}') from err
 
     def _label(self, obs, role, turn, speaker_emotion):
-        """L1 label of one utterance: the ED label for the speaker, the tag for the listener."""
+        """L1 label of one utterance: the ED label for the speaker, the tag for the listener
+        (with ``--listener-emotions conversation``, the ED label for both)."""
         if role == SPEAKER or self.listener_tags == CONVERSATION_LABELS:
             return speaker_emotion
         if self.listener_tags is None or turn is None or obs.get('conv_id') is None:

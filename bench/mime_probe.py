@@ -58,7 +58,7 @@ def collect(model_file, datatype, ed_datapath, batchsize, limit):
     def hook(module, inputs, output):
         if state['pending'] is None:  # the second pass (gold polarity) of the same batch
             return
-        x, keep = inputs[0], inputs[1]
+        keep = inputs[1]
         mask = keep.unsqueeze(-1).to(output.dtype)
         rows['c'].append(output[:, 0].detach().float().clone())  # not a view of H
         logits = encoder.classifier_proj(output[:, 0]) @ encoder.emotion_embedding.t()
@@ -71,9 +71,7 @@ def collect(model_file, datatype, ed_datapath, batchsize, limit):
         if state['pending'] is None:
             return
         tokens = inputs[0]
-        table = encoder.embedding.words(tokens) if hasattr(encoder.embedding, 'words') else None
-        if table is None:
-            return
+        table = encoder.embedding.words(tokens)  # the word vectors alone, without tags or CTX
         mask = (tokens != encoder.padding_idx).unsqueeze(-1).to(table.dtype)
         rows['mean_words'].append(((table * mask).sum(1) / mask.sum(1).clamp(min=1)).detach().float())
 

@@ -133,7 +133,7 @@ def child_mime_curve(spec):
     from model import common_layer, trainer
 
     curve = dict(spec['report'], train=[], valid=[])
-    window, clock = [], {'start': time.perf_counter(), 'train_s': 0.0}
+    window, clock = [], {'train_s': 0.0}
 
     def dump():
         curve['updates_done'] = clock.get('updates', 0)
@@ -269,7 +269,7 @@ def main():
                         help='print a markdown table of this reference curve beside --ours curves')
     parser.add_argument('--ours', nargs='*', default=[], metavar='NAME=PATH',
                         help='with --table: our runs (meta.json or a diagnostic curve.json)')
-    parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+    parser.add_argument('--child', choices=['mime-curve'], help=argparse.SUPPRESS)
     parser.add_argument('--spec', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -327,26 +327,8 @@ def main():
                 save_path='save/curve/', out=os.path.abspath(args.out), report=report,
                 smoke_valid_batches=args.smoke_valid_batches, save_every=args.save_every,
                 checkpoint=os.path.abspath(args.out) + '.checkpoint.pt')
-    # run_child runs this file's --child through reference_speed's CLI: use our own instead
-    logs = os.path.join(workdir, 'logs')
-    os.makedirs(logs, exist_ok=True)
-    spec_path = os.path.join(logs, 'mime-curve.spec.json')
-    spec['result'] = os.path.join(logs, 'mime-curve.result.json')
-    spec['threads'] = args.threads
-    with open(spec_path, 'w') as handle:
-        json.dump(spec, handle, indent=1)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               PYTHONDONTWRITEBYTECODE='1', TQDM_MININTERVAL='60')
-    import subprocess
-    log_path = os.path.join(logs, 'mime-curve.log')
-    print(f'reference curve: log {log_path}, curve {args.out}', flush=True)
-    with open(log_path, 'w') as log:
-        done = subprocess.run([args.ref_python, os.path.abspath(__file__), '--child', '--spec', spec_path],
-                              stdout=log, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
-        with open(log_path, errors='replace') as handle:
-            raise SystemExit(f'reference curve failed (exit {done.returncode}):\n{handle.read()[-4000:]}')
-
+    print(f'reference curve: {args.out}', flush=True)
+    rs.run_child(args.ref_python, 'mime-curve', spec, workdir, args.threads, 'mime-curve', script=__file__)
 
 if __name__ == '__main__':
     main()

@@ -259,8 +259,9 @@ def git_commit(folder):
         return None
 
 
-def run_child(python, role, spec, workdir, threads, label):
-    """Run one measurement in a fresh process; its output goes to <workdir>/logs/<label>.log."""
+def run_child(python, role, spec, workdir, threads, label, script=None):
+    """Run one measurement in a fresh process; its output goes to <workdir>/logs/<label>.log.
+    ``script``: the file whose ``--child ROLE --spec FILE`` runs it (default: this one)."""
     logs = os.path.join(workdir, 'logs')
     os.makedirs(logs, exist_ok=True)
     spec_path = os.path.join(logs, f'{label}.spec.json')
@@ -272,7 +273,7 @@ def run_child(python, role, spec, workdir, threads, label):
         json.dump(spec, handle, indent=1)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONDONTWRITEBYTECODE='1', TQDM_MININTERVAL='30', HF_HUB_OFFLINE='1')
-    command = [python, os.path.abspath(__file__), '--child', role, '--spec', spec_path]
+    command = [python, os.path.abspath(script or __file__), '--child', role, '--spec', spec_path]
     log_path = os.path.join(logs, f'{label}.log')
     print(f'[{time.strftime("%H:%M:%S")}] {label}: {" ".join(command)}  (log: {log_path})', flush=True)
     started = time.perf_counter()

@@ -59,29 +59,33 @@ def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
     assert 'emo_acc' in log
 
 
-def test_embeddings_are_scaled_as_the_reference_and_older_models_load_unscaled(run_parlai, tmp_path):
-    """The reference's Embeddings.forward returns lut(x) * sqrt(d_model): a new model saves
-    ``embeddings_scale: true`` and scales by sqrt(D_h); a model whose options predate the option
-    was trained unscaled and loads so."""
+def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai, tmp_path):
+    """The reference's Embeddings.forward returns lut(x) * sqrt(d_model) and its feed-forward layer
+    ends with a ReLU: a new model saves ``embeddings_scale: true`` and ``ffn_final_relu: true`` and
+    computes so; a model whose options predate these options was trained without them and loads so."""
     import json
 
     model_file, _ = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     opt_file = tmp_path / 'model.opt'
-    assert json.loads(opt_file.read_text())['embeddings_scale'] is True
-    script = tmp_path / 'scale.py'
+    saved = json.loads(opt_file.read_text())
+    assert saved['embeddings_scale'] is True and saved['ffn_final_relu'] is True
+    script = tmp_path / 'forms.py'
     script.write_text(
         'import sys\n'
         'from parlai.core.agents import create_agent_from_model_file\n'
         'agent = create_agent_from_model_file(sys.argv[1])\n'
-        "print('SCALE', agent.core_model.encoder.embedding.words.scale, agent.opt['embeddings_scale'])\n"
+        'model = agent.core_model\n'
+        "print('FORMS', model.encoder.embedding.words.scale, agent.opt['embeddings_scale'],\n"
+        "      model.decoder.stack.blocks[0].ffn.final_relu, agent.opt['ffn_final_relu'])\n"
     )
-    line = [x for x in run_parlai('python', script, model_file).stdout.splitlines() if x.startswith('SCALE')]
-    assert line == [f'SCALE {32 ** 0.5} True']
-    saved = json.loads(opt_file.read_text())
-    del saved['embeddings_scale']
+
+    def forms():
+        out = run_parlai('python', script, model_file).stdout.splitlines()
+        return [x for x in out if x.startswith('FORMS')]
+    assert forms() == [f'FORMS {32 ** 0.5} True True True']
+    del saved['embeddings_scale'], saved['ffn_final_relu']
     opt_file.write_text(json.dumps(saved))
-    line = [x for x in run_parlai('python', script, model_file).stdout.splitlines() if x.startswith('SCALE')]
-    assert line == ['SCALE 1.0 False']
+    assert forms() == ['FORMS 1.0 False False False']
 
 
 def test_multitask_transformer_trains(run_parlai, tmp_path):

@@ -166,6 +166,12 @@ def test_feed_forward_is_a_width_3_convolution_causal_in_the_decoder():
     keep = torch.tensor([[True] * 4 + [False] * 2] * 2)
     padded = centred(torch.cat([x[:, :4], torch.randn(2, 2, 8)], dim=1), keep)
     assert torch.allclose(padded[:, :4], centred(x[:, :4]), atol=1e-6)
+    # the reference's PositionwiseFeedForward ends with a ReLU too (final_relu, the default); the
+    # form of models saved before it was found has none
+    assert (out >= 0).all() and (out > 0).any()
+    plain = FeedForward(8, 5, kernel=3, causal=True, final_relu=False)
+    plain.load_state_dict(causal.state_dict())
+    assert (plain(x) < 0).any() and torch.equal(torch.relu(plain(x)), out)
 
 
 def _memory(model, context, speakers, emotion):
@@ -239,10 +245,11 @@ def test_emotion_embeddings_learn_from_the_response_loss(sample_batch):
 
 
 @pytest.mark.parametrize('cls', [Mime, MultitaskTransformer])
-def test_incremental_decoding_matches_full_decoding(cls, sample_batch):
+@pytest.mark.parametrize('final_relu', [True, False])
+def test_incremental_decoding_matches_full_decoding(cls, sample_batch, final_relu):
     vocab, _, (context, speakers, response, _) = sample_batch
     torch.manual_seed(0)
-    model = cls(len(vocab), size=TINY).eval()
+    model = cls(len(vocab), size=TINY._replace(ffn_final_relu=final_relu)).eval()
     with torch.no_grad():
         states = model.encoder(context, speakers)
         inputs = torch.cat([model.START.expand(8, 1), response[:, :-1]], dim=1)

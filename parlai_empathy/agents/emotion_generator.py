@@ -133,6 +133,10 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help='multiply word and speaker embeddings by sqrt(D_h) before the input '
                            "projection, as the reference's Embeddings.forward (default: true for a new "
                            'model; a model saved without this option keeps the unscaled form it was trained with)')
+        group.add_argument('--ffn-final-relu', type='bool', default=None,
+                           help="a ReLU after the feed-forward layer's last convolution too, as the "
+                           "reference's PositionwiseFeedForward applies it (default: true for a new model; "
+                           'a model saved without this option keeps the form it was trained with, none)')
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
         parser.set_defaults(
@@ -159,6 +163,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             opt['embedding_size'], opt['n_heads'], opt['attention_size'], opt['ffn_size'],
             opt['n_layers'], opt['dropout'], opt.get('ffn_kernel', 3),
             max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
+            self._new_model_flag('ffn_final_relu'),
         )
 
     def build_words(self):
@@ -177,15 +182,20 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return words
 
     def _embeddings_scale(self, size):
-        """sqrt(D_h) or 1 (``--embeddings-scale``). Unset, a new model takes the reference's
-        scaling, and a saved model (``-mf`` that exists, or ``--init-model``) what its own options
-        say, unscaled when they predate the option; the choice is saved with the model."""
-        flag = self.opt.get('embeddings_scale')
+        """sqrt(D_h) or 1 (``--embeddings-scale``, see :meth:`_new_model_flag`)."""
+        return math.sqrt(size.d_model) if self._new_model_flag('embeddings_scale') else 1.0
+
+    def _new_model_flag(self, key):
+        """A boolean option added to follow the reference after models were saved without it.
+        Unset, a new model takes the reference's form (True), and a saved model (``-mf`` that
+        exists, or ``--init-model``) what its own options say, False when they predate the option;
+        the choice is saved with the model."""
+        flag = self.opt.get(key)
         if flag is None:
             saved = self.opt['model_file'] if self._model_exists() else self.opt.get('init_model')
-            flag = bool(_saved_option(saved, 'embeddings_scale', False)) if saved else True
-            self.opt['embeddings_scale'] = flag
-        return math.sqrt(size.d_model) if flag else 1.0
+            flag = bool(_saved_option(saved, key, False)) if saved else True
+            self.opt[key] = flag
+        return bool(flag)
 
     def _glove_table_dim(self, size):
         if self.opt.get('word_table_dim'):

@@ -10,7 +10,12 @@ They follow the MoEL/MIME reference code (declare-lab/MIME @ 7c34f3a, ``model/co
   key/value depth": 40 for D_h = 300) and bias-free query/key/value/output maps;
 * the position-wise feed-forward layer is two 1-D convolutions of width ``ffn_kernel`` (3) with a
   ReLU between (width ``ffn_dim``, the reference's "filter": 50); the decoder's convolutions are
-  causal (left-padded), the encoder's centred;
+  causal (left-padded), the encoder's centred. The reference's ``PositionwiseFeedForward.forward``
+  also applies its ReLU after the *last* convolution (its test ``if i < len(self.layers)`` is
+  always true), so what each block adds to its residual stream is non-negative;
+  ``ffn_final_relu=True`` (the default) does the same. ``bench/mime_transplant.py`` found this as
+  the one difference of function between the reference MIME and ours (2026-11-27); models saved
+  before then were trained without it and keep that form (``--ffn-final-relu``);
 * a final layer norm closes each stack.
 
 Deviations, on purpose (each keeps the reference's function on unpadded input):
@@ -82,17 +87,17 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """conv(d_model -> ffn_dim, k) -> ReLU -> conv(ffn_dim -> d_model, k) along time.
+    """conv(d_model -> ffn_dim, k) -> ReLU -> conv(ffn_dim -> d_model, k) [-> ReLU] along time.
 
     ``kernel=1`` is the usual position-wise linear network. ``causal`` pads on the left only, so
     position t sees t-k+1..t (the reference decoder's ``padding='left'``).
     """
 
-    def __init__(self, d_model, ffn_dim, kernel=3, causal=False, dropout=0.0):
+    def __init__(self, d_model, ffn_dim, kernel=3, causal=False, dropout=0.0, final_relu=True):
         super().__init__()
         self.conv_in = nn.Conv1d(d_model, ffn_dim, kernel)
         self.conv_out = nn.Conv1d(ffn_dim, d_model, kernel)
-        self.kernel, self.causal = kernel, causal
+        self.kernel, self.causal, self.final_relu = kernel, causal, final_relu
         self.padding = (kernel - 1, 0) if causal else (kernel // 2, (kernel - 1) // 2)
         self.dropout = nn.Dropout(dropout)
 
@@ -113,7 +118,7 @@ class FeedForward(nn.Module):
             hidden = self.dropout(F.relu(self._conv(self.conv_in, x)))
             if keep is not None:
                 hidden = hidden * keep.unsqueeze(-1).to(hidden.dtype)
-            return self._conv(self.conv_out, hidden)
+            return self._out(self._conv(self.conv_out, hidden))
         if not self.causal:
             raise ValueError('incremental decoding needs a causal feed-forward layer')
         past = self.kernel - 1
@@ -121,21 +126,27 @@ class FeedForward(nn.Module):
             cache['ffn_in'] = x.new_zeros(x.size(0), past, x.size(2))
             cache['ffn_mid'] = x.new_zeros(x.size(0), past, self.conv_in.out_channels)
         hidden = self.dropout(F.relu(self._conv(self.conv_in, x, cache['ffn_in'])))
-        out = self._conv(self.conv_out, hidden, cache['ffn_mid'])
+        out = self._out(self._conv(self.conv_out, hidden, cache['ffn_mid']))
         cache['ffn_in'] = torch.cat([cache['ffn_in'], x], dim=1)[:, -past:]
         cache['ffn_mid'] = torch.cat([cache['ffn_mid'], hidden], dim=1)[:, -past:]
         return out
 
 
+    def _out(self, x):
+        """The reference's ReLU after the last convolution (and its dropout), when kept."""
+        return self.dropout(F.relu(x)) if self.final_relu else x
+
+
 class EncoderBlock(nn.Module):
     """x + SelfAttn(LN(x)), then x + FFN(LN(x))."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3):
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3, ffn_final_relu=True):
         super().__init__()
         self.norm_attn = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=False, dropout=dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=False, dropout=dropout,
+                               final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, keep):
@@ -147,14 +158,15 @@ class EncoderBlock(nn.Module):
 class DecoderBlock(nn.Module):
     """Causal self-attention, attention over the memory, causal FFN; each pre-normed and residual."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3):
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3, ffn_final_relu=True):
         super().__init__()
         self.norm_self = nn.LayerNorm(d_model)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_cross = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=True, dropout=dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=True, dropout=dropout,
+                               final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, memory, memory_keep, cache=None):
@@ -203,10 +215,11 @@ class TransformerEncoder(_Stack):
     """proj(x) + timing, a stack of :class:`EncoderBlock`, a final layer norm."""
 
     def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
-                 input_dim=None, max_positions=1024, project_input=True):
+                 input_dim=None, max_positions=1024, project_input=True, ffn_final_relu=True):
         super().__init__(d_model, input_dim, max_positions, project_input)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel) for _ in range(n_layers)
+            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu)
+            for _ in range(n_layers)
         )
 
     def forward(self, x, keep):
@@ -220,10 +233,11 @@ class TransformerDecoder(_Stack):
     """proj(x) + timing, a stack of :class:`DecoderBlock`, a final layer norm; incremental cache."""
 
     def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
-                 input_dim=None, max_positions=1024):
+                 input_dim=None, max_positions=1024, ffn_final_relu=True):
         super().__init__(d_model, input_dim, max_positions)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel) for _ in range(n_layers)
+            DecoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu)
+            for _ in range(n_layers)
         )
 
     def forward(self, x, memory, memory_keep, cache=None, offset=0):
@@ -258,13 +272,14 @@ class TransformerSize(NamedTuple):
     dropout: float = 0.0
     ffn_kernel: int = 3
     max_positions: int = 1024
+    ffn_final_relu: bool = True
 
     def encoder(self, input_dim=None, project_input=True):
         return TransformerEncoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
                                   self.n_layers, self.dropout, self.ffn_kernel, input_dim,
-                                  self.max_positions, project_input)
+                                  self.max_positions, project_input, self.ffn_final_relu)
 
     def decoder(self, input_dim=None):
         return TransformerDecoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
                                   self.n_layers, self.dropout, self.ffn_kernel, input_dim,
-                                  self.max_positions)
+                                  self.max_positions, self.ffn_final_relu)

@@ -24,7 +24,8 @@ remains is what nobody has documented:
 * ``--keep-ref-logvar``: its prior and posterior return the positive group's log-variance for the
   negative group; otherwise patched to each group's own (ours);
 * ``--pad-context``: contexts of different lengths (the reference convolves over padding, ours
-  zeroes it; and its posterior averages padding); default: equal lengths, no padding.
+  zeroes it; and its posterior averages padding); default: equal lengths, no padding. With
+  ``--ours-conv-over-padding`` ours does as the reference (``conv_over_padding=True``).
 
 Run with the reference's Python (the one ``reference_speed.py`` sets up; our model only needs
 torch)::
@@ -275,6 +276,9 @@ def main():
     parser.add_argument('--ours-only-without-final-relu', action='store_true',
                         help='ours with ffn_final_relu=False against the unpatched reference (shows '
                         'the difference this script found)')
+    parser.add_argument('--ours-conv-over-padding', action='store_true',
+                        help='ours with conv_over_padding=True (the reference\'s padding: convolutions over '
+                        'padded positions, the posterior averaging them); use with --pad-context')
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args()
     if args.without_final_relu and args.ours_only_without_final_relu:
@@ -296,7 +300,8 @@ def main():
     d = config.hidden_dim
     size = TransformerSize(d_model=d, n_heads=config.heads, attn_dim=config.depth, ffn_dim=config.filter,
                            n_layers=config.hop,
-                           ffn_final_relu=not (args.without_final_relu or args.ours_only_without_final_relu))
+                           ffn_final_relu=not (args.without_final_relu or args.ours_only_without_final_relu),
+                           conv_over_padding=args.ours_conv_over_padding)
     words = WordEmbedding(args.vocab, d, config.PAD_idx, scale=math.sqrt(config.emb_dim))
     ours = Mime(args.vocab, config.PAD_idx, config.SOS_idx, config.EOS_idx, size=size, words=words)
     mapping = build_mapping(ours, ref, config, vae)

@@ -174,6 +174,23 @@ def test_feed_forward_is_a_width_3_convolution_causal_in_the_decoder():
     assert (plain(x) < 0).any() and torch.equal(torch.relu(plain(x)), out)
 
 
+def test_conv_over_padding_is_the_reference_padding(sample_batch):
+    """Default: a context's encoding does not depend on the padding its batch adds; with
+    ``conv_over_padding`` (the reference's padding) the last real tokens see the padding after them."""
+    vocab, _, (context, speakers, _, emotion) = sample_batch
+    lengths = context.ne(0).sum(dim=1)
+    short = int(lengths.argmin())
+    n = int(lengths[short])
+    for over, same in ((False, True), (True, False)):
+        torch.manual_seed(0)
+        model = Mime(len(vocab), size=TINY._replace(conv_over_padding=over)).eval()
+        with torch.no_grad():
+            batched = model.encoder.context_encoder(*model.encoder.embedding(context, speakers))
+            alone = model.encoder.context_encoder(*model.encoder.embedding(context[short:short + 1, :n],
+                                                                           speakers[short:short + 1, :n]))
+        assert torch.allclose(batched[short, :n + 1], alone[0], atol=1e-5) is same
+
+
 def _memory(model, context, speakers, emotion):
     torch.manual_seed(1)
     return model.encoder(context, speakers, emotion).memory

@@ -137,6 +137,10 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help="a ReLU after the feed-forward layer's last convolution too, as the "
                            "reference's PositionwiseFeedForward applies it (default: true for a new model; "
                            'a model saved without this option keeps the form it was trained with, none)')
+        group.add_argument('--conv-over-padding', type='bool', default=False,
+                           help="the reference's padding: encoder convolutions run over padded positions "
+                           "and MIME's posterior averages them (ours by default: padding is zeroed and "
+                           "skipped, so a token's features do not depend on its batch)")
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
         parser.set_defaults(
@@ -163,7 +167,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             opt['embedding_size'], opt['n_heads'], opt['attention_size'], opt['ffn_size'],
             opt['n_layers'], opt['dropout'], opt.get('ffn_kernel', 3),
             max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
-            self._new_model_flag('ffn_final_relu'),
+            self._new_model_flag('ffn_final_relu'), bool(opt.get('conv_over_padding')),
         )
 
     def build_words(self):

@@ -85,7 +85,8 @@ class DialogueEmbedding(nn.Module):
         keep = tokens.ne(self.padding_idx)
         x = self.words(tokens)
         if self.speakers is not None and speakers is not None:
-            x = x + self.speakers(speakers) * self.words.scale
+            # padding gets no speaker term (the reference's tag there is its PAD row, as the word)
+            x = x + self.speakers(speakers) * (self.words.scale * keep.unsqueeze(-1).to(x.dtype))
         if self.ctx is not None:
             ctx = self.ctx.expand(tokens.size(0), 1, -1).to(x.dtype)
             x = torch.cat([ctx, x], dim=1)

@@ -44,6 +44,8 @@ Deviations from the reference, on purpose:
 * its prior and posterior return the *positive* group's log-variance for the negative group too
   (the negative log-variance layers are built and never used); each group has its own here;
 * the posterior's pooled M_g averages real positions only (the reference averages padding too).
+  With ``size.conv_over_padding`` (the reference's padding, for measuring the deviation) it
+  averages every position, as the reference does.
 """
 import hashlib
 from typing import List, NamedTuple, Optional, Sequence
@@ -189,6 +191,7 @@ class MimeEncoder(nn.Module):
         super().__init__()
         d_model = size.d_model
         self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
+        self.pool_padding = size.conv_over_padding
         self.padding_idx = padding_idx
         # 1. context encoding
         self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
@@ -235,7 +238,7 @@ class MimeEncoder(nn.Module):
         if not self.grouping:
             memory = self.mimic_encoder(hidden, samples[0].emotion, keep)
             if with_posterior:
-                aux['kl_all'], = self.sampler.kl(c, [masked_mean(memory, keep)], samples)
+                aux['kl_all'], = self.sampler.kl(c, [self._pool(memory, keep)], samples)
             return EncoderStates(memory, keep, aux)
         e_pos, e_neg = samples[0].emotion, samples[1].emotion
         # 5. emotion mimicry
@@ -245,12 +248,17 @@ class MimeEncoder(nn.Module):
         m_out = self.mimic_encoder(hidden, m, keep)
         m_tilde_out = self.non_mimic_encoder(hidden, m_tilde, keep)
         if with_posterior:
-            pooled_m, pooled_tilde = masked_mean(m_out, keep), masked_mean(m_tilde_out, keep)
+            pooled_m, pooled_tilde = self._pool(m_out, keep), self._pool(m_tilde_out, keep)
             pooled_pos = torch.where(flag, pooled_m, pooled_tilde)  # the positive group's side
             pooled_neg = torch.where(flag, pooled_tilde, pooled_m)
             aux['kl_pos'], aux['kl_neg'] = self.sampler.kl(c, [pooled_pos, pooled_neg], samples)
         # 7. fusion
         return EncoderStates(self.fusion(m_out, m_tilde_out), keep, aux)
+
+
+    def _pool(self, states, keep):
+        """The posterior's pooled M_g: the mean over real positions, or over every position."""
+        return states.mean(dim=1) if self.pool_padding else masked_mean(states, keep)
 
 
 class Mime(GeneratorModel):

@@ -21,7 +21,9 @@ They follow the MoEL/MIME reference code (declare-lab/MIME @ 7c34f3a, ``model/co
 Deviations, on purpose (each keeps the reference's function on unpadded input):
 
 * the encoder zeroes padded positions before each convolution, so a token's features never depend
-  on how much padding its batch has (the reference convolves over padding);
+  on how much padding its batch has (the reference convolves over padding, so the last real tokens
+  of a short context see the states of the padding after them; ``conv_over_padding=True`` does the
+  same, for measuring what the deviation changes);
 * ``nn.LayerNorm`` (biased variance, eps inside the square root) stands for the reference's
   hand-written LayerNorm (unbiased std, eps 1e-6 added to the std).
 
@@ -140,8 +142,10 @@ class FeedForward(nn.Module):
 class EncoderBlock(nn.Module):
     """x + SelfAttn(LN(x)), then x + FFN(LN(x))."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3, ffn_final_relu=True):
+    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3, ffn_final_relu=True,
+                 conv_over_padding=False):
         super().__init__()
+        self.conv_over_padding = conv_over_padding
         self.norm_attn = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
@@ -152,7 +156,7 @@ class EncoderBlock(nn.Module):
     def forward(self, x, keep):
         h = self.norm_attn(x)
         x = x + self.dropout(self.attn(h, self.attn.keys_values(h), keep))
-        return x + self.dropout(self.ffn(self.norm_ffn(x), keep))
+        return x + self.dropout(self.ffn(self.norm_ffn(x), None if self.conv_over_padding else keep))
 
 
 class DecoderBlock(nn.Module):
@@ -215,10 +219,12 @@ class TransformerEncoder(_Stack):
     """proj(x) + timing, a stack of :class:`EncoderBlock`, a final layer norm."""
 
     def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
-                 input_dim=None, max_positions=1024, project_input=True, ffn_final_relu=True):
+                 input_dim=None, max_positions=1024, project_input=True, ffn_final_relu=True,
+                 conv_over_padding=False):
         super().__init__(d_model, input_dim, max_positions, project_input)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu)
+            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu,
+                         conv_over_padding)
             for _ in range(n_layers)
         )
 
@@ -273,11 +279,13 @@ class TransformerSize(NamedTuple):
     ffn_kernel: int = 3
     max_positions: int = 1024
     ffn_final_relu: bool = True
+    conv_over_padding: bool = False  # the reference's padding (a deviation of ours, see the top)
 
     def encoder(self, input_dim=None, project_input=True):
         return TransformerEncoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
                                   self.n_layers, self.dropout, self.ffn_kernel, input_dim,
-                                  self.max_positions, project_input, self.ffn_final_relu)
+                                  self.max_positions, project_input, self.ffn_final_relu,
+                                  self.conv_over_padding)
 
     def decoder(self, input_dim=None):
         return TransformerDecoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,

@@ -33,7 +33,6 @@ torch)::
     ../ref-venv/bin/python bench/mime_transplant.py --mime-repo /tmp/ref-mime [--out transplant.json]
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -43,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
+from transplant_common import Mapping, report  # noqa: E402
 
 
 def build_reference(repo, vocab_size, batch, args):
@@ -128,46 +128,6 @@ def reference_label_maps():
     return [ref_order.index(label) for label in ED_EMOTIONS]
 
 
-class Mapping:
-    """Pairs (our parameter, reference parameters, how they combine)."""
-
-    def __init__(self, ours, ref):
-        self.ours, self.ref = dict(ours.named_parameters()), dict(ref.named_parameters())
-        self.pairs = []
-
-    def add(self, mine, theirs, combine=None, grads=None):
-        """``combine`` makes our value from theirs; ``grads(ours, theirs)`` gives the two gradients
-        to compare when ``combine`` applied to their gradients is not ours (shared rows)."""
-        theirs = [theirs] if isinstance(theirs, str) else theirs
-        self.pairs.append((mine, theirs, combine or (lambda ts: ts[0]), grads))
-
-    def copy(self):
-        import torch
-
-        with torch.no_grad():
-            for mine, theirs, combine, _ in self.pairs:
-                value = combine([self.ref[t] for t in theirs])
-                if value.shape != self.ours[mine].shape:
-                    raise ValueError(f'{mine}: {tuple(value.shape)} from {theirs}, '
-                                     f'ours is {tuple(self.ours[mine].shape)}')
-                self.ours[mine].copy_(value)
-
-    def grads(self):
-        rows = []
-        for mine, theirs, combine, pick in self.pairs:
-            ref_grads = [self.ref[t].grad for t in theirs]
-            if self.ours[mine].grad is None or any(g is None for g in ref_grads):
-                rows.append((mine, theirs, None, None))
-                continue
-            mine_g, theirs_g = self.ours[mine].grad, combine(ref_grads)
-            if pick is not None:
-                mine_g, theirs_g = pick(mine_g, ref_grads)
-            diff = (mine_g - theirs_g).abs().max().item()
-            scale = theirs_g.abs().max().item()
-            rows.append((mine, theirs, diff, scale))
-        return rows
-
-
 def stack_pairs(mapping, mine, theirs, decoder=False, input_proj=True):
     import torch
 
@@ -211,9 +171,13 @@ def build_mapping(ours, ref, config, vae):
     scale = math.sqrt(config.emb_dim)
     tags = [config.USR_idx, config.SYS_idx]
     mapping.add('encoder.embedding.speakers.weight', 'embedding.lut.weight', lambda ts: ts[0][tags])
-    # the reference's CLS position: lut(CLS) * sqrt(d) + its tag lut(CLS) * sqrt(d); ours is unscaled
-    mapping.add('encoder.embedding.ctx', 'embedding.lut.weight', lambda ts: 2 * scale * ts[0][config.CLS_idx],
-                grads=lambda g, ts: (2 * scale * g, ts[0][config.CLS_idx]))
+    # the reference's CLS position: lut(CLS) * sqrt(d) + its tag lut(CLS) * sqrt(d); ours with
+    # reference_tags is the same row times 2 sqrt(d), without it a vector used unscaled
+    if ours.encoder.embedding.reference_tags:
+        mapping.add('encoder.embedding.ctx', 'embedding.lut.weight', lambda ts: ts[0][config.CLS_idx])
+    else:
+        mapping.add('encoder.embedding.ctx', 'embedding.lut.weight', lambda ts: 2 * scale * ts[0][config.CLS_idx],
+                    grads=lambda g, ts: (2 * scale * g, ts[0][config.CLS_idx]))
     stack_pairs(mapping, 'encoder.context_encoder', 'encoder')
     mapping.add('encoder.emotion_embedding', 'emoji_embedding.weight', lambda ts: ts[0][to_ref])
     mapping.add('encoder.classifier_proj.weight', 's_weight.weight')
@@ -279,6 +243,9 @@ def main():
     parser.add_argument('--ours-conv-over-padding', action='store_true',
                         help='ours with conv_over_padding=True (the reference\'s padding: convolutions over '
                         'padded positions, the posterior averaging them); use with --pad-context')
+    parser.add_argument('--ours-legacy-tags', action='store_true',
+                        help='ours with reference_tags=False (a unit-scale CTX vector used unscaled: the form '
+                        'of models saved before 2026-11-27; the same function, mapped with the factor)')
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args()
     if args.without_final_relu and args.ours_only_without_final_relu:
@@ -303,7 +270,8 @@ def main():
                            ffn_final_relu=not (args.without_final_relu or args.ours_only_without_final_relu),
                            conv_over_padding=args.ours_conv_over_padding)
     words = WordEmbedding(args.vocab, d, config.PAD_idx, scale=math.sqrt(config.emb_dim))
-    ours = Mime(args.vocab, config.PAD_idx, config.SOS_idx, config.EOS_idx, size=size, words=words)
+    ours = Mime(args.vocab, config.PAD_idx, config.SOS_idx, config.EOS_idx, size=size, words=words,
+                reference_tags=not args.ours_legacy_tags)
     mapping = build_mapping(ours, ref, config, vae)
     mapping.copy()
     for mine, theirs in ((ours.encoder.context_encoder, ref.encoder),
@@ -399,37 +367,9 @@ def main():
               'emotion CE (ref / ours)': [ref_ce.item(), parts['cls'].item()],
               'KL summed, pos + neg (ref / ours)': [sum(v.item() for v in kl_values[:2]),
                                                    (parts['kl_pos'] + parts['kl_neg']).item() * B]}
-    grads = mapping.grads()
-
-    print(f'stage-by-stage forward, max |ours - reference| (real positions), reference max |value|:')
-    for row in stages:
-        print(f"  {row['stage']:9s} {row['max_abs_diff']:.3e}   (scale {row['max_abs_ref']:.3e})")
-    for name, (a, b) in losses.items():
-        print(f'  {name}: {a:.6f} / {b:.6f}')
-    print('gradients, max |ours - reference| / max |reference| (worst 15):')
-    rated = sorted(((diff / max(scale, 1e-30), mine, theirs) for mine, theirs, diff, scale in grads
-                    if diff is not None), reverse=True)
-    for rel, mine, theirs in rated[:15]:
-        print(f'  {rel:.2e}  {mine}  <-  {", ".join(theirs)}')
-    no_grad = [mine for mine, _, diff, _ in grads if diff is None]
-    if no_grad:
-        print('  no gradient on one side:', ', '.join(no_grad))
-    if out:
-        with open(out, 'w') as handle:
-            import platform
-
-            import reference_speed as rs
-
-            repo = os.path.abspath(args.mime_repo)
-            argv = ['REF_MIME' if os.path.abspath(a) == repo else a for a in cli]
-            json.dump({'what': 'bench/mime_transplant.py: the reference MIME (declare-lab/MIME) and ours on '
-                               'the same weights and batch', 'argv': argv,
-                       'reference_commit': rs.git_commit(repo), 'torch': torch.__version__,
-                       'machine': platform.platform(),
-                       'stages': stages, 'losses': losses,
-                       'gradients_relative': [{'ours': m, 'reference': t, 'relative_diff': r}
-                                              for r, m, t in rated], 'no_gradient': no_grad},
-                      handle, indent=1)
+    report(mapping, stages, losses, out, what='bench/mime_transplant.py: the reference MIME (declare-lab/MIME) '
+           'and ours on the same weights and batch', repo=os.path.abspath(args.mime_repo),
+           placeholder='REF_MIME', cli=cli)
 
 
 if __name__ == '__main__':

@@ -60,15 +60,17 @@ def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
 
 
 def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai, tmp_path):
-    """The reference's Embeddings.forward returns lut(x) * sqrt(d_model) and its feed-forward layer
-    ends with a ReLU: a new model saves ``embeddings_scale: true`` and ``ffn_final_relu: true`` and
-    computes so; a model whose options predate these options was trained without them and loads so."""
+    """The reference's Embeddings.forward returns lut(x) * sqrt(d_model), its feed-forward layer
+    ends with a ReLU and its CLS/USR/SYS inputs are scaled word rows: a new model saves
+    ``embeddings_scale``, ``ffn_final_relu`` and ``reference_tags`` true and computes so; a model
+    whose options predate these options was trained without them and loads so."""
     import json
 
     model_file, _ = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     opt_file = tmp_path / 'model.opt'
     saved = json.loads(opt_file.read_text())
     assert saved['embeddings_scale'] is True and saved['ffn_final_relu'] is True
+    assert saved['reference_tags'] is True
     script = tmp_path / 'forms.py'
     script.write_text(
         'import sys\n'
@@ -76,16 +78,17 @@ def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai,
         'agent = create_agent_from_model_file(sys.argv[1])\n'
         'model = agent.core_model\n'
         "print('FORMS', model.encoder.embedding.words.scale, agent.opt['embeddings_scale'],\n"
-        "      model.decoder.stack.blocks[0].ffn.final_relu, agent.opt['ffn_final_relu'])\n"
+        "      model.decoder.stack.blocks[0].ffn.final_relu, agent.opt['ffn_final_relu'],\n"
+        "      model.encoder.embedding.ctx_scale, agent.opt['reference_tags'])\n"
     )
 
     def forms():
         out = run_parlai('python', script, model_file).stdout.splitlines()
         return [x for x in out if x.startswith('FORMS')]
-    assert forms() == [f'FORMS {32 ** 0.5} True True True']
-    del saved['embeddings_scale'], saved['ffn_final_relu']
+    assert forms() == [f'FORMS {32 ** 0.5} True True True {2 * 32 ** 0.5} True']
+    del saved['embeddings_scale'], saved['ffn_final_relu'], saved['reference_tags']
     opt_file.write_text(json.dumps(saved))
-    assert forms() == ['FORMS 1.0 False False False']
+    assert forms() == ['FORMS 1.0 False False False 1.0 False']
 
 
 def test_multitask_transformer_trains(run_parlai, tmp_path):

@@ -114,7 +114,7 @@ def test_posterior_sees_the_pooled_emotion_encoding_and_never_reaches_the_decode
     trained = model.encoder(context, speakers, emotion)
     with torch.no_grad():
         for param in model.encoder.sampler.posterior.parameters():
-            param.add_(1.0)
+            param.add_(0.1)  # (1.0 can overflow exp(log-variance): NaN gradients)
     torch.manual_seed(3)
     changed = model.encoder(context, speakers, emotion)
     assert torch.equal(trained.memory, changed.memory)  # the posterior changes only the KL
@@ -172,6 +172,26 @@ def test_feed_forward_is_a_width_3_convolution_causal_in_the_decoder():
     plain = FeedForward(8, 5, kernel=3, causal=True, final_relu=False)
     plain.load_state_dict(causal.state_dict())
     assert (plain(x) < 0).any() and torch.equal(torch.relu(plain(x)), out)
+
+
+@pytest.mark.parametrize('cls', [Mime, MultitaskTransformer])
+def test_reference_tags_parametrise_ctx_and_speakers_as_the_reference_word_rows(cls):
+    """The reference's CLS input is its CLS word row times 2 sqrt(d) (word + tag), its USR/SYS tags
+    word rows times sqrt(d), all three starting at N(0, 0.01); the legacy form keeps a unit-scale
+    CTX vector used unscaled and an xavier-initialised speaker table."""
+    from parlai_empathy.models.embeddings import WordEmbedding
+
+    torch.manual_seed(0)
+    words = WordEmbedding(50, 300, scale=300 ** 0.5)
+    embedding = cls(50, size=TransformerSize(), words=words).encoder.embedding
+    assert embedding.ctx_scale == 2 * 300 ** 0.5
+    assert 0.008 < embedding.ctx.std() < 0.012 and 0.008 < embedding.speakers.weight.std() < 0.012
+    x, _ = embedding(torch.tensor([[5, 6]]), torch.tensor([[0, 1]]))
+    assert torch.allclose(x[0, 0], embedding.ctx * 2 * 300 ** 0.5)
+    legacy = cls(50, size=TransformerSize(), words=WordEmbedding(50, 300, scale=300 ** 0.5),
+                 reference_tags=False).encoder.embedding
+    assert legacy.ctx_scale == 1.0 and 0.9 < legacy.ctx.norm() < 1.1
+    assert legacy.speakers.weight.std() > 0.05  # xavier-uniform of a 2 x 300 matrix: std 0.08
 
 
 def test_conv_over_padding_is_the_reference_padding(sample_batch):

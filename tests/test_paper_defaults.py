@@ -15,7 +15,7 @@ MIME_SETUP = {
     'embedding_size': 300, 'n_heads': 2, 'attention_size': 40, 'ffn_size': 50, 'n_layers': 1,
     'validation_every_n_steps': 1000, 'validation_patience': 3, 'validation_metric': 'ppl',
     'inference': 'beam', 'beam_size': 5, 'beam_length_penalty': 0.0, 'max_response_length': 50,
-    'embeddings_scale': True, 'ffn_final_relu': True,
+    'embeddings_scale': True, 'ffn_final_relu': True, 'reference_tags': True,
 }
 CASES = {
     'empathy/mime': ('empathy_ed_clean', [], dict(MIME_SETUP, latent_size=300, mimicry=True, emotion_grouping=True,

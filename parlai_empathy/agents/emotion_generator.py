@@ -137,6 +137,11 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help="a ReLU after the feed-forward layer's last convolution too, as the "
                            "reference's PositionwiseFeedForward applies it (default: true for a new model; "
                            'a model saved without this option keeps the form it was trained with, none)')
+        group.add_argument('--reference-tags', type='bool', default=None,
+                           help="the CTX and speaker vectors parametrised as the reference's CLS/USR/SYS word "
+                           'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
+                           'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
+                           'a model saved without this option keeps the form it was trained with)')
         group.add_argument('--conv-over-padding', type='bool', default=False,
                            help="the reference's padding: encoder convolutions run over padded positions "
                            "and MIME's posterior averages them (ours by default: padding is zeroed and "
@@ -219,7 +224,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return dict(
             vocab_size=len(self.dict), padding_idx=self.NULL_IDX, start_idx=self.START_IDX,
             end_idx=self.END_IDX, size=self.transformer_size(), words=self.build_words(),
-            cls_weight=self.opt['emotion_loss_weight'],
+            cls_weight=self.opt['emotion_loss_weight'], reference_tags=self._new_model_flag('reference_tags'),
         )
 
     # ----- vectorization ------------------------------------------------------------------

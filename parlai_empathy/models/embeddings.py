@@ -70,16 +70,38 @@ class DialogueEmbedding(nn.Module):
     keep)``: ``x`` is ``[B, S(+1), d_model]`` and ``keep`` is True at real (non-padding)
     positions. With ``prepend_ctx`` a learned CTX vector (the reference's CLS token) comes first,
     always kept.
+
+    ``reference_tags`` parametrises the CTX and speaker vectors as the reference's word rows they
+    are there: N(0, 0.01) at the start (its ``gen_embeddings`` for words GloVe lacks; CLS, USR and
+    SYS are such words) and, in use, scaled as words are: speakers by ``words.scale``, the CTX
+    vector by 2 * ``words.scale`` (the reference's CLS position is the CLS word vector plus the
+    CLS row again as its dialogue-state tag). The function is the same as a CTX vector used
+    unscaled (``bench/mime_transplant.py`` maps one onto the other), but the training is not:
+    Adam moves every parameter by about its learning rate whatever the gradient's scale, so a
+    factor applied after the parameter multiplies how fast the vector it makes can move. The
+    reference's CTX input moves 2 sqrt(300), about 35 times, faster than a unit-scale parameter's.
+    Without it (models saved before 2026-11-27): the CTX vector starts at unit norm and is used
+    as it is, and the speaker table is initialised with the model's other matrices.
     """
 
-    def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0):
+    def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0,
+                 reference_tags=False):
         super().__init__()
         d_model = words.d_model
         self.words = words
         self.padding_idx = padding_idx
+        self.reference_tags = reference_tags
         self.speakers = nn.Embedding(n_speakers, d_model) if n_speakers else None
-        self.ctx = nn.Parameter(torch.randn(d_model) * d_model ** -0.5) if prepend_ctx else None
+        if self.speakers is not None and reference_tags:
+            nn.init.normal_(self.speakers.weight, std=0.01)
+        std = 0.01 if reference_tags else d_model ** -0.5
+        self.ctx = nn.Parameter(torch.randn(d_model) * std) if prepend_ctx else None
+        self.ctx_scale = 2.0 * words.scale if reference_tags else 1.0
         self.dropout = nn.Dropout(dropout)
+
+    def initialised_tags(self):
+        """The modules :meth:`GeneratorModel.init_weights` must leave as they are."""
+        return [self] if self.reference_tags else []
 
     def forward(self, tokens, speakers=None):
         keep = tokens.ne(self.padding_idx)
@@ -88,7 +110,7 @@ class DialogueEmbedding(nn.Module):
             # padding gets no speaker term (the reference's tag there is its PAD row, as the word)
             x = x + self.speakers(speakers) * (self.words.scale * keep.unsqueeze(-1).to(x.dtype))
         if self.ctx is not None:
-            ctx = self.ctx.expand(tokens.size(0), 1, -1).to(x.dtype)
+            ctx = (self.ctx * self.ctx_scale).expand(tokens.size(0), 1, -1).to(x.dtype)
             x = torch.cat([ctx, x], dim=1)
             keep = torch.cat([keep.new_ones(tokens.size(0), 1), keep], dim=1)
         return self.dropout(x), keep

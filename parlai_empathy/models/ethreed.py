@@ -52,8 +52,13 @@ Deviations from the reference code (outsider-lj/ethreed @ 397bb20), each on purp
 - Attention and copying skip padding; the reference pads every utterance to 40 tokens and
   attends to (and can copy) the padding as well. The coverage loss counts the gold response's
   steps only, not the padding steps after its end.
-- Modules the reference builds but never uses (an emotion gate, a 300x300 linear layer) are not
-  built, so the parameter count is lower.
+- Modules the reference builds but never uses (an emotion gate, a 300x300 linear layer, a
+  600->300 context GRU, the feature cell's content attention) are not built, so the parameter
+  count is lower.
+
+``bench/ethreed_transplant.py`` runs the reference and this model on the same weights and batch
+with these deviations equalised: every stage, loss term and gradient agrees to float rounding
+(``projects/li_ethreed/runs/diag_transplant/``).
 
 Ablations (:class:`EthreedConfig`): ``policy=False`` (w/o emp-policy: the responder's last
 tracked emotion state replaces R, no L2), ``gps=False`` (w/o GPS: the policy is kept, L2 = 0),

@@ -187,7 +187,7 @@ class MimeEncoder(nn.Module):
     """Steps 1-7: context in, the decoder's memory M_fused out (plus the losses' inputs in aux)."""
 
     def __init__(self, words, size, padding_idx=0, n_speakers=2, latent_dim=None, mimicry=True,
-                 grouping=True, stochastic=True):
+                 grouping=True, stochastic=True, reference_tags=True):
         super().__init__()
         d_model = size.d_model
         self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
@@ -195,7 +195,7 @@ class MimeEncoder(nn.Module):
         self.padding_idx = padding_idx
         # 1. context encoding
         self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
-                                           dropout=size.dropout)
+                                           dropout=size.dropout, reference_tags=reference_tags)
         self.context_encoder = size.encoder(input_dim=words.d_model)
         # 2. user-emotion classification: s = E_E W_E c
         self.emotion_embedding = nn.Parameter(torch.randn(NUM_EMOTIONS, d_model) * d_model ** -0.5)
@@ -270,15 +270,16 @@ class Mime(GeneratorModel):
 
     def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
                  words=None, n_speakers=2, latent_dim=None, mimicry=True, grouping=True,
-                 stochastic=True, cls_weight=1.0, elbo_weight=1.0, response_weight=1.0):
+                 stochastic=True, cls_weight=1.0, elbo_weight=1.0, response_weight=1.0,
+                 reference_tags=True):
         super().__init__(padding_idx, start_idx, end_idx)
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
         self.encoder = MimeEncoder(words, size, padding_idx, n_speakers, latent_dim, mimicry,
-                                   grouping, stochastic)
+                                   grouping, stochastic, reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight, self.elbo_weight = cls_weight, elbo_weight  # alpha, beta
         self.response_weight = response_weight  # gamma
-        self.init_weights(keep=[words])
+        self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
     def extra_losses(self, encoder_states, emotion):
         """alpha * batch-mean L_cls + beta * sum_g KL_g summed over the batch (the reference's

@@ -22,10 +22,11 @@ from parlai_empathy.models.transformer_blocks import TransformerSize
 class MultitaskEncoder(nn.Module):
     """Context -> H, plus emotion logits from c = H_0 (in ``aux['emotion_logits']``)."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS):
+    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS,
+                 reference_tags=True):
         super().__init__()
         self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
-                                           dropout=size.dropout)
+                                           dropout=size.dropout, reference_tags=reference_tags)
         self.context_encoder = size.encoder(input_dim=words.d_model)
         self.classifier = nn.Linear(size.d_model, n_emotions)
 
@@ -40,14 +41,14 @@ class MultitaskTransformer(GeneratorModel):
     """Encoder-decoder + emotion classifier; ParlAI TorchGeneratorModel interface."""
 
     def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
-                 words=None, n_speakers=2, cls_weight=1.0, response_weight=1.0):
+                 words=None, n_speakers=2, cls_weight=1.0, response_weight=1.0, reference_tags=True):
         super().__init__(padding_idx, start_idx, end_idx)
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
-        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers)
+        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers, reference_tags=reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight = cls_weight
         self.response_weight = response_weight
-        self.init_weights(keep=[words])
+        self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
     def extra_losses(self, encoder_states, emotion):
         cls = F.cross_entropy(encoder_states.aux['emotion_logits'], emotion)

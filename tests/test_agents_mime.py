@@ -151,3 +151,26 @@ def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
     env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir)
     log, done_updates, target = train_kill_resume(train_args, str(model_file), tmp_path, env)
     assert target == done_updates + 3 and 'loss_cls' in log
+
+
+def test_flattened_contexts_keep_their_speakers():
+    """``--ed-history-length N`` puts each example's context in one text (turns joined by the history
+    delimiter, each example its own episode, so training batches are drawn example by example, as
+    the reference's are); its speaker ids are those of the same turns kept as separate messages."""
+    from parlai_empathy.agents.emotion_generator import history_turns, utterance_speakers
+    from parlai_empathy.data.moel_text import moel_tokens
+
+    turns = ["i got a new puppy today!", "that's great. what breed?", "a beagle. he's so cute."]
+    vocab = {}
+
+    def parse(text):
+        return [vocab.setdefault(t, len(vocab)) for t in moel_tokens(text)]
+    separate = [parse(t) for t in turns]
+    joined = '\n'.join(turns)
+    flat = history_turns([joined], [parse(joined)], parse, '\n', 0)
+    assert flat == separate
+    total = sum(len(v) for v in separate)
+    assert utterance_speakers(flat, 0, total) == utterance_speakers(separate, 0, total)
+    assert len(set(utterance_speakers(flat, 0, total))) == 2
+    # a message whose pieces do not tokenize to its tokens stays one turn
+    assert history_turns([joined], [parse(joined)[:-1]], parse, '\n', 0) == [parse(joined)[:-1]]

@@ -83,6 +83,22 @@ def record_response_metrics(agent, response, suffix=''):
     agent.record_local_metric('ppl_ex' + suffix, PPLMetric.many(nll / tokens.clamp(min=1), [1] * len(nll)))
 
 
+def history_turns(strings, vecs, parse, delimiter, delimiter_len):
+    """ParlAI's history messages as turns. A message whose text joins several turns with the
+    history delimiter (a flattened example: ``--ed-history-length N``, each example its own
+    episode with its context in one text) counts as those turns, when its pieces tokenize to
+    exactly its tokens; every other message is one turn."""
+    turns = []
+    for text, vec in zip(strings, vecs):
+        if delimiter and delimiter in text:
+            pieces = [parse(part) for part in text.split(delimiter)]
+            if sum(len(p) for p in pieces) + (len(pieces) - 1) * delimiter_len == len(vec):
+                turns += pieces
+                continue
+        turns.append(vec)
+    return turns
+
+
 def utterance_speakers(history_vecs, delimiter_len, total_len):
     """Speaker id of every token of ParlAI's flattened history, aligned to its last ``total_len``.
 
@@ -234,8 +250,9 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             # an empty message: the model still answers, from the CTX token alone
             obs.force_set('text_vec', torch.LongTensor([]))
         if obs.get('text_vec') is not None and 'speaker_vec' not in obs:
-            speakers = utterance_speakers(history.history_vecs, len(history.delimiter_tok),
-                                          len(obs['text_vec']))
+            turns = history_turns(history.history_strings, history.history_vecs, history.parse,
+                                  history.delimiter, len(history.delimiter_tok))
+            speakers = utterance_speakers(turns, len(history.delimiter_tok), len(obs['text_vec']))
             obs.force_set('speaker_vec', torch.LongTensor(speakers))
         return obs
 

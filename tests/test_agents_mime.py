@@ -91,6 +91,44 @@ def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai,
     assert forms() == ['FORMS 1.0 False False False 1.0 False']
 
 
+def test_plain_adam_for_new_models_and_older_models_keep_amsgrad(run_parlai, tmp_path):
+    """ParlAI builds ``--optimizer adam`` with ``amsgrad=True``; the references step plain Adam.
+    A new model trains without AMSGrad and saves ``amsgrad: false``; ``--amsgrad true`` asks for
+    it; a model whose options predate the option was trained with AMSGrad and resumes with it, its
+    running maximum started from the saved second moment when its state had none."""
+    import json
+
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
+    opt_file = tmp_path / 'model.opt'
+    saved = json.loads(opt_file.read_text())
+    assert saved['amsgrad'] is False
+    script = tmp_path / 'optim.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "override = {'datatype': 'train'}\n"
+        "if len(sys.argv) > 2: override['amsgrad'] = sys.argv[2] == 'true'\n"
+        'agent = create_agent_from_model_file(sys.argv[1], override)\n'
+        'optimizer = agent.optimizer\n'
+        'states = [optimizer.state[p] for g in optimizer.param_groups for p in g["params"] if p in optimizer.state]\n'
+        'flags = {g["amsgrad"] for g in optimizer.param_groups}\n'
+        'ready = all("max_exp_avg_sq" in s for s in states) if flags == {True} else True\n'
+        "print('OPTIM', type(optimizer).__name__, sorted(flags), agent.opt['amsgrad'], bool(states), ready)\n"
+        'agent.train_step(agent.batchify([agent.observe({"text": "hi there", "labels": ["hello"], '
+        '"emotion": "joyful", "episode_done": True})]))\n'
+        "print('STEPPED', agent._number_training_updates)\n"
+    )
+
+    def optim(*extra):
+        out = run_parlai('python', script, model_file, *extra).stdout.splitlines()
+        return [x for x in out if x.startswith(('OPTIM', 'STEPPED'))]
+    assert optim() == ['OPTIM Adam [False] False True True', 'STEPPED 7']
+    assert optim('true') == ['OPTIM Adam [True] True True True', 'STEPPED 7']
+    del saved['amsgrad']
+    opt_file.write_text(json.dumps(saved))
+    assert optim() == ['OPTIM Adam [True] True True True', 'STEPPED 7']
+
+
 def test_multitask_transformer_trains(run_parlai, tmp_path):
     _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     assert 'emo_acc@2' in log and 'loss_cls' in log

@@ -23,10 +23,18 @@ from GloVe (``--glove-init``): by default the offline 6B 50d vectors, padded to 
 ``--glove-path`` takes the paper's 300d text file.
 
 The MIME paper's training setup is the default of both agents (``parser.set_defaults`` below):
-Adam (0.9, 0.98, eps 1e-9) under the Noam schedule (warmup 8,000, peak 300^-0.5 * 8000^-0.5 =
-6.455e-4: ParlAI's ``invsqrt``), batch 16, no gradient clipping (the reference's
-``max_grad_norm`` is never applied), Listener turns only, validation on perplexity every 1,000
-updates with patience 3, beam 5 without length penalty, at most 50 generated tokens.
+plain Adam (0.9, 0.98, eps 1e-9; not ParlAI's AMSGrad, see ``--amsgrad``) under the Noam schedule
+(warmup 8,000, peak 300^-0.5 * 8000^-0.5 = 6.455e-4: ParlAI's ``invsqrt``), batch 16, no gradient
+clipping (the reference's ``max_grad_norm`` is never applied), Listener turns only, validation on
+perplexity every 1,000 updates with patience 3, beam 5 without length penalty, at most 50
+generated tokens.
+
+Training batches are drawn example by example, as the reference's shuffled loader draws its
+pairs: ``--ed-history-length 1000`` (the ED teachers' option) makes every example its own episode
+with its whole context in one text, which :func:`history_turns` splits back into turns for the
+speaker ids. With ParlAI's episodes instead (``--ed-history-length 0``), a batch world walks 16
+conversations turn by turn, so consecutive updates see the same 16 conversations and emotion
+labels; measured in ``projects/majumder2020_mime/README.md``.
 """
 import math
 
@@ -50,16 +58,6 @@ from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E4
 
 USER, MODEL = 0, 1
 NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
-
-
-def _saved_option(model_file, key, default):
-    """``key`` of a saved model's options, ``default`` when absent (or without an ``.opt`` file)."""
-    from parlai_empathy.leaderboard import read_model_opt  # only for saved models: not at start-up
-
-    try:
-        return read_model_opt(model_file).get(key, default)
-    except FileNotFoundError:
-        return default
 
 
 class MoelDictionaryAgent(DictionaryAgent):
@@ -169,7 +167,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             dict_tokenizer='moel', dict_lower=True,
             optimizer='adam', learningrate=NOAM_PEAK_LR, betas=(0.9, 0.98), adam_eps=1e-9,
             lr_scheduler='invsqrt', warmup_updates=8000, invsqrt_lr_decay_gamma=8000,
-            gradient_clip=-1, train_experiencer_only=True,
+            gradient_clip=-1, train_experiencer_only=True, ed_history_length=1000,
             validation_every_n_steps=1000, validation_metric='ppl', validation_metric_mode='min',
             validation_patience=3, skip_generation=True,
             inference='beam', beam_size=5, beam_min_length=1, beam_length_penalty=0.0,
@@ -210,18 +208,6 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         """sqrt(D_h) or 1 (``--embeddings-scale``, see :meth:`_new_model_flag`)."""
         return math.sqrt(size.d_model) if self._new_model_flag('embeddings_scale') else 1.0
 
-    def _new_model_flag(self, key):
-        """A boolean option added to follow the reference after models were saved without it.
-        Unset, a new model takes the reference's form (True), and a saved model (``-mf`` that
-        exists, or ``--init-model``) what its own options say, False when they predate the option;
-        the choice is saved with the model."""
-        flag = self.opt.get(key)
-        if flag is None:
-            saved = self.opt['model_file'] if self._model_exists() else self.opt.get('init_model')
-            flag = bool(_saved_option(saved, key, False)) if saved else True
-            self.opt[key] = flag
-        return bool(flag)
-
     def _glove_table_dim(self, size):
         if self.opt.get('word_table_dim'):
             return self.opt['word_table_dim']
@@ -229,12 +215,6 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         if self.opt.get('glove_init') and self.opt.get('glove_fit') == 'project':
             return 300 if self.opt.get('glove_path') else 50
         return size.d_model
-
-    def _model_exists(self):
-        import os
-
-        path = self.opt.get('model_file')
-        return bool(path) and os.path.isfile(path)
 
     def model_kwargs(self):
         return dict(

@@ -6,10 +6,19 @@ encoder pass that produced the reply: a forward hook keeps the encoder's ``aux``
 evaluation and interactive chat never encode a batch twice.
 
 Replies are plain text (:mod:`parlai_empathy.agents.detokenize`), as the rankers' are.
+
+It also holds what every generator shares about *training* like its reference:
+
+* ``--amsgrad``: ParlAI's ``TorchAgent.init_optim`` always builds ``--optimizer adam`` with
+  ``amsgrad=True``. The MIME and ETHREED references step plain ``torch.optim.Adam``; so a new model
+  trains with plain Adam, and a model saved before the option keeps the AMSGrad it was trained with.
+* ``_new_model_flag``: options added to follow a reference after models were saved without them.
 """
 from parlai_empathy import compat  # noqa: F401
 
 compat.apply()
+
+import os  # noqa: E402
 
 import torch  # noqa: E402
 from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
@@ -18,8 +27,45 @@ from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 
 
+def _saved_option(model_file, key, default):
+    """``key`` of a saved model's options, ``default`` when absent (or without an ``.opt`` file)."""
+    from parlai_empathy.leaderboard import read_model_opt  # only for saved models: not at start-up
+
+    try:
+        return read_model_opt(model_file).get(key, default)
+    except FileNotFoundError:
+        return default
+
+
+def set_amsgrad(optimizer, amsgrad):
+    """Switch AMSGrad on or off in every parameter group of a ``torch.optim.Adam``.
+
+    Switched on for parameters that already have Adam state without a running maximum (a model
+    trained with plain Adam, resumed with AMSGrad), the maximum starts at the saved second-moment
+    estimate: the value AMSGrad would hold had it started now. Switched off, a saved maximum is
+    kept in the state, unused."""
+    for group in optimizer.param_groups:
+        group['amsgrad'] = bool(amsgrad)
+        if not amsgrad:
+            continue
+        for param in group['params']:
+            state = optimizer.state.get(param)
+            if state and 'exp_avg_sq' in state and 'max_exp_avg_sq' not in state:
+                state['max_exp_avg_sq'] = state['exp_avg_sq'].clone()
+
+
 class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
     """``add_readout_fields(output, aux)`` is what a subclass writes into its replies."""
+
+    @classmethod
+    def add_cmdline_args(cls, parser, partial_opt=None):
+        super().add_cmdline_args(parser, partial_opt=partial_opt)
+        group = parser.add_argument_group('Optimizer (parlai-empathy)')
+        group.add_argument('--amsgrad', type='bool', default=None,
+                           help="AMSGrad in --optimizer adam. ParlAI always switches it on; the MIME and "
+                           'ETHREED references use plain Adam (default: false for a new model; a model saved '
+                           'without this option was trained with AMSGrad and keeps it)')
+        return parser
 
     def __init__(self, opt, shared=None):
         # one holder for an agent and its shared copies: they share the model, and its hook
@@ -35,6 +81,34 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         shared = super().share()
         shared['encoder_readout'] = self._readout
         return shared
+
+    # ----- options added after models were saved without them ----------------------------
+    def _model_exists(self):
+        path = self.opt.get('model_file')
+        return bool(path) and os.path.isfile(path)
+
+    def _new_model_flag(self, key, new=True, saved_without=False):
+        """A boolean option added to follow a reference after models were saved without it.
+
+        Unset, a new model takes the reference's form (``new``); a saved model (``-mf`` that
+        exists, or ``--init-model``) what its own options say, ``saved_without`` when they predate
+        the option. The choice is written into the options, so it is saved with the model."""
+        flag = self.opt.get(key)
+        if flag is None:
+            saved = self.opt['model_file'] if self._model_exists() else self.opt.get('init_model')
+            flag = bool(_saved_option(saved, key, saved_without)) if saved else new
+            self.opt[key] = flag
+        return bool(flag)
+
+    def init_optim(self, params, optim_states=None, saved_optim_type=None, is_finetune=False):
+        """ParlAI's optimizer, then ``--amsgrad`` (see the module docstring) in place of its
+        hard-wired ``amsgrad=True``. It is applied after the saved state is loaded, since loading
+        restores the saved parameter groups, their ``amsgrad`` included."""
+        failed = super().init_optim(params, optim_states, saved_optim_type, is_finetune)
+        if self.opt.get('optimizer') == 'adam':
+            amsgrad = self._new_model_flag('amsgrad', new=False, saved_without=True)
+            set_amsgrad(getattr(self.optimizer, 'optimizer', self.optimizer), amsgrad)
+        return failed
 
     @property
     def core_model(self):

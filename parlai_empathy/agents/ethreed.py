@@ -30,9 +30,10 @@ The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
 * An empty turn, or a conversation of one utterance, is answered.
 
 The paper's and reference's setup is the default (``parser.set_defaults`` below): hidden and
-embedding sizes 300, dropout 0.5, Adam 5e-4, gradient clip 1.0, 7 epochs with the learning rate
-times 0.3 after the 4th and the 5th (``--lr-milestones``), batches of 16 responses (about the 8
-conversations of a reference batch), responses of at most 40 tokens, greedy decoding.
+embedding sizes 300, dropout 0.5, plain Adam 5e-4 (not ParlAI's AMSGrad: ``--amsgrad``), gradient
+clip 1.0, 7 epochs with the learning rate times 0.3 after the 4th and the 5th
+(``--lr-milestones``), batches of 16 responses (about the 8 conversations of a reference batch),
+responses of at most 40 tokens, greedy decoding.
 """
 import os
 

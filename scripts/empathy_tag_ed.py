@@ -18,6 +18,7 @@ from parlai_empathy.data import ed_source  # noqa: E402
 from parlai_empathy.emotions import tag_cache  # noqa: E402
 from parlai_empathy.emotions.classifier_files import default_device, load_classifier  # noqa: E402
 from parlai_empathy.emotions.label_check import check_tagging_classifier  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
 
 
 @register_script('empathy_tag_ed')
@@ -32,8 +33,10 @@ class EmpathyTagED(ParlaiScript):
         parser.add_argument('--batch-tokens', type=int, default=4096, help='padded tokens per forward batch')
         parser.add_argument('--chunk-size', type=int, default=4096, help='utterances per resumable cache chunk')
         parser.add_argument('--max-chunks', type=int, default=None, help='stop after this many new chunks')
-        parser.add_argument('--bf16', type='bool', default=False,
-                            help='bfloat16 autocast (about 2x faster on CPUs with AVX-512 BF16); recorded in the cache')
+        parser.add_argument('--bf16', type=bf16_option, default=False,
+                            help='bfloat16 autocast: true, false or auto (where the CPU has AVX-512 BF16 or AMX, '
+                            'or the GPU supports it: about 2x faster there, several times slower where emulated); '
+                            'the resolved precision is recorded in the cache')
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
         return parser
 
@@ -48,7 +51,8 @@ class EmpathyTagED(ParlaiScript):
         run = tag_cache.tag_ed(
             self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
             chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],
-            max_chunks=self.opt['max_chunks'], classifier=classifier, bf16=self.opt['bf16'],
+            max_chunks=self.opt['max_chunks'], classifier=classifier,
+            bf16=resolve_bf16(self.opt['bf16'], use_cuda=default_device() == 'cuda'),
         )
         state = 'complete' if run.reused + run.tagged == run.total else 'partial (run again to resume)'
         print(

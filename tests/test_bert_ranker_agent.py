@@ -222,6 +222,9 @@ def test_bf16_casts_weights_only_where_nothing_trains_and_cosine_has_its_own_cac
              '--fixed-candidates-path', pool_file, '--bf16', 'true']
     training = make_agent(*fixed)  # datatype train: float32 weights, bfloat16 autocast
     assert next(training.bi_encoder.parameters()).dtype == torch.float32
+    from parlai_empathy.models.precision import native_bf16
+    auto = make_agent(*fixed[:-1], 'auto')  # --bf16 auto: the hardware decides; the options say what it chose
+    assert auto.opt['bf16'] is native_bf16() and auto.bi_encoder.context_encoder.bf16 is native_bf16()
     training.save()
     # `parlai interactive` keeps the default datatype "train", but never trains
     interactive = make_agent(*fixed, '--interactive-mode', 'true')

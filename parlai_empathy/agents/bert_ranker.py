@@ -82,6 +82,7 @@ from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
 from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
 
 DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
@@ -157,9 +158,11 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                            'all-MiniLM-L6-v2 were pretrained with (use it with --pooling mean)')
         group.add_argument('--cosine-scale', type=float, default=DEFAULT_COSINE_SCALE,
                            help='multiplies cosine scores before the softmax (an inverse temperature)')
-        group.add_argument('--bf16', type='bool', default=False,
-                           help='bfloat16 autocast in the encoders (about 2x faster on CPUs with '
-                           'AVX-512 BF16 or AMX, and on recent GPUs); weights and scores stay float32')
+        group.add_argument('--bf16', type=bf16_option, default=False,
+                           help='bfloat16 autocast in the encoders: true, false or auto (where the CPU has '
+                           'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
+                           'slower where emulated); weights and scores stay float32; the options saved with '
+                           'the model record the resolved true/false')
         group.add_argument('--fused-inference', type='bool', default=True,
                            help='encode at inference with PyTorch\'s fused transformer layer (plain '
                            'BERT models only; same vectors, about 1 ms less per interactive query)')
@@ -221,6 +224,8 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         return opt_from_disk
 
     def __init__(self, opt: Opt, shared=None):
+        if not shared:  # --bf16 auto: what this machine multiplies natively, saved as true/false
+            opt['bf16'] = resolve_bf16(opt.get('bf16'), use_cuda=not opt.get('no_cuda') and torch.cuda.is_available())
         # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
         self.emo_classifier = None
         if opt.get('emo_prepend_k', 0) > 0:

@@ -31,6 +31,7 @@ from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
 from parlai_empathy.emotions import classifier_files  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
 from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -119,9 +120,11 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         )
         group.add_argument('--max-length', type=int, default=50, help='tokens per input, [CLS]/[SEP] included')
         group.add_argument('--pooling', type=str, default='cls', choices=['cls', 'mean'])
-        group.add_argument('--bf16', type='bool', default=False,
-                           help='bfloat16 autocast in the encoder (about 2x faster training and '
-                           'evaluation on CPUs with AVX-512 BF16 or AMX); weights stay float32')
+        group.add_argument('--bf16', type=bf16_option, default=False,
+                           help='bfloat16 autocast in the encoder: true, false or auto (where the CPU has '
+                           'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
+                           'slower where emulated); weights stay float32; the options saved with the model '
+                           'record the resolved true/false')
         group.add_argument(
             '--multilabel',
             type='bool',
@@ -163,6 +166,7 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
     def __init__(self, opt, shared=None):
         if not shared:
             self._classes_from_task(opt)
+            opt['bf16'] = resolve_bf16(opt.get('bf16'), use_cuda=not opt.get('no_cuda') and torch.cuda.is_available())
         super().__init__(opt, shared)
         self.multilabel = bool(opt.get('multilabel'))
         self.threshold_ml = decision_threshold(opt)

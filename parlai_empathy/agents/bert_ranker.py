@@ -82,7 +82,7 @@ from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
 from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 
 DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
@@ -225,7 +225,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
 
     def __init__(self, opt: Opt, shared=None):
         if not shared:  # --bf16 auto: what this machine multiplies natively, saved as true/false
-            opt['bf16'] = resolve_bf16(opt.get('bf16'), use_cuda=not opt.get('no_cuda') and torch.cuda.is_available())
+            resolve_bf16_option(opt)
         # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
         self.emo_classifier = None
         if opt.get('emo_prepend_k', 0) > 0:

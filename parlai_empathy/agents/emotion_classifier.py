@@ -31,7 +31,7 @@ from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
 from parlai_empathy.emotions import classifier_files  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 from parlai_empathy.models.emotion_classifier import (  # noqa: E402
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -166,7 +166,7 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
     def __init__(self, opt, shared=None):
         if not shared:
             self._classes_from_task(opt)
-            opt['bf16'] = resolve_bf16(opt.get('bf16'), use_cuda=not opt.get('no_cuda') and torch.cuda.is_available())
+            resolve_bf16_option(opt)
         super().__init__(opt, shared)
         self.multilabel = bool(opt.get('multilabel'))
         self.threshold_ml = decision_threshold(opt)

@@ -45,3 +45,11 @@ def resolve_bf16(value: Bf16Option, use_cuda: bool = False) -> bool:
     """``auto`` -> :func:`native_bf16`; anything else as a boolean option."""
     value = bf16_option(value) if value is not None else False
     return native_bf16(use_cuda) if value == AUTO else bool(value)
+
+
+def resolve_bf16_option(opt: dict) -> bool:
+    """Resolve an agent's ``opt['bf16']`` in place for the device it will run on (the GPU unless
+    ``--no-cuda`` or none is available), so that the saved options hold ``true``/``false``."""
+    use_cuda = not opt.get('no_cuda') and torch.cuda.is_available()
+    opt['bf16'] = resolve_bf16(opt.get('bf16'), use_cuda=use_cuda)
+    return opt['bf16']

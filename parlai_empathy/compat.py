@@ -11,6 +11,10 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   small stand-in built on ``importlib.resources`` is registered under that name.
 * ``multiprocessing_train`` assumes CUDA and nccl; :mod:`parlai_empathy.cpu_distributed` makes it
   use gloo on CPU-only machines (GPU runs are untouched).
+* ``parlai.scripts.train_model.TrainLoop`` restores the epoch of the last validation when it resumes
+  from a ``.trainstats`` but not its update count, so a run resumed with ``-vstep N`` validates at
+  its first update and then every N from there: every restart costs a whole extra validation and
+  moves the learning curve off its grid. Its ``__init__`` is wrapped to restore that count too.
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
 module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs
@@ -73,6 +77,23 @@ def _repair_dict(module):
     if isinstance(real_np, _ModuleView) or 'int' in real_np.__dict__:
         return
     module.np = _ModuleView(real_np, int=int)
+
+
+@_repairs_for('parlai.scripts.train_model')
+def _repair_train_loop(module):
+    loop = module.TrainLoop
+    if getattr(loop.__init__, '_empathy_resume_grid', False):
+        return
+    real_init = loop.__init__
+
+    def __init__(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0
+        if self.valid_reports and 'train_steps' in self.valid_reports[-1]:
+            self._last_valid_steps = self.valid_reports[-1]['train_steps']
+
+    __init__._empathy_resume_grid = True
+    loop.__init__ = __init__
 
 
 def pkg_resources_stand_in():

@@ -212,3 +212,21 @@ def test_flattened_contexts_keep_their_speakers():
     assert len(set(utterance_speakers(flat, 0, total))) == 2
     # a message whose pieces do not tokenize to its tokens stays one turn
     assert history_turns([joined], [parse(joined)[:-1]], parse, '\n', 0) == [parse(joined)[:-1]]
+
+
+def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
+    """ParlAI 1.7.2 restores only the epoch of the last validation on resuming, so ``-vstep 3``
+    would validate again at the resumed run's first update (5); compat restores the update count
+    too, and the resumed run validates at 6, on the grid."""
+    import json
+
+    model_file = tmp_path / 'model'
+
+    def train(steps):
+        run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                   '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8,
+                   '--dict-maxtokens', 2000, '--glove-init', 'false', '--skip-generation', 'true', *TINY)
+        return json.loads((tmp_path / 'model.trainstats').read_text())
+
+    assert [v['train_steps'] for v in train(4)['valid_reports']] == [3]
+    assert [v['train_steps'] for v in train(7)['valid_reports']] == [3, 6]

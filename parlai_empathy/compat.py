@@ -15,6 +15,11 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   from a ``.trainstats`` but not its update count, so a run resumed with ``-vstep N`` validates at
   its first update and then every N from there: every restart costs a whole extra validation and
   moves the learning curve off its grid. Its ``__init__`` is wrapped to restore that count too.
+  Its ``validate`` is wrapped for ``--count-validations-after N`` (an option of our generators):
+  a validation at or before N updates runs as usual (logged, the model saved) but then forgets
+  the best valid figure and the impatience, so neither counts until after N updates, as the
+  MIME reference's training loop does (it skips its best-PPL and patience bookkeeping for the
+  validations before 10,000 updates). Without the option nothing changes.
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
 module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs
@@ -94,6 +99,22 @@ def _repair_train_loop(module):
 
     __init__._empathy_resume_grid = True
     loop.__init__ = __init__
+
+    real_validate = loop.validate
+
+    def validate(self):
+        stop = real_validate(self)
+        after = self.opt.get('count_validations_after') or 0
+        if self._train_steps <= after:
+            # not counted: the next validation is compared with nothing (so it is a new best and
+            # saves the model), as the reference's first counted one is; patience starts from 0
+            module.logging.info(f'validation at {self._train_steps} updates not counted for the best '
+                                f'model or patience (--count-validations-after {after})')
+            self.best_valid, self.impatience = None, 0
+            return False
+        return stop
+
+    loop.validate = validate
 
 
 def pkg_resources_stand_in():

@@ -230,3 +230,30 @@ def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
 
     assert [v['train_steps'] for v in train(4)['valid_reports']] == [3]
     assert [v['train_steps'] for v in train(7)['valid_reports']] == [3, 6]
+
+
+def test_validations_before_count_validations_after_neither_select_nor_exhaust_patience(run_parlai, tmp_path):
+    """``-vmt exs -vmm max -vp 1`` (cutoff out of reach): every validation has the same ``exs``, so only a first one is a
+    new best and the second would stop training at once. With ``--count-validations-after 4`` the
+    validations at 2 and 4 are not counted: training goes on, 6 is the first counted (a new best)
+    and 8 runs out of patience, as the MIME reference's loop would (it counts after 10,000)."""
+    import json
+
+    model_file = tmp_path / 'model'
+
+    def train(*extra):
+        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                          '-mf', model_file, '--max-train-steps', 20, '-vstep', 2, '-vme', 8, '-vmt', 'exs',
+                          '-vmm', 'max', '--validation-cutoff', 1e9, '-vp', 1, '-bs', 4, '--dict-maxtokens', 2000, '--glove-init', 'false',
+                          '--skip-generation', 'true', *TINY, *extra)
+        stats = json.loads((tmp_path / 'model.trainstats').read_text())
+        return [v['train_steps'] for v in stats['valid_reports']], done.stdout + done.stderr
+
+    steps, log = train('--count-validations-after', 4)
+    assert steps == [2, 4, 6, 8] and 'ran out of patience' in log
+    assert 'validation at 4 updates not counted' in log and 'validation at 6 updates not counted' not in log
+    for name in os.listdir(tmp_path):
+        if name.startswith('model'):
+            os.remove(tmp_path / name)
+    steps, log = train('--count-validations-after', 0)
+    assert steps == [2, 4] and 'ran out of patience' in log

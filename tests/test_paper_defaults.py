@@ -20,8 +20,8 @@ MIME_SETUP = {
 }
 CASES = {
     'empathy/mime': ('empathy_ed_clean', [], dict(MIME_SETUP, latent_size=300, mimicry=True, emotion_grouping=True,
-                                                  stochastic=True)),
-    'empathy/multitask_transformer': ('empathy_ed_clean', [], MIME_SETUP),
+                                                  stochastic=True, count_validations_after=10000)),
+    'empathy/multitask_transformer': ('empathy_ed_clean', [], dict(MIME_SETUP, count_validations_after=0)),
     'empathy/emotion_classifier': ('empathy_goemotions', ['--encoder', 'offline-minilm'],
                                    {'learningrate': 5e-5, 'batchsize': 16, 'num_epochs': 4, 'max_length': 50,
                                     'optimizer': 'adamw', 'multilabel_threshold': 0.3}),

@@ -26,8 +26,8 @@ The MIME paper's training setup is the default of both agents (``parser.set_defa
 plain Adam (0.9, 0.98, eps 1e-9; not ParlAI's AMSGrad, see ``--amsgrad``) under the Noam schedule
 (warmup 8,000, peak 300^-0.5 * 8000^-0.5 = 6.455e-4: ParlAI's ``invsqrt``), batch 16, no gradient
 clipping (the reference's ``max_grad_norm`` is never applied), Listener turns only, validation on
-perplexity every 1,000 updates with patience 3, beam 5 without length penalty, at most 50
-generated tokens.
+perplexity every 1,000 updates with patience 3 (MIME: counted only after 10,000 updates,
+``--count-validations-after``), beam 5 without length penalty, at most 50 generated tokens.
 
 Training batches are drawn example by example, as the reference's shuffled loader draws its
 pairs: ``--ed-history-length 1000`` (the ED teachers' option) makes every example its own episode
@@ -162,6 +162,11 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            "skipped, so a token's features do not depend on its batch)")
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
+        group.add_argument('--count-validations-after', type=int, default=0,
+                           help='validations at or before this many updates are run, logged and saved, '
+                           'but neither the best valid figure nor the patience counts them: the first '
+                           'later validation starts both afresh (the MIME reference skips every '
+                           'validation before 10,000 updates; its Multi-TR counts from the start)')
         parser.set_defaults(
             text_truncate=256, label_truncate=128, truncate=256,
             dict_tokenizer='moel', dict_lower=True,

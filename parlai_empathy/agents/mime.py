@@ -34,6 +34,9 @@ class MimeAgent(EmotionGeneratorAgent):
                            help='13 positive / 19 negative groups (ablation: false, one group)')
         group.add_argument('--stochastic', type='bool', default=True,
                            help='sample z_g with prior/posterior (ablation: false, z_g = mu_g)')
+        # the reference's main.py: `if config.model == "mimic" and n_iter < 10000: continue` before
+        # its best-PPL / patience bookkeeping (so its first counted validation is after 11,000)
+        parser.set_defaults(count_validations_after=10000)
         return parser
 
     def __init__(self, opt, shared=None):

@@ -19,7 +19,12 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   a validation at or before N updates runs as usual (logged, the model saved) but then forgets
   the best valid figure and the impatience, so neither counts until after N updates, as the
   MIME reference's training loop does (it skips its best-PPL and patience bookkeeping for the
-  validations before 10,000 updates). Without the option nothing changes.
+  validations before 10,000 updates). Without the option nothing changes. A run resumed under
+  another ``--validation-metric`` than it was saved with gets its best figure and impatience
+  recomputed from its earlier validations under the new metric (ParlAI compares the new metric
+  with the old one's best).
+* ``parlai.core.agents.compare_init_model_opts`` crashes on a saved list option that is None now
+  (a classifier's ``--classes``): it compares without the unset options.
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
 module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs
@@ -96,6 +101,7 @@ def _repair_train_loop(module):
         # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0
         if self.valid_reports and 'train_steps' in self.valid_reports[-1]:
             self._last_valid_steps = self.valid_reports[-1]['train_steps']
+        _restore_best_under_current_metric(self, module.logging)
 
     __init__._empathy_resume_grid = True
     loop.__init__ = __init__
@@ -115,6 +121,69 @@ def _repair_train_loop(module):
         return stop
 
     loop.validate = validate
+
+
+def _metric_value(value):
+    return value.value() if hasattr(value, 'value') else value
+
+
+def replay_validations(valid_reports, metric, optim, count_after=0):
+    """Best value and impatience that ``TrainLoop.validate`` would hold after these valid reports
+    under ``metric`` (``optim`` 1 to maximise, -1 to minimise) and ``--count-validations-after``;
+    None when a report lacks the metric."""
+    best, impatience = None, 0
+    for report in valid_reports:
+        if metric not in report:
+            return None
+        value = _metric_value(report[metric])
+        if count_after and report.get('train_steps', 0) <= count_after:
+            best, impatience = None, 0
+        elif best is None or optim * value > optim * best:
+            best, impatience = value, 0
+        else:
+            impatience += 1
+    return best, impatience
+
+
+def _restore_best_under_current_metric(loop, logging):
+    """A run resumed with another ``--validation-metric`` than it was saved with (a changed
+    default, or a user's choice): ParlAI restores the best value of the *old* metric and compares
+    the new metric's values with it (PPL 41 "beats" an old best of 48 whatever the run did). When
+    the restored best is no value of the current metric in any earlier validation, the best and
+    the impatience are recomputed from those validations under the current metric."""
+    best_valid, reports = loop.best_valid, loop.valid_reports
+    metric = loop.opt.get('validation_metric')
+    if best_valid is None or not reports or not metric:
+        return
+    if any(metric in r and _metric_value(r[metric]) == best_valid for r in reports):
+        return
+    replay = replay_validations(reports, metric, loop.valid_optim, loop.opt.get('count_validations_after') or 0)
+    if replay is None or replay[0] is None:
+        return
+    loop.best_valid, loop.impatience = replay
+    logging.warning(
+        f'the saved best valid figure {best_valid:.6g} is not the {metric} of any of the run\'s '
+        f'{len(reports)} validations: it was selected under another --validation-metric. Best and '
+        f'patience are recomputed under {metric} from those validations: best {replay[0]:.6g}, '
+        f'impatience {replay[1]}. The model file keeps the earlier metric\'s best until a '
+        f'validation beats {replay[0]:.6g}.')
+
+
+@_repairs_for('parlai.core.agents')
+def _repair_compare_init_model_opts(module):
+    """``compare_init_model_opts`` (which only logs how a resumed or initialising model's options
+    differ) raises TypeError when a saved option is a list and the current one is None, e.g. a
+    classifier's ``--classes``, which our agent fills from the teacher after this check: a killed
+    classifier run could not resume. Unset options are dropped from the comparison instead."""
+    real = module.compare_init_model_opts
+    if getattr(real, '_empathy_none_safe', False):
+        return
+
+    def compare_init_model_opts(opt, curr_opt):
+        return real(opt, {k: v for k, v in curr_opt.items() if v is not None})
+
+    compare_init_model_opts._empathy_none_safe = True
+    module.compare_init_model_opts = compare_init_model_opts
 
 
 def pkg_resources_stand_in():

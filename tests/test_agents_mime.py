@@ -257,3 +257,26 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
             os.remove(tmp_path / name)
     steps, log = train('--count-validations-after', 0)
     assert steps == [2, 4] and 'ran out of patience' in log
+
+
+def test_a_run_resumed_under_another_validation_metric_recomputes_its_best(run_parlai, tmp_path):
+    """Saved under ``-vmt exs -vmm max`` (best 8), resumed under ``-vmt ppl -vmm min``: ParlAI
+    would compare the new PPLs with 8 (never beaten: the best stays 8 and no model is saved);
+    compat recomputes the best from the earlier validations' ``ppl`` and says so."""
+    import json
+
+    model_file = tmp_path / 'model'
+
+    def train(steps, *extra):
+        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                          '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8, '-vp', 10,
+                          '--count-validations-after', 0,
+                          '--dict-maxtokens', 2000, '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
+        return json.loads((tmp_path / 'model.trainstats').read_text()), done.stdout + done.stderr
+
+    stats, _ = train(4, '-vmt', 'exs', '-vmm', 'max', '--validation-cutoff', 1e9)
+    assert stats['best_valid'] == 8
+    stats, log = train(7, '-vmt', 'ppl', '-vmm', 'min')
+    assert 'selected under another --validation-metric' in log
+    ppls = [v['ppl'] for v in stats['valid_reports']]
+    assert len(ppls) == 2 and stats['best_valid'] == min(ppls)

@@ -71,3 +71,16 @@ def test_pkg_resources_stand_in_when_setuptools_has_none():
     )
     exists, missing, path = out.split()
     assert (exists, missing) == ('True', 'False') and path.endswith('opt_presets/docs.py')
+
+
+def test_replay_validations_follows_train_loop_bookkeeping():
+    from parlai_empathy.compat import replay_validations
+
+    reports = [{'train_steps': s, 'ppl': p, 'acc': a}
+               for s, p, a in [(1000, 50.0, 0.1), (2000, 40.0, 0.3), (3000, 41.0, 0.2), (4000, 42.0, 0.25)]]
+    assert replay_validations(reports, 'ppl', -1) == (40.0, 2)
+    assert replay_validations(reports, 'acc', 1) == (0.3, 2)
+    # --count-validations-after: validations at or before it start the bookkeeping afresh
+    assert replay_validations(reports, 'ppl', -1, count_after=2000) == (41.0, 1)
+    assert replay_validations(reports, 'ppl', -1, count_after=4000) == (None, 0)
+    assert replay_validations(reports + [{'train_steps': 5000}], 'ppl', -1) is None

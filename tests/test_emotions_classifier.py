@@ -2,6 +2,7 @@
 real ``parlai`` command on real GoEmotions / ED data, with a tiny random BERT."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -114,3 +115,31 @@ def test_label_set_mismatch_is_a_clear_error(run_parlai, tiny_bert, goemotions_d
     )
     assert done.returncode != 0
     assert 'LabelSetError' in done.stderr and 'train a classifier on this label set' in done.stderr
+
+
+def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_bert, tmp_path):
+    """A run killed before its first validation leaves only ``model.checkpoint*``. Resuming it
+    initialises from that checkpoint, whose ``.opt`` holds ``--classes`` (filled from the teacher
+    when the agent is built, after ParlAI compares the options): ParlAI's comparison raised
+    TypeError on the list that is None now, so a killed classifier run could not resume (the ED32
+    row's did not)."""
+    mf = tmp_path / 'ed' / 'model'
+
+    def train(steps):
+        return run_parlai(
+            'train_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-m', 'empathy/emotion_classifier',
+            '--encoder', tiny_bert, '-mf', mf, '-bs', 8, '--max-train-steps', steps, '-vstep', 3,
+            '--validation-max-exs', 16, '--save-every-n-secs', 1e-6, '--short-final-eval', 'true', '--learningrate', 1e-3,
+        )
+
+    train(2)
+    for name in os.listdir(mf.parent):  # what a kill before the first validation leaves
+        if '.checkpoint' not in name:
+            path = mf.parent / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with open(str(mf) + '.checkpoint.opt') as f:
+        assert len(json.load(f)['classes']) == 32
+    done = train(4)
+    assert 'Loading existing model parameters from' in done.stdout + done.stderr
+    with open(str(mf) + '.trainstats') as f:
+        assert [v['train_steps'] for v in json.load(f)['valid_reports']] == [3]

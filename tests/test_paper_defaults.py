@@ -13,14 +13,15 @@ MIME_SETUP = {
     'invsqrt_lr_decay_gamma': 8000, 'betas': [0.9, 0.98], 'adam_eps': 1e-9, 'gradient_clip': -1,
     'batchsize': 16, 'train_experiencer_only': True, 'label_smoothing': 0.1, 'ffn_kernel': 3,
     'embedding_size': 300, 'n_heads': 2, 'attention_size': 40, 'ffn_size': 50, 'n_layers': 1,
-    'validation_every_n_steps': 1000, 'validation_patience': 3, 'validation_metric': 'ppl',
+    'validation_every_n_steps': 1000, 'validation_patience': 3, 'validation_metric': 'ppl_ex',
     'inference': 'beam', 'beam_size': 5, 'beam_length_penalty': 0.0, 'max_response_length': 50,
     'embeddings_scale': True, 'ffn_final_relu': True, 'reference_tags': True,
     'amsgrad': False, 'ed_history_length': 1000,
 }
 CASES = {
     'empathy/mime': ('empathy_ed_clean', [], dict(MIME_SETUP, latent_size=300, mimicry=True, emotion_grouping=True,
-                                                  stochastic=True, count_validations_after=10000)),
+                                                  stochastic=True, count_validations_after=10000,
+                                                  validation_metric='ppl_ex_gold')),
     'empathy/multitask_transformer': ('empathy_ed_clean', [], dict(MIME_SETUP, count_validations_after=0)),
     'empathy/emotion_classifier': ('empathy_goemotions', ['--encoder', 'offline-minilm'],
                                    {'learningrate': 5e-5, 'batchsize': 16, 'num_epochs': 4, 'max_length': 50,

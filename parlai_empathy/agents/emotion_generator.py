@@ -27,7 +27,9 @@ plain Adam (0.9, 0.98, eps 1e-9; not ParlAI's AMSGrad, see ``--amsgrad``) under 
 (warmup 8,000, peak 300^-0.5 * 8000^-0.5 = 6.455e-4: ParlAI's ``invsqrt``), batch 16, no gradient
 clipping (the reference's ``max_grad_norm`` is never applied), Listener turns only, validation on
 perplexity every 1,000 updates with patience 3 (MIME: counted only after 10,000 updates,
-``--count-validations-after``), beam 5 without length penalty, at most 50 generated tokens.
+``--count-validations-after``; the early-stopping figure is the reference's own, the exp of the mean
+of per-pair mean token NLLs: ``ppl_ex``, and for MIME ``ppl_ex_gold``, since the reference's
+validation pass conditions on the gold polarity), beam 5 without length penalty, at most 50 generated tokens.
 
 Training batches are drawn example by example, as the reference's shuffled loader draws its
 pairs: ``--ed-history-length 1000`` (the ED teachers' option) makes every example its own episode
@@ -173,7 +175,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             optimizer='adam', learningrate=NOAM_PEAK_LR, betas=(0.9, 0.98), adam_eps=1e-9,
             lr_scheduler='invsqrt', warmup_updates=8000, invsqrt_lr_decay_gamma=8000,
             gradient_clip=-1, train_experiencer_only=True, ed_history_length=1000,
-            validation_every_n_steps=1000, validation_metric='ppl', validation_metric_mode='min',
+            validation_every_n_steps=1000, validation_metric='ppl_ex', validation_metric_mode='min',
             validation_patience=3, skip_generation=True,
             inference='beam', beam_size=5, beam_min_length=1, beam_length_penalty=0.0,
         )

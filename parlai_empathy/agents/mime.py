@@ -36,7 +36,9 @@ class MimeAgent(EmotionGeneratorAgent):
                            help='sample z_g with prior/posterior (ablation: false, z_g = mu_g)')
         # the reference's main.py: `if config.model == "mimic" and n_iter < 10000: continue` before
         # its best-PPL / patience bookkeeping (so its first counted validation is after 11,000)
-        parser.set_defaults(count_validations_after=10000)
+        # its early stopping reads the valid PPL of train_one_batch(train=False), which samples the
+        # emotion groups with the gold label (batch['program_label']): our gold-polarity PPL
+        parser.set_defaults(count_validations_after=10000, validation_metric='ppl_ex_gold')
         return parser
 
     def __init__(self, opt, shared=None):

@@ -436,14 +436,16 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
     }
     stats_path = model_file + '.trainstats'
     if os.path.isfile(stats_path):
-        from parlai_empathy.learning_curve import curve, model_updates
+        from parlai_empathy.learning_curve import curve, model_updates, saved_updates
 
         with open(stats_path) as f:
             stats = json.load(f)
         meta['training'] = {k: stats[k] for k in ('train_steps', 'total_epochs', 'train_time', 'parleys')
                             if k in stats}
         meta['training']['curve'] = curve(stats)
-        updates = model_updates(stats, opt.get('validation_metric') or 'loss')
+        updates = saved_updates(model_file)
+        if updates is None:
+            updates = model_updates(stats, opt.get('validation_metric') or 'loss')
         if updates is not None:  # the evaluated model: the best validated one
             meta['training']['model_updates'] = updates
     return evidence.write_row(row_dir, report, result.get('outputs') or [], opt, meta)

@@ -37,6 +37,22 @@ def model_updates(trainstats: Mapping, metric: str) -> Optional[int]:
     return int(matching[-1]['total_train_updates']) if matching and 'total_train_updates' in matching[-1] else None
 
 
+def saved_updates(model_file: str) -> Optional[int]:
+    """The update count a ParlAI agent stored in its model file (``number_training_updates``),
+    read weights-only (:func:`parlai_empathy.safe_loading.load_checkpoint`); None when the file
+    cannot be read or holds none. The model file's own count is the reliable one: the best
+    validation figure in ``.trainstats`` need not belong to the model in the file (a run resumed
+    under another ``--validation-metric`` recomputes it from the earlier validations, and one of
+    those may beat the saved model without ever having been saved)."""
+    from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
+
+    try:
+        updates = load_checkpoint(model_file).get('number_training_updates')
+    except ModelFileError:
+        return None
+    return int(updates) if isinstance(updates, (int, float)) else None
+
+
 def read_curve(trainstats_path: str) -> List[Dict[str, float]]:
     with open(trainstats_path) as f:
         return curve(json.load(f))

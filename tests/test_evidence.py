@@ -188,3 +188,17 @@ def test_learning_curve_and_time_to_target():
     run = dict(stats, train_steps=5000, best_valid=35.0, final_valid_report={'total_train_updates': 4900})
     assert learning_curve.model_updates(run, 'ppl') == 4000
     assert learning_curve.model_updates({'train_steps': 462}, 'hits@1') == 462
+
+
+def test_the_evaluated_models_updates_come_from_the_model_file(tmp_path):
+    """The model file's own count wins over what the trainstats' best figure points to."""
+    import torch
+
+    from parlai_empathy import learning_curve
+
+    path = str(tmp_path / 'model')
+    torch.save({'model': {'w': torch.zeros(2)}, 'number_training_updates': 16854}, path)
+    assert learning_curve.saved_updates(path) == 16854
+    torch.save({'model': {'w': torch.zeros(2)}}, path)
+    assert learning_curve.saved_updates(path) is None
+    assert learning_curve.saved_updates(str(tmp_path / 'missing')) is None

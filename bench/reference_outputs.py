@@ -78,6 +78,7 @@ def main():
         'command': ['python', 'bench/reference_outputs.py', '--mime-repo', 'REF_MIME'] + sys.argv[3:],
         'reference_commit': evidence.code_version(args.mime_repo).get('commit'),
         'code': evidence.code_version(),
+        'machine': evidence.machine(),
         'examples': len(examples),
         'printed_by_the_reference': dict(zip(('split', 'loss', 'ppl', 'accuracy', 'bleu_g', 'bleu_b', 'bleu_t'), printed)),
         'emotion_accuracy': sum(e['emotion'] == e['predicted_emotion'] for e in examples) / len(examples),

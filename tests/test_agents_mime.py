@@ -280,3 +280,41 @@ def test_a_run_resumed_under_another_validation_metric_recomputes_its_best(run_p
     assert 'selected under another --validation-metric' in log
     ppls = [v['ppl'] for v in stats['valid_reports']]
     assert len(ppls) == 2 and stats['best_valid'] == min(ppls)
+
+
+def _run_search(search_class):
+    """Feed one scripted sequence of log-probabilities (vocabulary: 0 pad, 1 bos, 2 end, 3 'a', 4 'b')
+    into a beam of 2 and return the reply and the steps taken."""
+    import torch
+    from parlai.core.torch_generator_agent import BeamSearch  # noqa: F401
+
+    inf = float('-inf')
+    search = search_class(2, min_length=0, block_ngram=-1, context_block_ngram=-1, length_penalty=0.0,
+                          padding_token=0, bos_token=1, eos_token=2, device='cpu')
+    steps = [
+        # step 0: 'a' (-0.7) leads, the end token (-1.0) is second
+        torch.tensor([[inf, inf, -1.0, -0.7, -3.0], [inf, inf, -1.0, -0.7, -3.0]]),
+        # step 1: after 'a', 'b' (-0.2); after the end token, nothing likely (-1.0 at best)
+        torch.tensor([[inf, inf, -2.0, -3.0, -0.2], [inf, inf, -1.0, -2.0, -2.0]]),
+        # step 2: after 'a b', the end token (-0.3)
+        torch.tensor([[inf, inf, -0.3, -2.0, -2.0], [inf, inf, -1.0, -2.0, -2.0]]),
+        torch.tensor([[inf, inf, -0.1, -2.0, -2.0], [inf, inf, -0.1, -2.0, -2.0]]),
+    ]
+    for step, logprobs in enumerate(steps):
+        if search.is_done():
+            break
+        search.advance(logprobs.clone(), step)
+    tokens = search.get_rescored_finished()[0][0].tolist()
+    return [t for t in tokens if t != 1], step
+
+
+def test_reference_beam_stops_when_the_top_hypothesis_ends():
+    """ParlAI's beam keeps the end token of step 0 as a finished reply (-1.0) and returns it over
+    'a b' (-1.2), an empty reply; the reference's rule never returns to it: the search stops at the
+    step where the top of the beam ends, 'a b' + end."""
+    from parlai.core.torch_generator_agent import BeamSearch
+
+    from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
+
+    assert _run_search(BeamSearch)[0] == [2]
+    assert _run_search(ReferenceBeamSearch) == ([3, 4, 2], 3)

@@ -29,7 +29,8 @@ clipping (the reference's ``max_grad_norm`` is never applied), Listener turns on
 perplexity every 1,000 updates with patience 3 (MIME: counted only after 10,000 updates,
 ``--count-validations-after``; the early-stopping figure is the reference's own, the exp of the mean
 of per-pair mean token NLLs: ``ppl_ex``, and for MIME ``ppl_ex_gold``, since the reference's
-validation pass conditions on the gold polarity), beam 5 without length penalty, at most 50 generated tokens.
+validation pass conditions on the gold polarity), beam 5 without length penalty and with the
+reference's stopping rule (``--beam-stop top``), at most 50 generated tokens.
 
 Training batches are drawn example by example, as the reference's shuffled loader draws its
 pairs: ``--ed-history-length 1000`` (the ED teachers' option) makes every example its own episode
@@ -164,6 +165,12 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            "skipped, so a token's features do not depend on its batch)")
         group.add_argument('--emotion-loss-weight', type=float, default=1.0,
                            help='alpha: weight of the user-emotion classification loss')
+        group.add_argument('--beam-stop', choices=['top', 'finished'], default='top',
+                           help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
+                           'hypotheses that ended stay in the beam, the search stops when the best one has just '
+                           'ended and returns it; finished: ParlAI\'s, the best of the first --beam-size '
+                           'finished hypotheses, which without a length penalty favours short generic replies '
+                           '(parlai_empathy.agents.reference_beam)')
         group.add_argument('--count-validations-after', type=int, default=0,
                            help='validations at or before this many updates are run, logged and saved, '
                            'but neither the best valid figure nor the patience counts them: the first '
@@ -307,6 +314,16 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     def record_extra_eval_metrics(self, batch, gold):
         """Model-specific evaluation figures (MIME: perplexity with the gold polarity)."""
+
+    def _treesearch_factory(self, device, verbose=False):
+        search = super()._treesearch_factory(device, verbose)
+        if self.opt.get('inference') == 'beam' and self.opt.get('beam_stop', 'top') == 'top':
+            from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
+
+            reference = ReferenceBeamSearch.__new__(ReferenceBeamSearch)
+            reference.__dict__.update(search.__dict__)  # the same settings, the reference's rule
+            return reference
+        return search
 
     def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
         return super()._generate(batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts),

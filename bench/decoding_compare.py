@@ -60,7 +60,8 @@ def main():
     parser.add_argument('--decoding', action='append', required=True, metavar='NAME=ARGS')
     parser.add_argument('--mime-repo', help="a checkout of declare-lab/MIME (its output.txt)")
     parser.add_argument('--outdir', required=True)
-    parser.add_argument('--parlai', default=shutil.which('parlai') or 'parlai')
+    beside = os.path.join(os.path.dirname(sys.executable), 'parlai')  # this venv's parlai
+    parser.add_argument('--parlai', default=beside if os.path.isfile(beside) else shutil.which('parlai') or 'parlai')
     args = parser.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     places = evidence.path_placeholders({os.path.abspath(args.outdir): '{outdir}'})

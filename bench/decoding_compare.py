@@ -53,6 +53,15 @@ def read_world_log(path):
     return replies, golds
 
 
+def portable_metadata(path, places):
+    """ParlAI's world-log ``.metadata`` (the run's options), with machine paths as placeholders."""
+    if os.path.isfile(path):
+        with open(path, encoding='utf-8') as f:
+            meta = json.load(f)
+        with open(path, 'w', encoding='utf-8') as f:
+            json.dump(evidence.portable(meta, places), f, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-mf', '--model-file', required=True)
@@ -66,7 +75,8 @@ def main():
     os.makedirs(args.outdir, exist_ok=True)
     places = evidence.path_placeholders({os.path.abspath(args.outdir): '{outdir}'})
     report = {'what': 'one model, several decodings, the same first N ED test examples (bench/decoding_compare.py)',
-              'command': evidence.portable(['python', 'bench/decoding_compare.py'] + sys.argv[1:], places),
+              'command': evidence.portable(['python', 'bench/decoding_compare.py'] + [
+                  'REF_MIME' if args.mime_repo and a == args.mime_repo else a for a in sys.argv[1:]], places),
               'code': evidence.code_version(), 'machine': evidence.machine(), 'decodings': {}}
     for item in args.decoding:
         name, extra = item.split('=', 1)
@@ -82,6 +92,7 @@ def main():
         with open(log, 'rb') as src, gzip.open(log + '.gz', 'wb') as dst:
             shutil.copyfileobj(src, dst)
         os.remove(log)
+        portable_metadata(log.replace('.jsonl', '.metadata'), places)
         report['decodings'][name] = dict(scores(replies, golds), seconds=round(time.time() - start, 1),
                                          command=evidence.portable(['parlai'] + command[1:], places))
         print(name, json.dumps(report['decodings'][name]), flush=True)

@@ -47,7 +47,7 @@ def saved_updates(model_file: str) -> Optional[int]:
     from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
 
     try:
-        updates = load_checkpoint(model_file).get('number_training_updates')
+        updates = load_checkpoint(model_file, mmap=True).get('number_training_updates')
     except ModelFileError:
         return None
     return int(updates) if isinstance(updates, (int, float)) else None

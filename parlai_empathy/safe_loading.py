@@ -78,8 +78,10 @@ def _describe_foreign(path: str, head: bytes) -> str:
     return f'{path} is not a PyTorch checkpoint (it starts with {head[:16]!r})'
 
 
-def load_checkpoint(path: str) -> Dict[str, Any]:
+def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
     """The ``dict`` a ParlAI agent saved to ``path`` (``model`` weights, optimizer state, ...).
+    ``mmap``: map the tensors instead of reading them (for callers that only want the plain
+    entries, e.g. the update count; a zip checkpoint only).
 
     Raises :class:`UnsafeModelFile` or :class:`ModelFileError`, both naming ``path``.
     """
@@ -99,7 +101,7 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
             raise ModelFileError(problem)
     try:
         with torch.serialization.safe_globals(parlai_safe_globals()):
-            states = torch.load(path, map_location='cpu', weights_only=True)
+            states = torch.load(path, map_location='cpu', weights_only=True, mmap=mmap and is_zip)
     except pickle.UnpicklingError as err:
         wanted = _unsafe_globals(path) if is_zip else []
         what = (f'it refers to {", ".join(wanted)}' if wanted else

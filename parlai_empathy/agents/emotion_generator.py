@@ -320,9 +320,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         if self.opt.get('inference') == 'beam' and self.opt.get('beam_stop', 'top') == 'top':
             from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
 
-            reference = ReferenceBeamSearch.__new__(ReferenceBeamSearch)
-            reference.__dict__.update(search.__dict__)  # the same settings, the reference's rule
-            return reference
+            search.__class__ = ReferenceBeamSearch  # the same settings, the reference's rule
         return search
 
     def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):

@@ -226,7 +226,8 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
 
     out = tmp_path / 'out'
     env = dict(os.environ, OUT=str(out), GPU_BUNDLE=str(tmp_path / 'bundle'), GPU_SCRATCH=str(tmp_path / 'scratch'),
-               GPU_PYTHON=image_like_python(str(tmp_path)), GPU_ROWS=','.join(TINY_ROWS))
+               GPU_PYTHON=image_like_python(str(tmp_path)), GPU_ROWS=','.join(TINY_ROWS),
+               GPU_WEIGHTS='li_ethreed/ethreed')
     for name in ('PARLAI_EMPATHY_ED_DIR', 'PARLAI_EMPATHY_GOEMOTIONS_DIR', 'PARLAI_EMPATHY_MINILM_DIR',
                  'PARLAI_EMPATHY_GLOVE_DIR', 'PARLAI_DATAPATH'):
         env.pop(name, None)
@@ -239,8 +240,19 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
     files = sorted(os.listdir(out))
     assert files == sorted(['driver.log', 'summary.json', 'leaderboard.tar.gz', 'li_ethreed.tar.gz',
                             'majumder2020_mime.tar.gz', 'metz2020_emotion_patterns.tar.gz',
-                            'rashkin2019_empatheticdialogues.tar.gz'])
+                            'rashkin2019_empatheticdialogues.tar.gz', 'li_ethreed.ethreed.model.00'])
     summary = json.loads((out / 'summary.json').read_text())
+
+    # the trained ETHREED comes back (float16 pieces) and chats through the real CLI
+    import model_pieces
+
+    model = model_pieces.join(str(out), 'li_ethreed.ethreed', str(tmp_path / 'ethreed'),
+                              summary['weights']['li_ethreed/ethreed']['sha256'])
+    chat = subprocess.run([os.path.join(VENV_BIN, 'parlai'), 'interactive', '-mf', model],
+                          input='i lost my job today\n[DONE]\n', capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PARLAI_DATAPATH=str(tmp_path / 'chat_data')))
+    assert chat.returncode == 0, chat.stdout[-3000:] + chat.stderr[-3000:]
+    assert '[Ethreed]:' in chat.stdout, chat.stdout[-3000:]
     assert {row: info['status'] for row, info in summary['rows'].items()} == {row: 'ok' for row in summary['rows']}
     assert set(TINY_ROWS) | {'rashkin2019_empatheticdialogues/ed32_situation', 'li_ethreed/ed32_utterance',
                              'metz2020_emotion_patterns/goemotions'} == set(summary['rows'])

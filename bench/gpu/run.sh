@@ -6,7 +6,9 @@
 #   GPU_BUNDLE (default .gpu), GPU_SCRATCH (default ~/parlai-empathy-gpu), GPU_ROWS
 #   (project/row,...; default every row), GPU_PYTHON (default python3: the one that has torch),
 #   GPU_MPNET_PIECES (a folder holding every float16 piece of all-mpnet-base-v2: joined and used),
-#   GPU_SECONDS (the deadline instead of the profile's), GPU_TRAIN_ARGS (added to every train_model).
+#   GPU_SECONDS (the deadline instead of the profile's), GPU_TRAIN_ARGS (added to every train_model),
+#   GPU_TRAIN_ROWS (project/row,...: GPU_TRAIN_ARGS go to these rows only),
+#   GPU_WEIGHTS (project/row,...: their trained models come back in float16 pieces, model_pieces.py).
 # An environment is made in the scratch folder from GPU_PYTHON (its packages stay visible) with the
 # bundle's wheels installed into it, once per bundle; a second run (full after smoke) reuses it.
 set -euo pipefail
@@ -57,5 +59,7 @@ rows_arg=()
 [ -n "${GPU_MPNET_PIECES:-}" ] && rows_arg+=(--mpnet-pieces "$GPU_MPNET_PIECES")
 [ -n "${GPU_SECONDS:-}" ] && rows_arg+=(--seconds "$GPU_SECONDS")
 [ -n "${GPU_TRAIN_ARGS:-}" ] && rows_arg+=(--train-args "$GPU_TRAIN_ARGS")
+[ -n "${GPU_TRAIN_ROWS:-}" ] && rows_arg+=(--train-rows "$GPU_TRAIN_ROWS")
+[ -n "${GPU_WEIGHTS:-}" ] && rows_arg+=(--weights "$GPU_WEIGHTS")
 exec "$env_dir/bin/python" "$here/runbook.py" "$profile" --bundle "$bundle" --scratch "$scratch" --out "$OUT" \
   --repo "$repo" --started "$started" ${rows_arg[@]+"${rows_arg[@]}"}

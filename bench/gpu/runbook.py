@@ -33,6 +33,7 @@ from typing import Dict, List, Optional
 
 from gpu_plans import is_evidence_step
 from halves import float32_model
+from model_pieces import split as model_pieces
 
 from parlai_empathy import offline_models, reproduce
 from parlai_empathy.data.ed_source import file_checksum as sha256
@@ -200,7 +201,7 @@ def mpnet_installed() -> bool:
 
 
 def select_rows(projects: str, runs: str, wanted: List[str], name: str,
-                profile: Optional[Profile] = None) -> Dict[str, Row]:
+                profile: Optional[Profile] = None, row_train: Optional[Dict[str, List[str]]] = None) -> Dict[str, Row]:
     """The rows asked for (default: every row with a plan) and the rows they need: their gpu plans
     with the options of profile ``name`` (recorded in each row's evidence as ``gpu+<name>``).
 
@@ -222,10 +223,11 @@ def select_rows(projects: str, runs: str, wanted: List[str], name: str,
         if leave_out_mpnet and any(offline_models.OFFLINE_MPNET in step.argv for step in plan.steps):
             print(f'[runbook] {key} left out: all-mpnet-base-v2 is not installed here', flush=True)
             continue
-        if profile.train or profile.evaluate:
+        extra = (row_train or {}).get(key, [])  # --train-rows: the session's options for some rows only
+        if profile.train or profile.evaluate or extra:
             plan.profile = f'gpu+{name}'
         for step in plan.steps:
-            step.argv = with_profile(step.argv, profile)
+            step.argv = with_profile(step.argv, profile) + (extra if step.argv[0] == 'train_model' else [])
         needs = [n if '/' in n else f'{project}/{n}' for n in plan.needs]
         rows[key] = Row(key, plan, needs)
         keys += needs
@@ -404,13 +406,19 @@ def main(argv=None) -> int:
                         help="every row done this long after run.sh started (default: the profile's)")
     parser.add_argument('--train-args', default='',
                         help='options added last to every train_model step, e.g. "--max-train-time 120"')
+    parser.add_argument('--train-rows', default='',
+                        help='comma-separated project/row: --train-args go to these rows only (default: every row)')
     parser.add_argument('--mpnet-pieces', default='',
                         help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): joined and used')
+    parser.add_argument('--weights', default='',
+                        help='comma-separated project/row whose trained model comes back in float16 pieces '
+                             '(model_pieces.py; each must be one of the rows run)')
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
+    train_rows = [r for r in args.train_rows.split(',') if r]
     if args.seconds is not None or args.train_args:  # a session's own limits (bench/gpu/README.md)
         profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
-                          train=profile.train + shlex.split(args.train_args))
+                          train=profile.train + ([] if train_rows else shlex.split(args.train_args)))
     clock0 = args.started or time.time()
     os.makedirs(args.out, exist_ok=True)
     driver_log = open(os.path.join(args.out, 'driver.log'), 'w')
@@ -438,7 +446,13 @@ def main(argv=None) -> int:
     projects, runs = os.path.join(work, 'projects'), os.path.join(work, 'runs')
     shutil.copytree(os.path.join(args.repo, 'projects'), projects)
     os.chdir(work)  # so that every parlai process imports the installed package, not the checkout's
-    rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile, profile)
+    rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile, profile,
+                       {key: shlex.split(args.train_args) for key in train_rows})
+    if set(train_rows) - set(rows):
+        raise SystemExit(f'--train-rows names rows this run does not run: {", ".join(sorted(set(train_rows) - set(rows)))}')
+    bring = [r for r in args.weights.split(',') if r]
+    if set(bring) - set(rows):
+        raise SystemExit(f'--weights names rows this run does not run: {", ".join(sorted(set(bring) - set(rows)))}')
     deadline = None if profile.seconds is None else clock0 + profile.seconds
     sampler = GpuSampler(clock0)
     device = sampler.query('name,memory.total,driver_version') if sampler.available else None
@@ -468,6 +482,15 @@ def main(argv=None) -> int:
         'gpu_samples': {'columns': ['seconds', 'utilization %', 'memory MiB'], 'rows': sampler.samples},
     }
     written = pack(args.out, projects, runs, os.path.join(work, 'logs'), board, rows)
+    summary['weights'] = {}
+    for key in bring:  # the trained model itself, float16, in pieces (bench/gpu/model_pieces.py)
+        if not os.path.isfile(rows[key].plan.model):
+            say(f'{key}: no model file to bring back')
+            continue
+        info = model_pieces(rows[key].plan.model, args.out, key.replace('/', '.'))
+        summary['weights'][key] = info
+        written += [os.path.join(args.out, p) for p in info['pieces']]
+        say(f'{key}: model in {len(info["pieces"])} float16 pieces, largest rounding {info["max_abs_rounding"]:.1e}')
     with open(os.path.join(args.out, 'summary.json'), 'w') as f:
         json.dump(summary, f, indent=1)
     counts = {}

@@ -205,7 +205,7 @@ class EthreedAgent(EncoderReadoutAgent):
     @staticmethod
     def _load_listener_tags(opt):
         path = opt.get('listener_emotions')
-        if path == NO_TAGS:
+        if path == NO_TAGS or opt.get('interactive_mode'):  # chat has no listener turn to label
             return None
         if path == CONVERSATION_LABELS:
             return CONVERSATION_LABELS

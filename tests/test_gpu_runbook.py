@@ -106,6 +106,20 @@ def test_profiles_add_their_options_last():
     assert runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke']) == ['empathy_tag_ed', '-mf', 'm']
 
 
+def test_session_train_args_go_to_the_named_rows_only(tmp_path):
+    """GPU_TRAIN_ROWS: a session's --max-train-time for ETHREED must not also cut the classifier it needs."""
+    rows = runbook.select_rows(os.path.join(REPO, 'projects'), str(tmp_path), ['li_ethreed/ethreed'], 'full',
+                               runbook.PROFILES['full'], {'li_ethreed/ethreed': ['--max-train-time', '200']})
+    assert set(rows) == {'li_ethreed/ethreed', 'li_ethreed/ed32_utterance'}
+    train = {key: next(s.argv for s in row.plan.steps if s.argv[0] == 'train_model') for key, row in rows.items()}
+    ethreed, classifier = train['li_ethreed/ethreed'], train['li_ethreed/ed32_utterance']
+    assert ethreed[-2:] == ['--max-train-time', '200'] and rows['li_ethreed/ethreed'].plan.profile == 'gpu+full'
+    assert classifier[len(classifier) - 1 - classifier[::-1].index('--max-train-time') + 1] == '90'
+    assert rows['li_ethreed/ed32_utterance'].plan.profile == 'gpu'
+    # ETHREED's gpu plan validates once an epoch: its learning-rate milestones count validations
+    assert '-vtim' not in ethreed and ethreed[ethreed.index('-bs') + 1] == '64'
+
+
 def test_rows_of_the_encoder_the_bundle_cannot_carry_are_left_out_unless_named(tmp_path, monkeypatch):
     """all-mpnet-base-v2 does not travel in the bundle: where it is not installed, the default
     selection leaves its rows out (instead of failing them); naming one still runs it."""

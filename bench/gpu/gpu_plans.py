@@ -12,8 +12,9 @@ only where a GPU makes another choice sensible:
   examples is seen (steps and warm-up times 32/256);
 * emotion classifiers use batches of 128 (updates and warm-up scaled the same way);
 * MIME and Multi-TR use batches of 64 with the Noam warm-up, decay and validation interval
-  scaled by 16/64 (the same examples per phase); ETHREED batches of 64, still validated once an
-  epoch (its learning-rate milestones count validations);
+  scaled by 16/64 (the same examples per phase); ETHREED keeps its batch of 16 and its validation
+  once an epoch (batch 64 learnt far less per epoch on 2026-11-28; its learning-rate milestones
+  count validations);
 * a row whose model another row reads ED tags of (``--listener-emotions``: ETHREED's listener
   labels) tags ED (``empathy_tag_ed``) if its cpu plan does not already: without the tags the
   reading row cannot train;
@@ -104,11 +105,12 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
         argv = _set(argv, '-bs', GENERATOR_BATCH)
         for flag, value in (('--warmup-updates', 8000), ('--invsqrt-lr-decay-gamma', 8000), ('-vstep', 1000)):
             argv = _set(argv, flag, value * 16 // GENERATOR_BATCH)
-    if model == 'empathy/ethreed':  # defaults: batch 16, validated once an epoch
-        # still validated once an epoch (no -vtim): its learning rate decays after the 4th and the
-        # 5th *validation* (--lr-milestones, the reference's MultiStepLR over epochs), so a
-        # validation every minute would decay it after 4 and 5 minutes
-        argv = _set(argv, '-bs', GENERATOR_BATCH)
+    # ETHREED keeps its cpu plan's batch of 16 (the reference's ~16.5 responses per update): on
+    # 2026-11-28 (bench/gpu/results/2026-11-28-h200) one epoch at batch 64 left valid ppl_ex at
+    # 43-46 where one epoch at 16 gives 37; and it is validated once an epoch (no -vtim): its
+    # learning rate decays after the 4th and the 5th *validation* (--lr-milestones, the
+    # reference's MultiStepLR over epochs), so a validation every minute would decay it after
+    # 4 and 5 minutes
     steps = _option(argv, '--max-train-steps')
     validated = _option(argv, '-vtim') is not None or _option(argv, '-veps') is not None
     if validated and steps is not None and int(steps) > 3:

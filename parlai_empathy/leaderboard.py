@@ -22,6 +22,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -99,23 +100,102 @@ def attach_entry_args(entries: List[Entry], specs: List[str]) -> None:
         by_name[name].extra_args += shlex.split(args)
 
 
-def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool):
-    """ParlAI's eval loop (as in ``eval_model``) with a progress bar over examples."""
+def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool, workers: int = 1):
+    """ParlAI's eval loop (as in ``eval_model``) with a progress bar over examples; ``workers`` > 1
+    shards it over that many processes (as ``parlai multiprocessing_eval`` does, see
+    :func:`_sharded_eval`)."""
+    from parlai.scripts.eval_model import setup_args
+
+    if workers > 1:
+        return _sharded_eval(opt_args, world_logs, desc, progress, workers)
+    args = list(opt_args) + (['--world-logs', world_logs] if world_logs else [])
+    return _eval_loop(setup_args().parse_args(args), world_logs, desc, progress)
+
+
+def eval_command(args: List[str], workers: int = 1) -> str:
+    """The ParlAI command that evaluates like :func:`_eval` with these arguments."""
+    if workers > 1:
+        return 'parlai multiprocessing_eval ' + shlex.join(['--distributed-world-size', str(workers)] + list(args))
+    return 'parlai eval_model ' + shlex.join(args)
+
+
+def _shard_logs(world_logs: str, rank: int) -> str:
+    base, extension = os.path.splitext(world_logs)
+    return f'{base}_{rank}{extension}'
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _sharded_eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool, workers: int):
+    """The evaluation sharded over ``workers`` processes: this one (rank 0) and ``workers - 1``
+    spawned ones, as ``parlai multiprocessing_eval --distributed-world-size N`` runs it (ParlAI's
+    teachers give rank r the episodes i with i % N == r in evaluation; the reports are summed, so
+    counts, accuracies, BLEU and corpus Distinct-n equal the 1-worker figures and float sums such as
+    PPL agree to rounding: tests/test_sharded_eval.py). Each rank writes its own world log; rank 0
+    joins them into ``world_logs`` in rank order (so the examples are not in the 1-worker order)."""
+    import torch.multiprocessing
+
+    port = _free_port()
+    spawned = torch.multiprocessing.start_processes(
+        _eval_shard, args=(opt_args, world_logs, desc, False, workers, port, 1), nprocs=workers - 1,
+        join=False, start_method='spawn')
+    try:
+        report = _eval_shard(0, opt_args, world_logs, desc, progress, workers, port, 0)
+        spawned.join()
+    except BaseException:
+        for process in spawned.processes:
+            if process.is_alive():
+                process.terminate()
+        raise
+    if world_logs:
+        with open(world_logs, 'w', encoding='utf-8') as out:
+            for rank in range(workers):
+                with open(_shard_logs(world_logs, rank), encoding='utf-8') as f:
+                    shutil.copyfileobj(f, out)
+                os.remove(_shard_logs(world_logs, rank))
+    return report
+
+
+def _eval_shard(index: int, opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool,
+                workers: int, port: int, rank_offset: int):
+    """One rank of :func:`_sharded_eval` (``index + rank_offset``; spawned ranks start at 1)."""
+    from parlai.core.metrics import aggregate_unnamed_reports
+    from parlai.scripts.eval_model import setup_args
+    from parlai.utils import distributed as distributed_utils
+
+    rank = index + rank_offset
+    logs = _shard_logs(world_logs, rank) if world_logs else None
+    args = list(opt_args) + (['--world-logs', logs] if logs else [])
+    opt = setup_args().parse_args(args)
+    opt['distributed_world_size'] = workers
+    with distributed_utils.distributed_context(index, opt, rank_offset,
+                                               init_method=f'tcp://localhost:{port}') as opt:
+        opt['multiprocessing'] = True
+        report = _eval_loop(opt, logs, f'{desc} (rank 0 of {workers})', progress)
+        return aggregate_unnamed_reports(distributed_utils.all_gather_list(report))
+
+
+def _eval_loop(opt, world_logs: Optional[str], desc: str, progress: bool):
     from parlai.core.agents import create_agent
     from parlai.core.worlds import create_task
-    from parlai.scripts.eval_model import setup_args
     from parlai.utils.world_logging import WorldLogger
     from tqdm import tqdm
 
-    args = list(opt_args) + (['--world-logs', world_logs] if world_logs else [])
-    opt = setup_args().parse_args(args)
     agent = create_agent(opt, requireModelExists=True)
     world_logger = WorldLogger(opt) if world_logs else None
     world = create_task(opt, agent)
     total = world.num_examples()
     if opt['num_examples'] > 0:  # -ne N, as in eval_model
         total = min(total, opt['num_examples'])
-    bar = tqdm(total=total, desc=desc, unit='ex', disable=not progress, leave=False)
+    shards = opt.get('distributed_world_size') or 1 if opt.get('multiprocessing') else 1
+    # a shard's share of the examples (rank 0's may be one more or less)
+    bar = tqdm(total=-(-total // shards), desc=desc, unit='ex', disable=not progress, leave=False)
     seen = 0
     while not world.epoch_done() and seen < total:
         world.parley()
@@ -216,9 +296,10 @@ def p100_hits(world_logs: str, expected: Optional[int] = None) -> Dict[str, int]
 
 # ----- evaluation ----------------------------------------------------------------------------------
 def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],
-                   progress: bool = True, p100_shuffled: bool = True) -> Dict:
+                   progress: bool = True, p100_shuffled: bool = True, workers: int = 1) -> Dict:
     """Figures for one entry, with the command lines that reproduce them; ``result['outputs']`` holds
-    the per-example rows for the artifacts (not written to results.json)."""
+    the per-example rows for the artifacts (not written to results.json). ``workers`` > 1: each
+    evaluation sharded over that many processes (:func:`_sharded_eval`)."""
     started = time.time()
     result = {'name': entry.name, 'path': entry.path, 'source': entry.source, 'values': {}, 'commands': []}
     if entry.source == 'leaderboard':
@@ -238,7 +319,7 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
     kind = model_kind(entry.path)
     result['kind'] = kind
     if kind == 'classifier':
-        return evaluate_classifier(entry, result, outdir, common_args, progress, started)
+        return evaluate_classifier(entry, result, outdir, common_args, progress, started, workers)
     base = ['-t', task, '-dt', 'test', '-mf', entry.path] + common_args + entry.extra_args
     logs = os.path.join(outdir, f'{entry.name}.world_logs.jsonl')
     exs = {}
@@ -251,7 +332,7 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
             for metric, candidates in protocols:
                 args = base + candidates + ['--eval-candidates', 'inline']
                 block_logs = os.path.join(scratch, f'{metric}.jsonl')
-                report = _eval(args, block_logs, f'{entry.name} {metric}', progress)
+                report = _eval(args, block_logs, f'{entry.name} {metric}', progress, workers)
                 hits = p100_hits(block_logs, int(report['exs'].value()))
                 result['values'][metric] = sum(hits.values()) / len(hits)
                 exs[metric] = len(hits)
@@ -261,23 +342,23 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
                                                  f'({suite_values(report).get(metric)})')
                 for where, hit in hits.items():
                     rows_by_id.setdefault(where, {})[metric] = hit
-                result['commands'].append('parlai eval_model ' + shlex.join(args))
+                result['commands'].append(eval_command(args, workers))
         if pool_path is None:
             raise ValueError('rankers need the retrieval pool (--pool); build it with parlai empathy_build_candidates')
         # test responses are not in the train pool: ParlAI must not look for the gold among them
         retrieve = base + ['--eval-candidates', 'fixed', '--fixed-candidates-path', pool_path,
                            '--ignore-bad-candidates', 'true', '--ed-candidates', 'none']
-        report = _eval(retrieve, logs, f'{entry.name} retrieval', progress)
+        report = _eval(retrieve, logs, f'{entry.name} retrieval', progress, workers)
         result['values'].update({k: v for k, v in suite_values(report).items() if k not in (P100, P100_SHUFFLED)})
-        result['commands'].append('parlai eval_model ' + shlex.join(retrieve + ['--world-logs', logs]))
+        result['commands'].append(eval_command(retrieve + ['--world-logs', logs], workers))
         outputs = generation_rows(logs)
         for row in outputs:
             row.update(rows_by_id.get(row['id'], {}))
     else:
         generate = base + ['--skip-generation', 'false', '--ed-candidates', 'none']
-        report = _eval(generate, logs, f'{entry.name} generation', progress)
+        report = _eval(generate, logs, f'{entry.name} generation', progress, workers)
         result['values'].update(suite_values(report))
-        result['commands'].append('parlai eval_model ' + shlex.join(generate + ['--world-logs', logs]))
+        result['commands'].append(eval_command(generate + ['--world-logs', logs], workers))
         outputs = generation_rows(logs)
     result['world_logs'] = logs
     result['outputs'] = outputs
@@ -292,7 +373,7 @@ def _generation_counts(values: Dict[str, float], outputs: List[Dict]) -> Dict[st
 
 
 def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: List[str], progress: bool,
-                        started: float) -> Dict:
+                        started: float, workers: int = 1) -> Dict:
     """An emotion classifier on the test split of the task it was trained on.
 
     ED 32-way utterance classifiers are also scored on the Speaker utterances alone: their
@@ -310,8 +391,8 @@ def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: Li
     if tuned:  # the paper's single 0.3 first: the main columns; then the per-label thresholds
         base += ['--threshold-scheme', 'single']
     logs = os.path.join(outdir, f'{entry.name}.world_logs.jsonl')
-    report = _eval(base, logs, f'{entry.name} test', progress)
-    result['commands'].append('parlai eval_model ' + shlex.join(base + ['--world-logs', logs]))
+    report = _eval(base, logs, f'{entry.name} test', progress, workers)
+    result['commands'].append(eval_command(base + ['--world-logs', logs], workers))
     values = {k: float(report[k].value() if hasattr(report[k], 'value') else report[k])
               for k in ('accuracy', 'macro_f1', 'micro_f1') if k in report}
     outputs = classifier_rows(logs)
@@ -320,8 +401,8 @@ def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: Li
     if tuned:
         tuned_args = base[:-1] + ['tuned']
         tuned_logs = os.path.join(outdir, f'{entry.name}.tuned.world_logs.jsonl')
-        tuned_report = _eval(tuned_args, tuned_logs, f'{entry.name} test, tuned thresholds', progress)
-        result['commands'].append('parlai eval_model ' + shlex.join(tuned_args + ['--world-logs', tuned_logs]))
+        tuned_report = _eval(tuned_args, tuned_logs, f'{entry.name} test, tuned thresholds', progress, workers)
+        result['commands'].append(eval_command(tuned_args + ['--world-logs', tuned_logs], workers))
         for key in ('macro_f1', 'micro_f1'):
             values[f'{key}_tuned'] = float(tuned_report[key].value())
             exs[f'{key}_tuned'] = len(outputs)
@@ -331,10 +412,10 @@ def evaluate_classifier(entry: Entry, result: Dict, outdir: str, common_args: Li
             row['predicted_tuned'] = tuned_row['predicted']
     if opt.get('ed_emotion_input') == 'utterance':
         speaker = base + ['--ed-emotion-input', 'speaker_utterance']
-        speaker_report = _eval(speaker, None, f'{entry.name} speaker utterances', progress)
+        speaker_report = _eval(speaker, None, f'{entry.name} speaker utterances', progress, workers)
         values['speaker_agreement'] = float(speaker_report['accuracy'].value())
         exs['speaker_agreement'] = int(speaker_report['exs'].value())
-        result['commands'].append('parlai eval_model ' + shlex.join(speaker))
+        result['commands'].append(eval_command(speaker, workers))
     result['values'] = values
     result['exs'] = exs
     result['world_logs'] = logs

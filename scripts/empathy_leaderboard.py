@@ -54,6 +54,9 @@ def setup_args():
                        help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
                        '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
     group.add_argument('--progress', type='bool', default=True)
+    group.add_argument('--eval-workers', type=int, default=1,
+                       help='shard each evaluation over this many processes, as parlai multiprocessing_eval '
+                            '(the same figures; beam search is bound by one CPU thread per process)')
     # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
     score_parser = score_args()
     for action in score_parser._actions:
@@ -95,7 +98,8 @@ class EmpathyLeaderboard(ParlaiScript):
         results = []
         for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
             result = leaderboard.evaluate_entry(
-                entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'])
+                entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
+                workers=opt['eval_workers'])
             leaderboard.add_bertscore(result, scorer)
             leaderboard.add_offline_figures(result)
             if opt['artifacts'] and result['source'] == 'model':

@@ -116,3 +116,38 @@ def test_generator_suite_matches_and_offline_bertscore(tmp_path, tmp_path_factor
     sharded = suite.score_examples(saved_outputs.read_outputs(two_logs), scorer).values
     assert f'{sharded["bertscore_f"]:.4g}' == f'{whole["bertscore_f"]:.4g}'
     assert sharded['avg_bleu'] == whole['avg_bleu'] == one['avg_bleu']
+
+
+def test_the_evidence_step_sharded_gives_the_1_worker_figures(tmp_path, tmp_path_factory, tiny_ranker, run_parlai):
+    """``parlai empathy_leaderboard --eval-workers 2`` (the evidence step, sharded as
+    multiprocessing_eval shards): the same figures and the same per-example outputs (in another
+    order), and the evidence names the sharded command."""
+    from parlai_empathy import evidence
+
+    mime = cached_tiny_model(tmp_path_factory, 'mime')
+    results, outputs = {}, {}
+    for workers in (1, 2):
+        outdir, artifacts = tmp_path / f'lb{workers}', tmp_path / f'runs{workers}'
+        run_parlai('empathy_leaderboard', '--entries', f'gen={mime}', f'rank={tiny_ranker}', '--ed-datapath', 'sample',
+                   '--outdir', outdir, '--bertscore-model', 'none', '--eval-args', '-bs 16', '--progress', 'false',
+                   '--entry-args', 'gen=--inference greedy --beam-size 1', '--artifacts', artifacts,
+                   '--eval-workers', workers, timeout=1500)
+        results[workers] = {r['name']: r for r in json.loads((outdir / 'results.json').read_text())['results']}
+        outputs[workers] = {name: evidence.read_outputs(str(artifacts / name / 'outputs.jsonl.gz'))
+                            for name in ('gen', 'rank')}
+        assert not list(outdir.glob('*_[01].jsonl')), 'the per-rank world logs were joined and removed'
+    for name in ('gen', 'rank'):
+        one, two = results[1][name], results[2][name]
+        assert one['exs'] == two['exs']
+        for key in EXACT:
+            if key in one['values']:
+                assert two['values'][key] == one['values'][key], f'{name} {key}'
+        for key in PRINTED:
+            if key in one['values']:
+                assert f'{two["values"][key]:.4g}' == f'{one["values"][key]:.4g}', f'{name} {key}'
+        by_id = {row['id']: row for row in outputs[1][name]}
+        assert len(outputs[2][name]) == len(by_id) and all(
+            {k: v for k, v in row.items() if k not in ('nll', 'nll_gold')} ==
+            {k: v for k, v in by_id[row['id']].items() if k not in ('nll', 'nll_gold')} for row in outputs[2][name])
+        assert all(c.startswith('parlai multiprocessing_eval --distributed-world-size 2 ') for c in two['commands']
+                   if 'eval' in c.split()[1])

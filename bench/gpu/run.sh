@@ -8,6 +8,7 @@
 #   GPU_MPNET_PIECES (a folder holding every float16 piece of all-mpnet-base-v2: joined and used),
 #   GPU_SECONDS (the deadline instead of the profile's), GPU_TRAIN_ARGS (added to every train_model),
 #   GPU_TRAIN_ROWS (project/row,...: GPU_TRAIN_ARGS go to these rows only),
+#   GPU_EVAL_WORKERS (each evaluation sharded over this many processes),
 #   GPU_WEIGHTS (project/row,...: their trained models come back in float16 pieces, model_pieces.py).
 # An environment is made in the scratch folder from GPU_PYTHON (its packages stay visible) with the
 # bundle's wheels installed into it, once per bundle; a second run (full after smoke) reuses it.
@@ -60,6 +61,7 @@ rows_arg=()
 [ -n "${GPU_SECONDS:-}" ] && rows_arg+=(--seconds "$GPU_SECONDS")
 [ -n "${GPU_TRAIN_ARGS:-}" ] && rows_arg+=(--train-args "$GPU_TRAIN_ARGS")
 [ -n "${GPU_TRAIN_ROWS:-}" ] && rows_arg+=(--train-rows "$GPU_TRAIN_ROWS")
+[ -n "${GPU_EVAL_WORKERS:-}" ] && rows_arg+=(--eval-workers "$GPU_EVAL_WORKERS")
 [ -n "${GPU_WEIGHTS:-}" ] && rows_arg+=(--weights "$GPU_WEIGHTS")
 exec "$env_dir/bin/python" "$here/runbook.py" "$profile" --bundle "$bundle" --scratch "$scratch" --out "$OUT" \
   --repo "$repo" --started "$started" ${rows_arg[@]+"${rows_arg[@]}"}

@@ -410,11 +410,16 @@ def main(argv=None) -> int:
                         help='comma-separated project/row: --train-args go to these rows only (default: every row)')
     parser.add_argument('--mpnet-pieces', default='',
                         help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): joined and used')
+    parser.add_argument('--eval-workers', type=int, default=1,
+                        help='each evidence step shards its evaluation over this many processes '
+                             '(empathy_leaderboard --eval-workers; beam search is bound by one CPU thread each)')
     parser.add_argument('--weights', default='',
                         help='comma-separated project/row whose trained model comes back in float16 pieces '
                              '(model_pieces.py; each must be one of the rows run)')
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
+    if args.eval_workers > 1:
+        profile = replace(profile, evaluate=profile.evaluate + ['--eval-workers', str(args.eval_workers)])
     train_rows = [r for r in args.train_rows.split(',') if r]
     if args.seconds is not None or args.train_args:  # a session's own limits (bench/gpu/README.md)
         profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,

@@ -75,11 +75,18 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
     raise ValueError(f'{path}: no row with "entry": {row!r} (rows: {entries})')
 
 
-def _ours(results: Optional[str], row: str) -> Dict:
+def _ours(results: Optional[str], row: str, project: Optional[str] = None) -> Dict:
+    """The row's figures in a board's ``results.json``: the board built from the artifacts names
+    its rows ``project/row``, a board of ad-hoc entries by their names."""
     if not results:
         return {}
     from parlai_empathy.leaderboard import Entry, earlier_result
 
+    if project and '#' not in results:
+        try:
+            return earlier_result(Entry(row, f'{results}#{project}/{row}')).get('values', {})
+        except ValueError:
+            pass
     return earlier_result(Entry(row, results)).get('values', {})
 
 
@@ -168,7 +175,7 @@ def render(name: str, version: str, agent: str, opt: Dict, sample: Dict, paramet
     title, paper = PAPERS[agent]
     kind = _kind(agent)
     spec, table_row = _project_row(projects_dir, project, row)
-    ours = _ours(results, row or name)
+    ours = _ours(results, row or name, project)
     zoo = f'zoo:empathy/{name}/model'
     out = [f'# {title}: `{zoo}`', '']
     if description:

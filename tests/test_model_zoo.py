@@ -45,7 +45,8 @@ def release(tmp_path_factory):
     shutil.copy(model_zoo.default_manifest_path(), manifest)
     done = parlai('empathy_package_model', '-mf', cached_tiny_model(tmp_path_factory, 'mime'), '--name', 'mime',
                   '--outdir', root / 'mirror', '--manifest', manifest, '--project', 'majumder2020_mime',
-                  '--row', 'mime', '--projects-dir', os.path.join(REPO, 'projects'), cwd=root)
+                  '--row', 'mime', '--projects-dir', os.path.join(REPO, 'projects'),
+                  '--results', os.path.join(REPO, 'bench', 'leaderboard', 'results.json'), cwd=root)
     entry = model_zoo.load_manifest(str(manifest))['mime']
     return {'root': root, 'manifest': str(manifest), 'entry': entry, 'log': done.stdout,
             'archive': root / 'mirror' / entry.file}
@@ -67,6 +68,10 @@ def test_package_is_a_verifiable_release_with_a_model_card(release):
     assert positions == sorted(positions), 'the card follows ParlAI\'s model-card layout'
     assert 'CC BY-NC 4.0' in card and 'zoo:empathy/mime/model' in card
     assert 'parlai empathy_reproduce --project majumder2020_mime --rows mime' in card
+    # the row's figures from the board the artifacts build, whose rows are named project/row
+    with open(os.path.join(REPO, 'projects', 'majumder2020_mime', 'runs', 'mime', 'report.json')) as f:
+        committed = json.load(f)['values']
+    assert f"{committed['emo_acc']:.4g}" in card.split('## Evaluation Results')[1]
     with open(release['root'] / 'mirror' / entry.card) as f:
         assert f.read() == card
 

@@ -13,19 +13,28 @@ from typing import Dict, Optional
 WEIGHTS = 'model.safetensors'
 
 
+def half_tensors(tensors, where: str):
+    """``(float16 copies of the floating tensors, the others as they are; the largest rounding)``;
+    a value outside float16's range stops it, naming ``where`` and the tensor."""
+    import torch
+
+    half, worst = {}, 0.0
+    for key, tensor in tensors.items():
+        tensor = tensor.detach().cpu().contiguous()
+        half[key] = tensor.to(torch.float16) if tensor.is_floating_point() else tensor
+        if tensor.is_floating_point() and tensor.numel():
+            if not torch.isfinite(half[key]).all():
+                raise ValueError(f'{where}: {key} has values outside float16 range')
+            worst = max(worst, float((half[key].float() - tensor.float()).abs().max()))
+    return half, worst
+
+
 def half_model(src: str, out: str, skip=('README.md',)) -> Dict[str, float]:
     """``src`` copied to ``out`` with float16 weights; returns the largest rounding error."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(src, out, ignore=shutil.ignore_patterns(WEIGHTS, *skip), dirs_exist_ok=True)
-    half, worst = {}, 0.0
-    for key, tensor in load_file(os.path.join(src, WEIGHTS)).items():
-        half[key] = tensor.to(torch.float16) if tensor.is_floating_point() else tensor
-        if tensor.is_floating_point():
-            if not torch.isfinite(half[key]).all():
-                raise ValueError(f'{src}: {key} has values outside float16 range')
-            worst = max(worst, float((half[key].float() - tensor).abs().max()))
+    half, worst = half_tensors(load_file(os.path.join(src, WEIGHTS)), src)
     save_file(half, os.path.join(out, WEIGHTS), metadata={'format': 'pt'})
     return {'max_abs_rounding': worst}
 

@@ -38,22 +38,13 @@ def _pieces_of(folder: str, name: str) -> List[str]:
 
 def split(model_file: str, out: str, name: str, piece_bytes: int = PIECE_BYTES) -> Dict:
     """``model_file`` (+ ``.opt``, ``.dict``) as float16 pieces ``<name>.model.NN`` in ``out``."""
-    import torch
     from safetensors.torch import save
 
+    from halves import half_tensors
     from parlai_empathy.safe_loading import load_checkpoint
 
     states = load_checkpoint(model_file)
-    half, worst = {}, 0.0
-    for key, tensor in states['model'].items():
-        tensor = tensor.detach().cpu().contiguous()
-        if tensor.is_floating_point():
-            small = tensor.to(torch.float16)
-            if not torch.isfinite(small).all():
-                raise ValueError(f'{model_file}: {key} has values outside float16 range')
-            worst = max(worst, float((small.float() - tensor.float()).abs().max()) if tensor.numel() else 0.0)
-            tensor = small
-        half[key] = tensor
+    half, worst = half_tensors(states['model'], model_file)
     scalars = {k: v for k, v in states.items() if isinstance(v, (bool, int, float, str))}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode='w') as tar:

@@ -104,12 +104,16 @@ def _eval(opt_args: List[str], world_logs: Optional[str], desc: str, progress: b
     """ParlAI's eval loop (as in ``eval_model``) with a progress bar over examples; ``workers`` > 1
     shards it over that many processes (as ``parlai multiprocessing_eval`` does, see
     :func:`_sharded_eval`)."""
-    from parlai.scripts.eval_model import setup_args
-
     if workers > 1:
         return _sharded_eval(opt_args, world_logs, desc, progress, workers)
-    args = list(opt_args) + (['--world-logs', world_logs] if world_logs else [])
-    return _eval_loop(setup_args().parse_args(args), world_logs, desc, progress)
+    return _eval_loop(_eval_opt(opt_args, world_logs), world_logs, desc, progress)
+
+
+def _eval_opt(opt_args: List[str], world_logs: Optional[str]):
+    """``eval_model``'s options for these arguments (and world logs)."""
+    from parlai.scripts.eval_model import setup_args
+
+    return setup_args().parse_args(list(opt_args) + (['--world-logs', world_logs] if world_logs else []))
 
 
 def eval_command(args: List[str], workers: int = 1) -> str:
@@ -166,13 +170,11 @@ def _eval_shard(index: int, opt_args: List[str], world_logs: Optional[str], desc
                 workers: int, port: int, rank_offset: int):
     """One rank of :func:`_sharded_eval` (``index + rank_offset``; spawned ranks start at 1)."""
     from parlai.core.metrics import aggregate_unnamed_reports
-    from parlai.scripts.eval_model import setup_args
     from parlai.utils import distributed as distributed_utils
 
     rank = index + rank_offset
     logs = _shard_logs(world_logs, rank) if world_logs else None
-    args = list(opt_args) + (['--world-logs', logs] if logs else [])
-    opt = setup_args().parse_args(args)
+    opt = _eval_opt(opt_args, logs)
     opt['distributed_world_size'] = workers
     with distributed_utils.distributed_context(index, opt, rank_offset,
                                                init_method=f'tcp://localhost:{port}') as opt:

@@ -453,11 +453,10 @@ def main(argv=None) -> int:
     os.chdir(work)  # so that every parlai process imports the installed package, not the checkout's
     rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile, profile,
                        {key: shlex.split(args.train_args) for key in train_rows})
-    if set(train_rows) - set(rows):
-        raise SystemExit(f'--train-rows names rows this run does not run: {", ".join(sorted(set(train_rows) - set(rows)))}')
     bring = [r for r in args.weights.split(',') if r]
-    if set(bring) - set(rows):
-        raise SystemExit(f'--weights names rows this run does not run: {", ".join(sorted(set(bring) - set(rows)))}')
+    for flag, named in (('--train-rows', train_rows), ('--weights', bring)):
+        if set(named) - set(rows):
+            raise SystemExit(f'{flag} names rows this run does not run: {", ".join(sorted(set(named) - set(rows)))}')
     deadline = None if profile.seconds is None else clock0 + profile.seconds
     sampler = GpuSampler(clock0)
     device = sampler.query('name,memory.total,driver_version') if sampler.available else None

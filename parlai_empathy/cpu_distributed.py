@@ -22,6 +22,17 @@ loop ends with) may still be releasing that collective's tensors, and releasing 
 a Python wrapper needs the GIL: each thread waits for the other, and the process never exits
 (a spawned worker or the launcher, at random). So the CPU context keeps the group referenced
 until the interpreter shuts down, long after its threads went idle; see :func:`_keep_until_exit`.
+
+Exit of a spawned worker: interpreter shutdown itself then destroys torch's and gloo's objects in no
+fixed order, and now and then a worker died there with ``terminate called without an active
+exception`` (SIGABRT, a C++ thread object destroyed unjoined) after its work was done and reported;
+the launcher then fails the whole command (exit 1; seen once in CI, on ``multiprocessing_eval``).
+A spawned worker whose distributed context ended normally has nothing left to do (ParlAI's
+``multiprocess_train``/``multiprocess_eval`` and our sharded leaderboard return from inside the
+context, and ``torch.multiprocessing`` discards a worker's return value), so it flushes its output
+and leaves with ``os._exit(0)``, skipping that shutdown; see :func:`_leave_spawned_worker`. A worker
+whose context ended with an exception exits the ordinary way, with its traceback and status. The
+launcher (rank 0, the main process) is never cut short: its caller still writes the report.
 """
 import contextlib
 import socket
@@ -40,6 +51,24 @@ def _keep_until_exit(group):
     can be initialized); only the object's destruction, which joins the gloo threads, is deferred.
     """
     _GROUPS_KEPT_UNTIL_EXIT.append(group)
+
+
+def _leave_spawned_worker():
+    """End a spawned worker (not the main process) now, with status 0, after flushing its output."""
+    import logging
+    import multiprocessing
+    import os
+    import sys
+
+    if multiprocessing.current_process().name == 'MainProcess':
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def _cuda_missing(torch) -> bool:
@@ -100,6 +129,7 @@ def _repair_distributed(module):
         with real_context(rank, opt, rank_offset, 'cpu', **kwargs) as worker_opt:
             _keep_until_exit(real_dist.distributed_c10d._get_default_group())
             yield worker_opt
+        _leave_spawned_worker()  # reached only when the context ended without an exception
 
     cpu_cuda = _ModuleView(torch.cuda, set_device=lambda device: None, init=lambda: None)
     module.torch = _ModuleView(torch, cuda=cpu_cuda)

@@ -15,7 +15,18 @@ shuffling) on the same ED files and recording, at equal updates, what its loop c
   (``train_one_batch(train=False)``) and the same means; the BLEU calls of that function, which
   have no hypotheses at validation, are skipped (they would shell out to a perl script).
 
-The run stops after ``--steps`` updates; the JSON (``--out``) is rewritten after every entry, so a
+Early stopping, as ``main.py``'s loop does it, kept across resumes: its validations up to 10,000
+updates are not counted (``config.model == "mimic" and n_iter < 10000``); after them a valid PPL
+at or below the best so far resets the patience and becomes the best (its weights are saved beside
+``--out``, ``.best.pt``), any other adds one, and the run stops when the patience exceeds 2.
+``main.py`` keeps the best PPL, the patience and the best weights in local variables that a resume
+would reset (and it counts its 10,000 from the resume), so this script keeps them itself, in its
+checkpoint, and stops the run; without a resume the two agree. Then, as ``main.py`` does after its
+loop, the best weights are evaluated on test, by the same loss pass as validation (test PPL and
+emotion accuracy as the reference's ``evaluate`` computes them; its decoding of the test set, for
+BLEU, is skipped): ``test`` in the JSON.
+
+The run stops after ``--steps`` updates at the latest; the JSON (``--out``) is rewritten after every entry, so a
 run cut short keeps what it measured. Every ``--save-every`` updates the run saves its own
 checkpoint beside ``--out`` (weights, Adam state, the Noam step, the curve so far: tensors and plain
 values, loaded with ``weights_only=True``); a rerun with the same ``--out`` resumes from it, with
@@ -158,7 +169,12 @@ def child_mime_curve(spec):
     vae.VAESampling.kl_div = staticmethod(kl_div)
 
     checkpoint = spec.get('checkpoint')
+    best_path = checkpoint[:-len('.checkpoint.pt')] + '.best.pt' if checkpoint else None
     state = {'offset': 0, 'resumed': False}
+    # main.py's early stopping, kept here across resumes (see the module doc)
+    stopping = {'best_ppl': spec.get('initial_best_ppl', 1000.0), 'best_updates': None, 'patience': 0,
+                'stopped': False}  # main.py starts best_ppl at 1000
+    curve['early_stopping'] = stopping
 
     def resume(model):
         """At the first update: load our checkpoint of an earlier run of this curve, if any
@@ -174,6 +190,7 @@ def child_mime_curve(spec):
         state['offset'] = saved['updates']
         clock['train_s'] = saved['train_s']
         curve['train'], curve['valid'] = saved['curve_train'], saved['curve_valid']
+        stopping.update(saved.get('early_stopping') or {})
         curve.setdefault('resumed_at', []).append({'updates': saved['updates'],
                                                    'date': time.strftime('%Y-%m-%d %H:%M:%S %z')})
 
@@ -181,7 +198,8 @@ def child_mime_curve(spec):
         torch.save({'model': model.state_dict(), 'adam': model.optimizer.optimizer.state_dict(),
                     'noam_step': model.optimizer._step, 'noam_rate': model.optimizer._rate,
                     'updates': clock['updates'], 'train_s': clock['train_s'],
-                    'curve_train': curve['train'], 'curve_valid': curve['valid']}, checkpoint + '.tmp')
+                    'curve_train': curve['train'], 'curve_valid': curve['valid'],
+                    'early_stopping': dict(stopping)}, checkpoint + '.tmp')
         os.replace(checkpoint + '.tmp', checkpoint)
 
     def train_one_batch(self, batch, n_iter, train=True):
@@ -214,9 +232,8 @@ def child_mime_curve(spec):
             save(self)
         return out
 
-    def evaluate(model, data, ty='valid', max_dec_step=30, write_summary=False):
-        # the loss pass of the reference's evaluate() and its means (valid decodes nothing)
-        assert ty == 'valid', ty
+    def loss_pass(model, data):
+        """The loss pass of the reference's evaluate() and its means (no decoding)."""
         rows, started = [], time.perf_counter()
         with torch.no_grad():
             for batch in data:
@@ -224,24 +241,55 @@ def child_mime_curve(spec):
         loss, _ppl, bce, acc = (float(np.mean([r[i] for r in rows])) for i in range(4))
         examples = sum(r[4] for r in rows)
         acc_ex = sum(r[3] * r[4] for r in rows) / examples
-        curve['valid'].append({'updates': clock['updates'], 'loss': loss, 'ppl': float(np.exp(loss)),
-                               'loss_cls': bce, 'emo_acc': acc, 'emo_acc_per_example': acc_ex,
-                               'examples': examples, 'train_minutes': clock['train_s'] / 60,
-                               'valid_seconds': time.perf_counter() - started})
+        return {'updates': clock['updates'], 'loss': loss, 'ppl': float(np.exp(loss)),
+                'loss_cls': bce, 'emo_acc': acc, 'emo_acc_per_example': acc_ex,
+                'examples': examples, 'train_minutes': clock['train_s'] / 60,
+                'seconds': time.perf_counter() - started}
+
+    def evaluate(model, data, ty='valid', max_dec_step=30, write_summary=False):
+        assert ty == 'valid', ty  # main.py's test evaluation is replaced by test_best below
+        point = loss_pass(model, data)
+        point['valid_seconds'] = point.pop('seconds')
+        curve['valid'].append(point)
+        # main.py: `if config.model == "mimic" and n_iter < 10000: continue` (n_iter = updates - 1)
+        if point['updates'] > spec.get('count_after', 10000):
+            if point['ppl'] <= stopping['best_ppl']:
+                stopping.update(best_ppl=point['ppl'], best_updates=point['updates'], patience=0)
+                torch.save(model.state_dict(), best_path + '.tmp')
+                os.replace(best_path + '.tmp', best_path)
+            else:
+                stopping['patience'] += 1
+            stopping['stopped'] = stopping['patience'] > 2
         dump()
-        return loss, float(np.exp(loss)), bce, acc, 0.0, 0.0, 0.0
+        if stopping['stopped']:
+            raise StopCurve()  # main.py: `if (patient > 2): break`, then its test evaluation
+        return point['loss'], point['ppl'], point['loss_cls'], point['emo_acc'], 0.0, 0.0, 0.0
+
+    def test_best(names, batches=None):
+        """main.py after its loop: the best weights, evaluated on test (the loss pass)."""
+        model = names['model']
+        model.load_state_dict(torch.load(best_path, weights_only=True))
+        model.eval()
+        point = loss_pass(model, names['data_loader_tst'] if batches is None else batches)
+        point['weights_of_updates'] = stopping['best_updates']
+        curve['test'] = point
 
     trainer.Train_MIME.train_one_batch = train_one_batch
     common_layer.evaluate = evaluate
     try:
         runpy.run_path(main_py, run_name='__main__')
     except StopCurve as stop:
+        names = rs.script_globals(stop, main_py)
         if spec.get('smoke_valid_batches'):  # a smoke run: one validation on a few valid batches
-            names = rs.script_globals(stop, main_py)
             loader = names['data_loader_val']
             batches = [b for _, b in zip(range(spec['smoke_valid_batches']), loader)]
             names['model'].eval()
             evaluate(names['model'], batches)
+            if stopping['best_updates'] is not None:  # with --count-after below the updates made
+                test_loader = names['data_loader_tst']
+                test_best(names, [b for _, b in zip(range(spec['smoke_valid_batches']), test_loader)])
+        elif stopping['best_updates'] is not None:  # early-stopped, or --steps reached after 10,000
+            test_best(names)
     curve['finished'] = True
     dump()
     rs.write_result(spec, {'updates': clock.get('updates', 0)})
@@ -265,6 +313,12 @@ def main():
     parser.add_argument('--out', required=False)
     parser.add_argument('--smoke-valid-batches', type=int, default=0,
                         help='smoke test: after the last update, validate on this many valid batches')
+    parser.add_argument('--count-after', type=int, default=10000,
+                        help='validations up to this many updates are not counted for early stopping '
+                        '(main.py: 10,000; lower only for a smoke test of the early-stopping path)')
+    parser.add_argument('--initial-best-ppl', type=float, default=1000.0,
+                        help='the best valid PPL before the first counted validation (main.py: 1000; '
+                        'higher only for a smoke test of the early-stopping path)')
     parser.add_argument('--table', metavar='CURVE',
                         help='print a markdown table of this reference curve beside --ours curves')
     parser.add_argument('--ours', nargs='*', default=[], metavar='NAME=PATH',
@@ -319,6 +373,9 @@ def main():
             'validation: model.common_layer.evaluate is replaced by its own loss pass and means '
             '(train_one_batch(train=False) over the valid loader) without its BLEU calls, which '
             'have no hypotheses at validation; under torch.no_grad',
+            'early stopping: main.py\'s rule (validations after --count-after updates counted, '
+            'patience > 2 stops), kept by this script across resumes with the best weights saved '
+            'beside --out; then the best weights get the same loss pass on test (no decoding)',
         ],
         'load_at_start': os.getloadavg(),
     }
@@ -326,6 +383,7 @@ def main():
                 steps=args.steps, log_every=args.log_every, emb_file=emb_file,
                 save_path='save/curve/', out=os.path.abspath(args.out), report=report,
                 smoke_valid_batches=args.smoke_valid_batches, save_every=args.save_every,
+                count_after=args.count_after, initial_best_ppl=args.initial_best_ppl,
                 checkpoint=os.path.abspath(args.out) + '.checkpoint.pt')
     print(f'reference curve: {args.out}', flush=True)
     rs.run_child(args.ref_python, 'mime-curve', spec, workdir, args.threads, 'mime-curve', script=__file__)

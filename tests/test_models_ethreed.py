@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.emotions import NUM_EMOTIONS, emotion_to_id
 from parlai_empathy.models.attention import (
-    BilinearAttention, SimpleAttention, coverage_loss, masked_softmax,
+    Bilinear, BilinearAttention, SimpleAttention, coverage_loss, masked_softmax,
 )
 from parlai_empathy.models.embeddings import WordEmbedding
 from parlai_empathy.models.ethreed import (
@@ -372,6 +372,26 @@ def test_attention_coverage_and_kl_behaviour():
     logits = torch.randn(4, NUM_EMOTIONS)
     assert torch.allclose(classifier_kl(logits, logits), torch.zeros(4), atol=1e-6)
     assert (classifier_kl(logits, torch.randn(4, NUM_EMOTIONS)) > 0).all()
+
+
+@pytest.mark.parametrize('out_features,bias', [(1, True), (3, True), (2, False)])
+def test_bilinear_is_nn_bilinear(out_features, bias):
+    """The decoder's emotion gate: our matrix-product Bilinear computes nn.Bilinear's function and
+    gradients (to float rounding) with the same parameters and state dict."""
+    torch.manual_seed(0)
+    ours = Bilinear(5, 7, out_features, bias=bias)
+    theirs = torch.nn.Bilinear(5, 7, out_features, bias=bias)
+    theirs.load_state_dict(ours.state_dict())
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    x1, x2 = torch.randn(4, 6, 5, requires_grad=True), torch.randn(4, 6, 7, requires_grad=True)
+    mine, reference = ours(x1, x2), theirs(x1, x2)
+    torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-6)
+    grads = torch.autograd.grad(mine.sin().sum(), [x1, x2, *ours.parameters()])
+    expected = torch.autograd.grad(reference.sin().sum(), [x1, x2, *theirs.parameters()])
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    # a single example without the batch dimensions, as nn.Bilinear accepts it
+    torch.testing.assert_close(ours(x1[0, 0], x2[0, 0]), theirs(x1[0, 0], x2[0, 0]), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('switch', ['policy', 'gps', 'party_gru', 'emotion_gru', 'emotion_track'])

@@ -77,7 +77,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from parlai_empathy.data.emotions import NUM_EMOTIONS
-from parlai_empathy.models.attention import BilinearAttention, SimpleAttention, coverage_loss
+from parlai_empathy.models.attention import Bilinear, BilinearAttention, SimpleAttention, coverage_loss
 from parlai_empathy.models.generator_interface import EncoderStates, GeneratorModel, ResponseLoss
 
 SPEAKER, LISTENER = 0, 1
@@ -345,7 +345,7 @@ class PointerGeneratorDecoder(nn.Module):
         emb = words.d_model
         self.attention = BilinearAttention(hidden, memory_dim, coverage=True, bias=True, squash=True)
         self.cell = nn.GRUCell(emb + memory_dim, hidden)
-        self.emotion_gate = nn.Bilinear(hidden, hidden, 1) if emotion else None
+        self.emotion_gate = Bilinear(hidden, hidden, 1) if emotion else None
         self.pre_output = nn.Linear(hidden * (2 if emotion else 1), emb)
         self.vocab_output = nn.Linear(emb, vocab_size)
         self.copy_switch = nn.Linear(emb + memory_dim + hidden, 1)

@@ -172,8 +172,8 @@ def child_mime_curve(spec):
     best_path = checkpoint[:-len('.checkpoint.pt')] + '.best.pt' if checkpoint else None
     state = {'offset': 0, 'resumed': False}
     # main.py's early stopping, kept here across resumes (see the module doc)
-    stopping = {'best_ppl': spec.get('initial_best_ppl', 1000.0), 'best_updates': None, 'patience': 0,
-                'stopped': False}  # main.py starts best_ppl at 1000
+    stopping = {'best_ppl': spec.get('initial_best_ppl', 1000.0), 'best_updates': None,
+                'patience': 0}  # main.py starts best_ppl at 1000; it stops at patience > 2
     curve['early_stopping'] = stopping
 
     def resume(model):
@@ -259,9 +259,8 @@ def child_mime_curve(spec):
                 os.replace(best_path + '.tmp', best_path)
             else:
                 stopping['patience'] += 1
-            stopping['stopped'] = stopping['patience'] > 2
         dump()
-        if stopping['stopped']:
+        if stopping['patience'] > 2:
             raise StopCurve()  # main.py: `if (patient > 2): break`, then its test evaluation
         return point['loss'], point['ppl'], point['loss_cls'], point['emo_acc'], 0.0, 0.0, 0.0
 
@@ -280,14 +279,15 @@ def child_mime_curve(spec):
         runpy.run_path(main_py, run_name='__main__')
     except StopCurve as stop:
         names = rs.script_globals(stop, main_py)
-        if spec.get('smoke_valid_batches'):  # a smoke run: one validation on a few valid batches
-            loader = names['data_loader_val']
-            batches = [b for _, b in zip(range(spec['smoke_valid_batches']), loader)]
+        smoke = spec.get('smoke_valid_batches')
+        if smoke:  # a smoke run: one validation on a few valid batches (and test, if it counted)
+            def first(loader):
+                return [b for _, b in zip(range(smoke), loader)]
+
             names['model'].eval()
-            evaluate(names['model'], batches)
+            evaluate(names['model'], first(names['data_loader_val']))
             if stopping['best_updates'] is not None:  # with --count-after below the updates made
-                test_loader = names['data_loader_tst']
-                test_best(names, [b for _, b in zip(range(spec['smoke_valid_batches']), test_loader)])
+                test_best(names, first(names['data_loader_tst']))
         elif stopping['best_updates'] is not None:  # early-stopped, or --steps reached after 10,000
             test_best(names)
     curve['finished'] = True

@@ -410,8 +410,8 @@ def main():
     with torch.no_grad():
         _, log_copy = ours.decoder.distributions(steps, aux, enc.keep)
         our_log_p = ours.decoder.log_probs(steps, enc)
-        l1a = F.cross_entropy(aux['answered_logits'], answered)
-        l1r = F.cross_entropy(aux['real_responder_logits'], responder)
+        l1a = F.cross_entropy(aux.answered_logits, answered)
+        l1r = F.cross_entropy(aux.real_responder_logits, responder)
     torch.randn, torch.randn_like = randn, randn_like
     for hook in hooks:
         hook.remove()
@@ -452,7 +452,7 @@ def main():
     pick = lambda key, c, t: {'gP': cells[t][0][0], 'gR': cells[t][0][1], 'q': cells[t][1], 'e': cells[t][2],  # noqa: E731
                               'c': cells[t][3], 'con': cells[t][4], 'a': cells[t][6], 're': cells[t][7]}[key][c]
     zero = torch.zeros(config.D_e)
-    state = {name: aux[f'tracker_{name}'] for name in ('global_last', 'party', 'emotion', 'content')}
+    state = {name: getattr(aux.tracker, name) for name in ('global_last', 'party', 'emotion', 'content')}
     real_state, e_real = ol['tracker'][-1]
     pairs = {
         'global state g after P_t': [(state['global_last'][b], pick('gP', c, t)) for b, (c, t) in enumerate(index)],
@@ -475,14 +475,14 @@ def main():
         stage(name, torch.stack([m for m, _ in values]), torch.stack([r for _, r in values]))
 
     emo = rl['emo_classification']
-    stage('emotion logits, answered (P_t)', aux['answered_logits'], emo[0][:, to_ref])
-    stage('emotion logits, real responder (gold R_t)', aux['real_responder_logits'], emo[1][:, to_ref])
-    stage('emotion logits, planned R (policy)', aux['responder_logits'], emo[2][:, to_ref])
+    stage('emotion logits, answered (P_t)', aux.answered_logits, emo[0][:, to_ref])
+    stage('emotion logits, real responder (gold R_t)', aux.real_responder_logits, emo[1][:, to_ref])
+    stage('emotion logits, planned R (policy)', aux.responder_logits, emo[2][:, to_ref])
     stage('policy mu', ol['mu'][0], rl['mu'][0])
     stage('policy sigma^2 = softplus(.)', F.softplus(ol['variance_raw'][0]), F.softplus(rl['variance_raw'][0]))
     stage('policy R (eps = 0)', ol['R'][0], rl['R'][0])
-    stage('planned emotion R\' = tanh(W R)', aux['response_emotion'], rl['response_emotion'][0])
-    stage('decoder initial state tanh(W c)', aux['decoder_init'], rl['decoder_init'][0])
+    stage('planned emotion R\' = tanh(W R)', aux.response_emotion, rl['response_emotion'][0])
+    stage('decoder initial state tanh(W c)', aux.decoder_init, rl['decoder_init'][0])
 
     real_y = ys.ne(PAD_ID)  # [B, T] our real target steps
     T = ys.size(1)

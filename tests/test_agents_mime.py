@@ -40,7 +40,7 @@ def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
         '    passes.clear()\n'
         "    agent.observe({'text': text, 'episode_done': True})\n"
         '    reply = agent.act()\n'
-        "    from_encoder = ED_EMOTIONS[int(passes[0]['emotion_logits'].argmax())]\n"
+        "    from_encoder = ED_EMOTIONS[int(passes[0].emotion_logits.argmax())]\n"
         "    print('REPLY', reply['predicted_emotion'], reply['emotion_polarity'],"
         " bool(reply['text'].strip()), len(passes), from_encoder == reply['predicted_emotion'])\n"
     )

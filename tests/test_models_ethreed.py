@@ -135,11 +135,11 @@ def test_shapes_and_distribution_sums_to_one_over_the_extended_vocabulary(data):
     log_probs, preds = model.decode_forced(enc, ys)
     batch = xs[3].size(0)
     assert log_probs.shape[:2] == ys.shape and log_probs.size(2) >= len(vocab)
-    assert enc.aux['speaker_logits'].shape == enc.aux['responder_logits'].shape == (batch, NUM_EMOTIONS)
+    assert enc.aux.speaker_logits.shape == enc.aux.responder_logits.shape == (batch, NUM_EMOTIONS)
     # P = (1 - p_ptr) P_vocab + p_ptr P_copy is a distribution over the extended vocabulary
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(ys.shape))
     # the memory is the answered (last) utterance, with its extended ids as copy source
-    assert torch.equal(enc.aux['source_tokens'], xs[4][:, : enc.memory.size(1)])
+    assert torch.equal(enc.aux.source_tokens, xs[4][:, : enc.memory.size(1)])
     # the loss path scores targets without building P over the whole vocabulary: same numbers
     response = model.response_loss(enc, ys)
     real = ys.ne(PAD)
@@ -161,11 +161,11 @@ def test_the_mixture_is_of_probabilities_not_logits(data):
     steps = model._teacher_forced(enc, ys)
     decoder = model.decoder
     features = torch.cat([steps.hidden, torch.tanh(decoder.emotion_gate(
-        steps.previous, enc.aux['response_emotion'].unsqueeze(1).expand_as(steps.previous).contiguous()))
-        * enc.aux['response_emotion'].unsqueeze(1)], dim=-1)
+        steps.previous, enc.aux.response_emotion.unsqueeze(1).expand_as(steps.previous).contiguous()))
+        * enc.aux.response_emotion.unsqueeze(1)], dim=-1)
     p_vocab = torch.softmax(decoder.vocab_output(decoder.pre_output(features)), dim=-1)
     p_ptr = torch.sigmoid(decoder.copy_switch(torch.cat([steps.inputs, steps.context, steps.previous], -1)))
-    source = enc.aux['source_tokens']
+    source = enc.aux.source_tokens
     expected = torch.zeros(*ys.shape, max(len(vocab), int(source.max()) + 1))
     expected[:, :, : len(vocab)] = (1 - p_ptr) * p_vocab
     expected.scatter_add_(2, source.unsqueeze(1).expand(-1, ys.size(1), -1), p_ptr * steps.attention)
@@ -226,12 +226,12 @@ def test_the_policy_samples_at_test_time_too(data):
     model = build(vocab).eval()
     xs, _, _, _ = make_batch(vocab, examples)
     with torch.no_grad():
-        first = model.encoder(*xs).aux['response_emotion']
-        second = model.encoder(*xs).aux['response_emotion']
+        first = model.encoder(*xs).aux.response_emotion
+        second = model.encoder(*xs).aux.response_emotion
         torch.manual_seed(3)
-        third = model.encoder(*xs).aux['response_emotion']
+        third = model.encoder(*xs).aux.response_emotion
         torch.manual_seed(3)
-        again = model.encoder(*xs).aux['response_emotion']
+        again = model.encoder(*xs).aux.response_emotion
     assert not torch.allclose(first, second)  # R = mu + sigma * eps, eps drawn in eval as well
     torch.testing.assert_close(third, again)
     policy = model.encoder.policy
@@ -260,13 +260,13 @@ def test_dropout_reaches_every_tracker_state_and_the_planned_emotion(data):
     xs, _, _, _ = make_batch(vocab, examples)
     model.train()
     aux = model.encoder(*xs).aux
-    for name in ('tracker_global_last', 'tracker_content'):
-        assert (aux[name] == 0).float().mean() > 0.3, name  # about half the units dropped
-    for name in ('tracker_party', 'tracker_emotion'):
-        assert (aux[name][:, SPEAKER] == 0).float().mean() > 0.3, name
+    for name in ('global_last', 'content'):
+        assert (getattr(aux.tracker, name) == 0).float().mean() > 0.3, name  # about half the units dropped
+    for name in ('party', 'emotion'):
+        assert (getattr(aux.tracker, name)[:, SPEAKER] == 0).float().mean() > 0.3, name
     model.eval()
     aux = model.encoder(*xs).aux
-    assert (aux['tracker_content'] == 0).float().mean() < 0.05
+    assert (aux.tracker.content == 0).float().mean() < 0.05
 
 
 def test_loss_weights_are_the_references_and_kl_is_the_papers(data):
@@ -277,12 +277,12 @@ def test_loss_weights_are_the_references_and_kl_is_the_papers(data):
     response, _, enc = model(*xs, ys=ys, loss_smoothing=0.0)
     total, parts = model.extra_losses(enc, answered, responder)
     aux = enc.aux
-    l1 = (0.5 * F.cross_entropy(aux['answered_logits'], answered)
-          + 0.5 * F.cross_entropy(aux['real_responder_logits'], responder, ignore_index=IGNORE))
-    q = torch.softmax(aux['responder_logits'], -1)  # the policy's
-    p = torch.softmax(aux['real_responder_logits'], -1)  # the real listener's
+    l1 = (0.5 * F.cross_entropy(aux.answered_logits, answered)
+          + 0.5 * F.cross_entropy(aux.real_responder_logits, responder, ignore_index=IGNORE))
+    q = torch.softmax(aux.responder_logits, -1)  # the policy's
+    p = torch.softmax(aux.real_responder_logits, -1)  # the real listener's
     l2 = (q * (q.log() - p.log())).sum(-1).mean()  # KL(q || p), weight 1
-    l4 = (aux['coverage_loss'] / 40).mean()
+    l4 = (aux.coverage_loss / 40).mean()
     torch.testing.assert_close(parts['emo'], l1.detach())
     torch.testing.assert_close(parts['kl'], l2.detach())
     torch.testing.assert_close(parts['cov'], l4.detach())
@@ -294,7 +294,7 @@ def test_loss_weights_are_the_references_and_kl_is_the_papers(data):
     for t in range(ys.size(1)):
         expected[:, t] = coverage_loss(steps.attention[:, t], coverage)
         coverage = torch.maximum(coverage, steps.attention[:, t])
-    torch.testing.assert_close(aux['coverage_loss'], (expected * ys.ne(PAD)).sum(1), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(aux.coverage_loss, (expected * ys.ne(PAD)).sum(1), atol=1e-4, rtol=1e-4)
 
 
 def test_utterance_vector_is_forward_last_backward_first_and_padding_free(data):
@@ -416,7 +416,7 @@ def test_each_ablation_changes_the_computation(data, switch):
     else:
         assert not torch.equal(lp_full.nll, lp_abl.nll)
     if switch in ('party_gru', 'emotion_gru'):  # the tracked emotions themselves change
-        assert not torch.allclose(enc_full.aux['answered_logits'], enc_abl.aux['answered_logits'])
+        assert not torch.allclose(enc_full.aux.answered_logits, enc_abl.aux.answered_logits)
     if switch in ('policy', 'emotion_track'):
         assert ablated.encoder.policy is None and float(parts_abl['kl']) == 0
     if switch == 'emotion_track':

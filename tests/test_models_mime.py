@@ -2,6 +2,7 @@
 
 Real data: the embedded ED sample (parlai_empathy/data/sample) and the real GloVe 6B 50d vectors.
 """
+import dataclasses
 import os
 
 import pytest
@@ -56,10 +57,17 @@ def test_forward_shapes_and_interface(cls, sample_batch):
     scores, preds, states = model(context, speakers, emotion, ys=response)
     assert scores.shape == (*response.shape, len(vocab)) and preds.shape == response.shape
     assert states.memory.shape == (8, context.size(1) + 1, TINY.d_model)  # +1: the CTX token
-    assert states.aux['emotion_logits'].shape == (8, 32)
+    assert states.aux.emotion_logits.shape == (8, 32)
     reordered = model.reorder_encoder_states(states, [2, 2, 0])
     assert torch.equal(reordered.memory[1], states.memory[2])
-    assert torch.equal(reordered.aux['emotion_logits'][2], states.aux['emotion_logits'][0])
+    assert type(reordered.aux) is type(states.aux) and reordered.aux.batch_size == 3
+    assert torch.equal(reordered.aux.emotion_logits[2], states.aux.emotion_logits[0])
+    if cls is Mime:  # every field follows, tuples of group tensors too
+        assert torch.equal(reordered.aux.user_positive, states.aux.user_positive[[2, 2, 0]])
+        for new, old in zip(reordered.aux.distributions, states.aux.distributions):
+            assert torch.equal(new, old[[2, 2, 0]])
+        for new, old in zip(reordered.aux.kl, states.aux.kl):
+            assert torch.equal(new, old[[2, 2, 0]])
 
 
 @pytest.mark.parametrize('cls', [Mime, MultitaskTransformer])
@@ -91,18 +99,22 @@ def test_elbo_terms(sample_batch):
     torch.manual_seed(0)
     model = Mime(len(vocab), size=TINY)
     aux = model.encoder(context, speakers, emotion).aux
-    assert (aux['kl_pos'] > 0).all() and (aux['kl_neg'] > 0).all()
-    assert not any(key.startswith('recon') for key in aux)  # the reference has no reconstruction term
-    assert torch.allclose(aux['d_pos'].sum(-1), torch.ones(8)) and aux['d_neg'].shape == (8, 19)
+    kl_pos, kl_neg = aux.kl
+    assert (kl_pos > 0).all() and (kl_neg > 0).all()
+    # the reference has no reconstruction term
+    assert not any('recon' in field.name for field in dataclasses.fields(aux))
+    d_pos, d_neg = aux.distributions
+    assert torch.allclose(d_pos.sum(-1), torch.ones(8)) and d_neg.shape == (8, 19)
     # the reference's reductions: KL summed over the batch, cross-entropy a batch mean
     states = model.encoder(context, speakers, emotion)
     total, parts = model.extra_losses(states, emotion)
-    expected = torch.nn.functional.cross_entropy(states.aux['emotion_logits'], emotion) \
-        + states.aux['kl_pos'].sum() + states.aux['kl_neg'].sum()
+    expected = torch.nn.functional.cross_entropy(states.aux.emotion_logits, emotion) \
+        + states.aux.kl[0].sum() + states.aux.kl[1].sum()
     assert torch.allclose(total, expected)
+    assert set(parts) == {'cls', 'kl_pos', 'kl_neg'}
     model.eval()  # no posterior at inference: no KL
     aux = model.encoder(context, speakers).aux
-    assert 'kl_pos' not in aux and 'kl_neg' not in aux
+    assert aux.kl is None
 
 
 def test_posterior_sees_the_pooled_emotion_encoding_and_never_reaches_the_decoder(sample_batch):
@@ -118,10 +130,10 @@ def test_posterior_sees_the_pooled_emotion_encoding_and_never_reaches_the_decode
     torch.manual_seed(3)
     changed = model.encoder(context, speakers, emotion)
     assert torch.equal(trained.memory, changed.memory)  # the posterior changes only the KL
-    assert not torch.allclose(trained.aux['kl_pos'], changed.aux['kl_pos'])
+    assert not torch.allclose(trained.aux.kl[0], changed.aux.kl[0])
     # gradients of the KL reach the emotion encoders through the pooled M
     model.zero_grad()
-    changed.aux['kl_pos'].sum().backward()
+    changed.aux.kl[0].sum().backward()
     assert model.encoder.mimic_encoder.merge_hidden.weight.grad.abs().sum() > 0
 
 
@@ -222,17 +234,17 @@ def test_mimicry_polarity_gold_in_training_classifier_at_inference(sample_batch)
     model = Mime(len(vocab), size=TINY, stochastic=False)
     positive = torch.full((8,), emotion_to_id('joyful'))
     negative = torch.full((8,), emotion_to_id('sad'))
-    assert model.encoder(context, speakers, positive).aux['user_positive'].all()
-    assert not model.encoder(context, speakers, negative).aux['user_positive'].any()
+    assert model.encoder(context, speakers, positive).aux.user_positive.all()
+    assert not model.encoder(context, speakers, negative).aux.user_positive.any()
     assert not torch.allclose(_memory(model, context, speakers, positive),
                               _memory(model, context, speakers, negative))
     model.eval()
     aux = model.encoder(context, speakers).aux
-    predicted = aux['emotion_logits'].argmax(-1)
-    assert torch.equal(aux['user_positive'], model.encoder.is_positive[predicted])
+    predicted = aux.emotion_logits.argmax(-1)
+    assert torch.equal(aux.user_positive, model.encoder.is_positive[predicted])
     # the reference scores its perplexity with the gold polarity: polarity='gold' at inference
     aux = model.encoder(context, speakers, positive, polarity='gold').aux
-    assert aux['user_positive'].all() and 'kl_pos' not in aux
+    assert aux.user_positive.all() and aux.kl is None
     with pytest.raises(ValueError, match='gold emotion'):
         model.encoder(context, speakers, polarity='gold')
 
@@ -249,7 +261,10 @@ def test_ablation_switches_change_the_computation(sample_batch):
 
     no_grouping = Mime(len(vocab), size=TINY, grouping=False)
     aux = no_grouping.encoder(context, speakers, emotion).aux
-    assert aux['d_all'].shape == (8, 32) and 'd_pos' not in aux and (aux['kl_all'] > 0).all()
+    assert aux.group_names == ('all',) and len(aux.distributions) == len(aux.kl) == 1
+    assert aux.distributions[0].shape == (8, 32) and (aux.kl[0] > 0).all()
+    assert set(no_grouping.extra_losses(no_grouping.encoder(context, speakers, emotion), emotion)[1]) \
+        == {'cls', 'kl_all'}
     assert not hasattr(no_grouping.encoder, 'fusion')
     assert no_grouping.encoder.sampler.n_groups == 1
 

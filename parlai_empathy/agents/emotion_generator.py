@@ -57,6 +57,7 @@ from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
+from parlai_empathy.models.mime import MimeReadout  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
@@ -306,7 +307,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                     continue  # the ELBO terms exist only with the gold emotion, in training
                 self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * len(gold)))
             for key, values in batch_emotion_metrics(
-                encoder_states.aux['emotion_logits'].detach().float().cpu(),
+                encoder_states.aux.emotion_logits.detach().float().cpu(),
                 gold.tolist(),
             ).items():
                 self.record_local_metric(key, values)
@@ -327,14 +328,14 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return super()._generate(batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts),
                                  prefix_tokens=prefix_tokens)
 
-    def add_readout_fields(self, output, aux):
-        predicted = aux['emotion_logits'].argmax(dim=-1).tolist()
+    def add_readout_fields(self, output, readout):
+        predicted = readout.emotion_logits.argmax(dim=-1).tolist()
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in predicted]
-        output['emotion_polarity'] = [
-            'positive' if flag else 'negative'
-            for flag in aux.get('user_positive', torch.tensor([polarity(i) == 'positive'
-                                                              for i in predicted])).tolist()
-        ]
+        if isinstance(readout, MimeReadout):  # the polarity MIME's mimicry followed
+            positive = readout.user_positive.tolist()
+        else:
+            positive = [polarity(i) == 'positive' for i in predicted]
+        output['emotion_polarity'] = ['positive' if flag else 'negative' for flag in positive]
 
     def observe(self, observation):
         if 'text' in observation and not str(observation.get('text') or '').strip():

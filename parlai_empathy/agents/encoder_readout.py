@@ -2,8 +2,8 @@
 
 MIME, Multi-TR and ETHREED answer with the emotions their encoder read off the context (the
 user's emotion, the mimicry polarity, the listener's planned emotion). Those come from the same
-encoder pass that produced the reply: a forward hook keeps the encoder's ``aux`` outputs, so
-evaluation and interactive chat never encode a batch twice.
+encoder pass that produced the reply: a forward hook keeps the encoder's report (its states'
+``aux``, a typed ``ModelOutput``), so evaluation and interactive chat never encode a batch twice.
 
 Replies are plain text (:mod:`parlai_empathy.agents.detokenize`), as the rankers' are.
 
@@ -116,10 +116,9 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         return getattr(self.model, 'module', self.model)
 
     def encoder_readout(self, batch):
-        """The ``aux`` of the encoder pass just made on ``batch``; encoded now if none was."""
+        """The report (``aux``) of the encoder pass just made on ``batch``; encoded now if none was."""
         aux = self._readout.pop('aux', None)
-        sizes = {value.size(0) for value in (aux or {}).values() if torch.is_tensor(value) and value.dim()}
-        if not aux or sizes != {batch.text_vec.size(0)}:
+        if aux is None or aux.batch_size != batch.text_vec.size(0):
             with torch.no_grad():
                 aux = self.core_model.encoder(*self._encoder_input(batch)).aux
         return aux

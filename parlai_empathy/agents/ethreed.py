@@ -416,7 +416,7 @@ class EthreedAgent(EncoderReadoutAgent):
             self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * size))
         known = [i for i, gold in enumerate(batch.speaker_emotions) if gold != IGNORE]
         if known:
-            logits = encoder_states.aux['speaker_logits'].detach().float().cpu()[known]
+            logits = encoder_states.aux.speaker_logits.detach().float().cpu()[known]
             metrics = batch_emotion_metrics(logits, [batch.speaker_emotions[i] for i in known])
             for key, values in metrics.items():
                 full = [AverageMetric(0, 0)] * size  # adds nothing to the average
@@ -462,13 +462,13 @@ class EthreedAgent(EncoderReadoutAgent):
                 words.append(oov[token - len(self.dict)] if token >= len(self.dict) else self.dict[token])
         return detokenize(' '.join(words))
 
-    def add_readout_fields(self, output, aux):
-        speaker_probs = torch.softmax(aux['speaker_logits'].float(), dim=-1).cpu()
+    def add_readout_fields(self, output, readout):
+        speaker_probs = torch.softmax(readout.speaker_logits.float(), dim=-1).cpu()
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in speaker_probs.argmax(-1).tolist()]
         # label -> probability, what ``parlai empathy_score`` reads from world logs (emo_acc offline)
         output['emotion_scores'] = [dict(zip(ED_EMOTIONS, row)) for row in speaker_probs.tolist()]
         output['predicted_listener_emotion'] = [
-            ED_EMOTIONS[i] for i in aux['responder_logits'].argmax(-1).tolist()
+            ED_EMOTIONS[i] for i in readout.responder_logits.argmax(-1).tolist()
         ]
 
     def observe(self, observation):

@@ -69,6 +69,7 @@ trains the tracker so that emotion accuracy stays measurable).
 Weights are initialised in one place, :meth:`Ethreed.init_weights`, as the reference does.
 Nothing here imports ParlAI; the ParlAI generator contract comes from ``generator_interface``.
 """
+from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -78,7 +79,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from parlai_empathy.data.emotions import NUM_EMOTIONS
 from parlai_empathy.models.attention import Bilinear, BilinearAttention, SimpleAttention, coverage_loss
-from parlai_empathy.models.generator_interface import EncoderStates, GeneratorModel, ResponseLoss
+from parlai_empathy.models.generator_interface import (
+    EncoderStates, GeneratorModel, ModelOutput, ResponseLoss,
+)
 
 SPEAKER, LISTENER = 0, 1
 IGNORE = -100  # label of an utterance whose emotion is unknown (skipped by L1)
@@ -234,6 +237,24 @@ def classifier_kl(q_logits: torch.Tensor, p_logits: torch.Tensor) -> torch.Tenso
 
 
 # ----- encoder: steps 1-4 -------------------------------------------------------------------------
+@dataclass
+class EthreedReadout(ModelOutput):
+    """What the encoder reports beside the decoder memory (``EncoderStates.aux``); batch first."""
+
+    source_tokens: torch.Tensor  # [B, S] the answered utterance (extended ids): copy source
+    decoder_init: torch.Tensor  # [B, H] tanh(W c_T), the decoder GRU's first state
+    answered_logits: torch.Tensor  # [B, 32] classifier of the answered party's emotion state (L1)
+    speaker_logits: torch.Tensor  # [B, 32] classifier of the speaker's emotion state (emotion accuracy)
+    responder_logits: torch.Tensor  # [B, 32] classifier of the planned R after dropout (L2's q)
+    responder: torch.Tensor  # [B] party id of the responder
+    answered: torch.Tensor  # [B] party id of the answered party
+    tracker: TrackerState  # the tracker after the last utterance (stepped again on the gold response)
+    response_emotion: Optional[torch.Tensor] = None  # [B, H] R' = tanh(W_r R); None w/o emo-track
+    # set by Ethreed.response_loss, for extra_losses:
+    coverage_loss: Optional[torch.Tensor] = None  # [B] sum over the gold steps of sum_j min(a, cov)
+    real_responder_logits: Optional[torch.Tensor] = None  # [B, 32] the real R (L1's 2nd term, L2's p)
+
+
 class EthreedEncoder(nn.Module):
     """Utterances of a batch of dialogues -> decoder memory and emotion states.
 
@@ -292,29 +313,28 @@ class EthreedEncoder(nn.Module):
             planned = self.policy(answered_emotion)
         else:
             planned = _of_party(state.emotion, responder)
-        aux = {
-            'source_tokens': source_tokens,
-            'decoder_init': torch.tanh(self.decoder_init(state.content)),
-            'answered_logits': self.classifier(answered_emotion),
-            'speaker_logits': self.classifier(state.emotion[:, SPEAKER]),
-            'responder_logits': self.classifier(self.dropout(planned)),
-            'responder': responder,
-            'answered': answered,
-        }
-        if self.response_emotion is not None:
-            aux['response_emotion'] = torch.tanh(self.response_emotion(planned))
-        aux.update({f'tracker_{name}': value for name, value in state._asdict().items()})
-        return EncoderStates(memory, keep, aux)
+        readout = EthreedReadout(
+            source_tokens=source_tokens,
+            decoder_init=torch.tanh(self.decoder_init(state.content)),
+            answered_logits=self.classifier(answered_emotion),
+            speaker_logits=self.classifier(state.emotion[:, SPEAKER]),
+            responder_logits=self.classifier(self.dropout(planned)),
+            responder=responder,
+            answered=answered,
+            tracker=state,
+            response_emotion=(torch.tanh(self.response_emotion(planned))
+                              if self.response_emotion is not None else None),
+        )
+        return EncoderStates(memory, keep, readout)
 
     def real_responder_logits(self, encoder_states: EncoderStates, response_tokens: torch.Tensor,
                               response_lengths: torch.Tensor) -> torch.Tensor:
         """Classifier logits of the responder's real emotion representation: the tracker stepped
         once more on the gold response (in-vocabulary ids; L1's second term, L2's p)."""
-        aux = encoder_states.aux
-        state = TrackerState(**{name: aux[f'tracker_{name}'] for name in TrackerState._fields})
+        readout = encoder_states.aux
         u_response, _ = self.utterances(response_tokens, response_lengths)
-        live = torch.ones_like(aux['responder'], dtype=torch.bool)
-        _, e_real = self.tracker.step(state, u_response, aux['responder'], live, aux['answered'])
+        live = torch.ones_like(readout.responder, dtype=torch.bool)
+        _, e_real = self.tracker.step(readout.tracker, u_response, readout.responder, live, readout.answered)
         return self.classifier(e_real)
 
 
@@ -352,7 +372,7 @@ class PointerGeneratorDecoder(nn.Module):
 
     def initial_state(self, encoder_states: EncoderStates) -> Dict[str, torch.Tensor]:
         return {
-            'hidden': encoder_states.aux['decoder_init'],
+            'hidden': encoder_states.aux.decoder_init,
             'coverage': torch.zeros_like(encoder_states.keep, dtype=encoder_states.memory.dtype),
         }
 
@@ -377,11 +397,11 @@ class PointerGeneratorDecoder(nn.Module):
         stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
         return stacked, {'hidden': hidden, 'coverage': coverage}
 
-    def distributions(self, steps: DecoderSteps, aux: dict, keep: torch.Tensor):
+    def distributions(self, steps: DecoderSteps, readout: EthreedReadout, keep: torch.Tensor):
         """``(log P_vocab [B, T, V] + log(1 - p_ptr), log p_ptr [B, T])`` for every step."""
         features = steps.hidden
         if self.emotion_gate is not None:
-            planned = aux['response_emotion'].unsqueeze(1).expand_as(steps.previous).contiguous()
+            planned = readout.response_emotion.unsqueeze(1).expand_as(steps.previous).contiguous()
             gate = torch.tanh(self.emotion_gate(steps.previous.contiguous(), planned))
             features = torch.cat([features, gate * planned], dim=-1)
         vocab = F.log_softmax(self.vocab_output(self.pre_output(features)), dim=-1)
@@ -391,9 +411,9 @@ class PointerGeneratorDecoder(nn.Module):
 
     def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates) -> torch.Tensor:
         """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most)."""
-        _, keep, aux = encoder_states
-        generate, copy = self.distributions(steps, aux, keep)
-        source = aux['source_tokens']
+        _, keep, readout = encoder_states
+        generate, copy = self.distributions(steps, readout, keep)
+        source = readout.source_tokens
         size = max(self.vocab_size, int(source.max()) + 1)
         copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
             2, source.unsqueeze(1).expand(-1, generate.size(1), -1), steps.attention)
@@ -405,9 +425,9 @@ class PointerGeneratorDecoder(nn.Module):
         """``(log P(target) [B, T], argmax of P [B, T])`` without building P over the whole
         extended vocabulary: a word's copy mass is the attention on the source positions
         holding it, and the best word is either P_vocab's best or a source word."""
-        _, keep, aux = encoder_states
-        generate, copy = self.distributions(steps, aux, keep)
-        source = aux['source_tokens']
+        _, keep, readout = encoder_states
+        generate, copy = self.distributions(steps, readout, keep)
+        source = readout.source_tokens
 
         def mixed(words, copy_mass):  # log P of ``words [B, T, K]`` with their copy mass
             known = words < self.vocab_size
@@ -490,8 +510,8 @@ class Ethreed(GeneratorModel):
     def response_loss(self, encoder_states: EncoderStates, ys: torch.Tensor, smoothing=0.0) -> ResponseLoss:
         """L3 per response under teacher forcing (``ys`` with extended ids for copied words).
 
-        Also leaves in the encoder states' aux what :meth:`extra_losses` needs: each response's
-        coverage loss sum and the responder's real emotion logits.
+        Also fills in the encoder states' :class:`EthreedReadout` what :meth:`extra_losses`
+        needs: each response's coverage loss sum and the responder's real emotion logits.
         """
         if smoothing:
             raise ValueError('ETHREED is trained without label smoothing, as the reference')
@@ -499,9 +519,9 @@ class Ethreed(GeneratorModel):
         log_probs, best = self.decoder.target_log_probs(steps, encoder_states, ys)
         real = ys.ne(self.NULL_IDX)
         nll = -(log_probs.masked_fill(~real, 0.0)).sum(dim=1)
-        aux = encoder_states.aux
-        aux['coverage_loss'] = (steps.coverage_loss * real).sum(dim=1)
-        aux['real_responder_logits'] = self.encoder.real_responder_logits(
+        readout = encoder_states.aux
+        readout.coverage_loss = (steps.coverage_loss * real).sum(dim=1)
+        readout.real_responder_logits = self.encoder.real_responder_logits(
             encoder_states, in_vocabulary(ys, self.vocab_size, self.UNK_IDX), real.sum(dim=1))
         return ResponseLoss(smoothed=nll.sum(), nll=nll, tokens=real.sum(dim=1),
                             correct=((best == ys) & real).sum(dim=1).to(nll.dtype))
@@ -513,14 +533,17 @@ class Ethreed(GeneratorModel):
         ``answered_labels [B]``: emotion id of the answered party, ``response_labels [B]``: of the
         responder; IGNORE where unknown. Returns ``(total, {'emo': L1, 'kl': L2, 'cov': L4})``.
         """
-        config, aux = self.config, encoder_states.aux
-        l1 = (config.answered_weight * _mean_cross_entropy(aux['answered_logits'], answered_labels)
-              + config.responder_weight * _mean_cross_entropy(aux['real_responder_logits'], response_labels))
+        config, readout = self.config, encoder_states.aux
+        if readout.coverage_loss is None or readout.real_responder_logits is None:
+            raise ValueError('extra_losses needs the encoder states response_loss was computed on')
+        real = readout.real_responder_logits
+        l1 = (config.answered_weight * _mean_cross_entropy(readout.answered_logits, answered_labels)
+              + config.responder_weight * _mean_cross_entropy(real, response_labels))
         if self.encoder.policy is not None and config.gps:
-            l2 = config.kl_weight * classifier_kl(aux['responder_logits'], aux['real_responder_logits']).mean()
+            l2 = config.kl_weight * classifier_kl(readout.responder_logits, real).mean()
         else:
             l2 = l1.new_zeros(())
-        l4 = config.coverage_weight * (aux['coverage_loss'] / config.coverage_steps).mean()
+        l4 = config.coverage_weight * (readout.coverage_loss / config.coverage_steps).mean()
         return l1 + l2 + l4, {'emo': l1.detach(), 'kl': l2.detach(), 'cov': l4.detach()}
 
 

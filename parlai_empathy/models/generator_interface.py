@@ -6,7 +6,12 @@ ParlAI's ``TorchGeneratorModel`` contract (parlai/core/torch_generator_agent.py)
 ``reorder_decoder_incremental_state`` and ``forward(*xs, ys=...) -> (scores, preds,
 encoder_states)``. :class:`GeneratorModel` provides all of it for a model that builds an
 ``encoder`` producing :class:`EncoderStates`, so an agent can wrap MIME or Multi-TR directly.
+
+What an encoder reports beside the decoder memory (emotion logits, KL terms, tracker states, ...)
+is a typed :class:`ModelOutput` dataclass, one per model, not a string-keyed dict: the fields are
+named and documented where the model defines them, and a misspelt one fails at once.
 """
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
@@ -17,16 +22,58 @@ from torch import nn
 from parlai_empathy.models.transformer_blocks import reorder_cache
 
 
-class EncoderStates(NamedTuple):
-    """Decoder memory ``[B, S, D]``, its ``keep`` mask ``[B, S]`` and per-example extras.
+def _select_rows(value, indices):
+    """``value`` with its batch rows ``indices``: tensors, tuples (named or not) of them and
+    :class:`ModelOutput` s are followed; anything else (None, names) is kept as it is."""
+    if torch.is_tensor(value):
+        return value.index_select(0, indices)
+    if isinstance(value, ModelOutput):
+        return value.reorder(indices)
+    if isinstance(value, tuple):
+        rows = [_select_rows(item, indices) for item in value]
+        return type(value)(*rows) if hasattr(value, '_fields') else tuple(rows)
+    return value
 
-    ``aux`` holds batch-first tensors the losses and the agent read (emotion logits, KL terms,
-    chosen polarity, ...); it is reordered with the rest.
+
+@dataclass
+class ModelOutput:
+    """Base of the models' typed encoder extras (the idea of HuggingFace's ``ModelOutput``,
+    without its dict behaviour). Every tensor field, also inside a tuple, is batch-first, so beam
+    search can reorder an instance with the rest of the encoder states."""
+
+    def reorder(self, indices: torch.Tensor) -> 'ModelOutput':
+        """A copy holding the batch rows ``indices`` (in that order) of every tensor field."""
+        return dataclasses.replace(self, **{
+            field.name: _select_rows(getattr(self, field.name), indices) for field in dataclasses.fields(self)
+        })
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """Rows of the first tensor field (None if there is none)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if torch.is_tensor(value) and value.dim():
+                return value.size(0)
+        return None
+
+
+@dataclass
+class EmotionReadout(ModelOutput):
+    """What Multi-TR's encoder reports beside H (and the start of MIME's report)."""
+
+    emotion_logits: torch.Tensor  # [B, 32] the user-emotion classifier's logits, from c = H_0
+
+
+class EncoderStates(NamedTuple):
+    """Decoder memory ``[B, S, D]``, its ``keep`` mask ``[B, S]`` and the model's extras.
+
+    ``aux`` is the model's :class:`ModelOutput` (what the losses and the agent read: emotion
+    logits, KL terms, chosen polarity, ...); it is reordered with the rest.
     """
 
     memory: torch.Tensor
     keep: torch.Tensor
-    aux: Optional[dict] = None
+    aux: Optional[ModelOutput] = None
 
 
 class ResponseDecoder(nn.Module):
@@ -134,7 +181,7 @@ class GeneratorModel(nn.Module):
         if not torch.is_tensor(indices):
             indices = torch.as_tensor(indices, dtype=torch.long)
         indices = indices.to(encoder_states.memory.device)
-        aux = reorder_cache(encoder_states.aux, indices) if encoder_states.aux else None
+        aux = encoder_states.aux.reorder(indices) if encoder_states.aux is not None else None
         return EncoderStates(
             encoder_states.memory.index_select(0, indices),
             encoder_states.keep.index_select(0, indices),

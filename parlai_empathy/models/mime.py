@@ -48,7 +48,8 @@ Deviations from the reference, on purpose:
   averages every position, as the reference does.
 """
 import hashlib
-from typing import List, NamedTuple, Optional, Sequence
+from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ from torch import nn
 from parlai_empathy.data.emotions import NEGATIVE_IDS, NUM_EMOTIONS, POSITIVE_IDS, is_positive_by_id
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout, EncoderStates, GeneratorModel, build_response_side,
 )
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
@@ -93,6 +94,19 @@ def seeded_normal(seeds: Sequence[int], shape, like: torch.Tensor) -> torch.Tens
     ``seeds[i]`` (on the CPU, so a row's draw is the same on every device)."""
     rows = [torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) for seed in seeds]
     return torch.stack(rows).to(device=like.device, dtype=like.dtype)
+
+
+@dataclass
+class MimeReadout(EmotionReadout):
+    """What MIME's encoder reports beside M_fused (``EncoderStates.aux``); batch first."""
+
+    user_positive: torch.Tensor  # [B] bool: the polarity mimicry followed (step 5)
+    distributions: Tuple[torch.Tensor, ...]  # d_g per group (step 4): (pos, neg), or (all,) ungrouped
+    kl: Optional[Tuple[torch.Tensor, ...]] = None  # KL(q_g || p_g) [B] per group; training only
+
+    @property
+    def group_names(self) -> Tuple[str, ...]:
+        return ('pos', 'neg') if len(self.distributions) == 2 else ('all',)
 
 
 class GroupSample(NamedTuple):
@@ -210,9 +224,11 @@ class MimeEncoder(nn.Module):
             self.non_mimic_encoder = EmotionContextEncoder(size)
             self.fusion = EmotionFusion(d_model)
 
-    def forward(self, tokens, speakers=None, emotion=None, polarity: Optional[str] = None):
+    def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
+                emotion: Optional[torch.Tensor] = None, polarity: Optional[str] = None) -> EncoderStates:
         """``emotion``: gold ids. In training they set the mimicry polarity and the posterior runs;
-        at inference the polarity is the classifier's, unless ``polarity='gold'``."""
+        at inference the polarity is the classifier's, unless ``polarity='gold'``. The
+        :class:`MimeReadout` is the states' ``aux``."""
         if polarity not in (None,) + POLARITIES:
             raise ValueError(f'polarity must be one of {POLARITIES}, not {polarity!r}')
         # 1. H and c = H_0
@@ -230,16 +246,14 @@ class MimeEncoder(nn.Module):
         # 4. one emotion vector per group
         seeds = None if self.training or not self.stochastic else example_seeds(tokens, self.padding_idx)
         samples = self.sampler(c, self.emotion_embedding, seeds)
-        aux = {'emotion_logits': emotion_logits, 'user_positive': user_positive}
-        names = ('pos', 'neg') if self.grouping else ('all',)
-        for name, sample in zip(names, samples):
-            aux[f'd_{name}'] = sample.distribution
+        readout = MimeReadout(emotion_logits=emotion_logits, user_positive=user_positive,
+                              distributions=tuple(sample.distribution for sample in samples))
         with_posterior = self.training and self.stochastic and emotion is not None
         if not self.grouping:
             memory = self.mimic_encoder(hidden, samples[0].emotion, keep)
             if with_posterior:
-                aux['kl_all'], = self.sampler.kl(c, [self._pool(memory, keep)], samples)
-            return EncoderStates(memory, keep, aux)
+                readout.kl = tuple(self.sampler.kl(c, [self._pool(memory, keep)], samples))
+            return EncoderStates(memory, keep, readout)
         e_pos, e_neg = samples[0].emotion, samples[1].emotion
         # 5. emotion mimicry
         flag = user_positive.unsqueeze(1) if self.mimicry else torch.ones_like(user_positive).unsqueeze(1)
@@ -251,10 +265,9 @@ class MimeEncoder(nn.Module):
             pooled_m, pooled_tilde = self._pool(m_out, keep), self._pool(m_tilde_out, keep)
             pooled_pos = torch.where(flag, pooled_m, pooled_tilde)  # the positive group's side
             pooled_neg = torch.where(flag, pooled_tilde, pooled_m)
-            aux['kl_pos'], aux['kl_neg'] = self.sampler.kl(c, [pooled_pos, pooled_neg], samples)
+            readout.kl = tuple(self.sampler.kl(c, [pooled_pos, pooled_neg], samples))
         # 7. fusion
-        return EncoderStates(self.fusion(m_out, m_tilde_out), keep, aux)
-
+        return EncoderStates(self.fusion(m_out, m_tilde_out), keep, readout)
 
     def _pool(self, states, keep):
         """The posterior's pooled M_g: the mean over real positions, or over every position."""
@@ -281,15 +294,15 @@ class Mime(GeneratorModel):
         self.response_weight = response_weight  # gamma
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
-    def extra_losses(self, encoder_states, emotion):
+    def extra_losses(self, encoder_states: EncoderStates, emotion: torch.Tensor):
         """alpha * batch-mean L_cls + beta * sum_g KL_g summed over the batch (the reference's
-        reductions); ``parts`` holds per-example means for logging."""
-        aux = encoder_states.aux
-        cls = F.cross_entropy(aux['emotion_logits'], emotion)
+        reductions); ``parts`` holds per-example means for logging (``kl_pos``, ``kl_neg`` or
+        ``kl_all``, when the posterior ran)."""
+        readout = encoder_states.aux
+        cls = F.cross_entropy(readout.emotion_logits, emotion)
         parts = {'cls': cls.detach()}
         kl = cls.new_zeros(())
-        for key in aux:
-            if key.startswith('kl_'):
-                kl = kl + aux[key].sum()
-                parts[key] = aux[key].mean().detach()
+        for name, group_kl in zip(readout.group_names, readout.kl or ()):
+            kl = kl + group_kl.sum()
+            parts[f'kl_{name}'] = group_kl.mean().detach()
         return self.cls_weight * cls + self.elbo_weight * kl, parts

@@ -8,19 +8,22 @@ Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with `
 response_weight * label-smoothed response loss summed over tokens + cls_weight * the batch-mean
 emotion cross-entropy.
 """
+from typing import Optional
+
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from parlai_empathy.data.emotions import NUM_EMOTIONS
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout, EncoderStates, GeneratorModel, build_response_side,
 )
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
 
 class MultitaskEncoder(nn.Module):
-    """Context -> H, plus emotion logits from c = H_0 (in ``aux['emotion_logits']``)."""
+    """Context -> H, plus the emotion logits from c = H_0 (an :class:`EmotionReadout` as ``aux``)."""
 
     def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS,
                  reference_tags=True):
@@ -30,11 +33,14 @@ class MultitaskEncoder(nn.Module):
         self.context_encoder = size.encoder(input_dim=words.d_model)
         self.classifier = nn.Linear(size.d_model, n_emotions)
 
-    def forward(self, tokens, speakers=None, emotion=None):
+    def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
+                emotion: Optional[torch.Tensor] = None) -> EncoderStates:
+        """``tokens``/``speakers`` ``[B, S]``; ``emotion`` (gold ids) is not read: the signature is
+        MIME's, so that one agent drives both."""
         x, keep = self.embedding(tokens, speakers)
         hidden = self.context_encoder(x, keep)
         logits = self.classifier(hidden[:, 0])
-        return EncoderStates(hidden, keep, {'emotion_logits': logits})
+        return EncoderStates(hidden, keep, EmotionReadout(emotion_logits=logits))
 
 
 class MultitaskTransformer(GeneratorModel):
@@ -50,6 +56,6 @@ class MultitaskTransformer(GeneratorModel):
         self.response_weight = response_weight
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
-    def extra_losses(self, encoder_states, emotion):
-        cls = F.cross_entropy(encoder_states.aux['emotion_logits'], emotion)
+    def extra_losses(self, encoder_states: EncoderStates, emotion: torch.Tensor):
+        cls = F.cross_entropy(encoder_states.aux.emotion_logits, emotion)
         return self.cls_weight * cls, {'cls': cls.detach()}

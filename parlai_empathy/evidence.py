@@ -131,10 +131,17 @@ def machine() -> Dict[str, object]:
     return info
 
 
+# What the project's own commands write into a checkout (evidence, filled tables, curves, boards):
+# a change there is not a change of the code that ran, so ``dirty`` does not count it.
+EVIDENCE_PATHS = ('projects/*/runs/**', 'projects/*/README.md', 'projects/*/*.png', 'bench/leaderboard/**')
+
+
 def code_version(repo: Optional[str] = None) -> Dict[str, object]:
     """The commit of the code that ran: ``$PARLAI_EMPATHY_COMMIT`` when the package was installed
     from a known commit (a run's frozen environment), else the checkout's HEAD and whether it had
-    uncommitted changes."""
+    uncommitted changes to tracked files other than the evidence our commands write
+    (:data:`EVIDENCE_PATHS`: a frozen clone that evaluated one row holds that row's new evidence
+    when it evaluates the next)."""
     from parlai_empathy import __version__
 
     if os.environ.get('PARLAI_EMPATHY_COMMIT'):
@@ -143,8 +150,9 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
     try:
         commit = subprocess.run(['git', '-C', repo, 'rev-parse', 'HEAD'], capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = bool(subprocess.run(['git', '-C', repo, 'status', '--porcelain', '--untracked-files=no'],
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        excluded = [f':(exclude,glob){path}' for path in EVIDENCE_PATHS]
+        dirty = bool(subprocess.run(['git', '-C', repo, 'status', '--porcelain', '--untracked-files=no', '--',
+                                     '.', *excluded], capture_output=True, text=True, check=True).stdout.strip())
     except (OSError, subprocess.CalledProcessError):
         return {'commit': None}
     return {'commit': commit, 'dirty': dirty, 'package': __version__}

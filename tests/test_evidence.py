@@ -202,3 +202,28 @@ def test_the_evaluated_models_updates_come_from_the_model_file(tmp_path):
     torch.save({'model': {'w': torch.zeros(2)}}, path)
     assert learning_curve.saved_updates(path) is None
     assert learning_curve.saved_updates(str(tmp_path / 'missing')) is None
+
+
+def test_code_version_is_dirty_for_code_changes_not_for_evidence(tmp_path, monkeypatch):
+    """A frozen clone that evaluated one row holds that row's new evidence when it evaluates the
+    next: that is not a change of the code that ran. A changed module is."""
+    import subprocess
+
+    from parlai_empathy.evidence import code_version
+
+    monkeypatch.delenv('PARLAI_EMPATHY_COMMIT', raising=False)
+    files = {'parlai_empathy/x.py': 'A = 1\n', 'projects/p/runs/r/report.json': '{}\n',
+             'projects/p/README.md': '| row |\n', 'projects/p/table.json': '{}\n'}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git = ['git', '-C', str(tmp_path), '-c', 'user.name=t', '-c', 'user.email=t@t']
+    subprocess.run(git + ['init', '-q'], check=True)
+    subprocess.run(git + ['add', '.'], check=True)
+    subprocess.run(git + ['commit', '-qm', 'x'], check=True)
+    assert code_version(str(tmp_path))['dirty'] is False
+    (tmp_path / 'projects/p/runs/r/report.json').write_text('{"a": 1}\n')
+    (tmp_path / 'projects/p/README.md').write_text('| row | 1 |\n')
+    assert code_version(str(tmp_path))['dirty'] is False
+    (tmp_path / 'projects/p/table.json').write_text('{"plan": 1}\n')  # the plans are code
+    assert code_version(str(tmp_path))['dirty'] is True

@@ -15,6 +15,9 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   from a ``.trainstats`` but not its update count, so a run resumed with ``-vstep N`` validates at
   its first update and then every N from there: every restart costs a whole extra validation and
   moves the learning curve off its grid. Its ``__init__`` is wrapped to restore that count too.
+  It also checks its update budget before its validation schedule, so the end of a fixed schedule
+  (``--num-epochs``, ``--max-train-steps``) is never validated: the schedule's last stretch is
+  validated too (``_get_time``, called just before that check, is wrapped).
   Its ``validate`` is wrapped for ``--count-validations-after N`` (an option of our generators):
   a validation at or before N updates runs as usual (logged, the model saved) but then forgets
   the best valid figure and the impatience, so neither counts until after N updates, as the
@@ -22,7 +25,12 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   validations before 10,000 updates). Without the option nothing changes. A run resumed under
   another ``--validation-metric`` than it was saved with gets its best figure and impatience
   recomputed from its earlier validations under the new metric (ParlAI compares the new metric
-  with the old one's best).
+  with the old one's best). A run killed after a validation saved a new best model file but
+  before its next ``.checkpoint`` (``--save-every-n-secs`` without ``--save-after-valid``)
+  resumes with the checkpoint's older best figure, so the first repeated validation that beats
+  that figure would overwrite the better model file: it keeps the model file's best instead. And
+  a resumed run that never beats its best after resuming no longer ends by saving its last
+  weights over the best model file (ParlAI saves the final weights of a run that "saved" nothing).
 * ``parlai.core.agents.compare_init_model_opts`` crashes on a saved list option that is None now
   (a classifier's ``--classes``): it compares without the unset options.
 
@@ -33,6 +41,8 @@ the moment those ParlAI modules are first imported in any process.
 """
 import importlib.abc
 import importlib.util
+import json
+import os
 import sys
 import types
 import warnings
@@ -98,10 +108,16 @@ def _repair_train_loop(module):
 
     def __init__(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0
+        # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0;
+        # -vstep N validates at multiples of N, so the grid goes on from the last multiple (a
+        # validation at the end of an earlier schedule may lie between two)
         if self.valid_reports and 'train_steps' in self.valid_reports[-1]:
-            self._last_valid_steps = self.valid_reports[-1]['train_steps']
+            last = self.valid_reports[-1]['train_steps']
+            every = self.val_every_n_steps
+            self._last_valid_steps = last if every == float('inf') else int(last // every * every)
         _restore_best_under_current_metric(self, module.logging)
+        _keep_best_saved_after_checkpoint(self, module.logging)
+        _model_file_holds_the_best(self)
 
     __init__._empathy_resume_grid = True
     loop.__init__ = __init__
@@ -121,6 +137,40 @@ def _repair_train_loop(module):
         return stop
 
     loop.validate = validate
+
+    real_get_time = loop._get_time
+
+    def _get_time(self, world):
+        times = real_get_time(self, world)
+        _validate_the_schedule_end(self, module.logging, module.StopTrainException)
+        return times
+
+    loop._get_time = _get_time
+
+
+def _validate_the_schedule_end(loop, logging, stop_exception):
+    """ParlAI checks its update budget (``--num-epochs``, ``--max-train-steps``) before its
+    validation schedule, so the last stretch of a fixed schedule is never validated and cannot
+    become the model: with ``-veps 1 --num-epochs 7`` (ETHREED's reference schedule, whose
+    reference validates after every epoch, the last one too) epoch 7 is trained and thrown away.
+    Called where the budget is checked: when it is reached and updates were made since the last
+    validation, the weights are validated once more (a new best is saved as usual). Not for
+    ``--max-train-time``, which cuts a run anywhere, nor where no validation is configured."""
+    if getattr(loop, '_empathy_schedule_end_validated', False) or loop._train_steps <= loop._last_valid_steps:
+        return
+    if loop._total_epochs < loop.max_num_epochs and loop._train_steps < loop.max_train_steps:
+        return
+    inf = float('inf')
+    if (loop.val_every_n_epochs, loop.val_every_n_steps, loop.val_every_n_secs) == (inf, inf, inf):
+        return
+    loop._empathy_schedule_end_validated = True
+    logging.info(f'the training schedule ends at {loop._train_steps} updates: validating its last weights')
+    try:
+        loop.validate()
+    except stop_exception:
+        pass
+    loop.last_valid_epoch = loop._total_epochs
+    loop._last_valid_steps = loop._train_steps
 
 
 def _metric_value(value):
@@ -167,6 +217,52 @@ def _restore_best_under_current_metric(loop, logging):
         f'patience are recomputed under {metric} from those validations: best {replay[0]:.6g}, '
         f'impatience {replay[1]}. The model file keeps the earlier metric\'s best until a '
         f'validation beats {replay[0]:.6g}.')
+
+
+def _keep_best_saved_after_checkpoint(loop, logging):
+    """Resumed from ``<model_file>.checkpoint`` while ``<model_file>.trainstats`` (written with
+    the best model) records a later update count and a better best figure of the current metric
+    in a counted validation: the run was killed between that validation and the next checkpoint.
+    ParlAI restores the checkpoint's older best, and the first repeated validation that beats it
+    would overwrite the better model file. The model file's best is kept, with the impatience
+    it had there (0: the best was its last validation)."""
+    opt = loop.opt
+    model_file = opt.get('model_file')
+    metric = opt.get('validation_metric')
+    if not model_file or not metric or opt.get('init_model') != model_file + '.checkpoint':
+        return
+    try:
+        with open(model_file + '.trainstats') as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return
+    best, steps = saved.get('best_valid'), saved.get('train_steps') or 0
+    reports = saved.get('valid_reports') or []
+    if best is None or steps <= loop._train_steps or steps <= (opt.get('count_validations_after') or 0):
+        return
+    if not reports or metric not in reports[-1] or _metric_value(reports[-1][metric]) != best:
+        return  # not this metric's best, or not the validation the model file was saved at
+    if loop.best_valid is not None and loop.valid_optim * best <= loop.valid_optim * loop.best_valid:
+        return
+    logging.warning(
+        f'{model_file} was saved at {steps} updates with the best {metric} {best:.6g}, after the '
+        f'checkpoint this run resumes from ({loop._train_steps} updates, best '
+        f'{"none" if loop.best_valid is None else format(loop.best_valid, ".6g")}): the run was stopped '
+        f'between that validation and its next checkpoint. Its best {best:.6g} is kept, so only a '
+        f'validation that beats it replaces the model file (--save-after-valid true avoids this).')
+    loop.best_valid, loop.impatience = best, 0
+
+
+def _model_file_holds_the_best(loop):
+    """ParlAI starts every run with ``saved = False`` and, when training ends with it still False,
+    saves the *current* weights to the model file (and reports on them). A resumed run that never
+    beats its best after resuming (it runs out of patience, or its update budget ends) therefore
+    overwrites the best model with its last weights. Resumed from a checkpoint with a best figure
+    and a model file, that file already holds the best: ``saved`` starts True."""
+    model_file = loop.opt.get('model_file')
+    if (model_file and loop.best_valid is not None and os.path.isfile(model_file)
+            and loop.opt.get('init_model') == model_file + '.checkpoint'):
+        loop.saved = True
 
 
 @_repairs_for('parlai.core.agents')

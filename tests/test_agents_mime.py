@@ -217,7 +217,9 @@ def test_flattened_contexts_keep_their_speakers():
 def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
     """ParlAI 1.7.2 restores only the epoch of the last validation on resuming, so ``-vstep 3``
     would validate again at the resumed run's first update (5); compat restores the update count
-    too, and the resumed run validates at 6, on the grid."""
+    too, and the resumed run validates at 6, on the grid. The end of each run's schedule (4, then 7)
+    is validated too: ParlAI checks its budget before its validation schedule, so the last updates
+    of a fixed schedule would never be validated."""
     import json
 
     model_file = tmp_path / 'model'
@@ -228,8 +230,8 @@ def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
                    '--dict-maxtokens', 2000, '--glove-init', 'false', '--skip-generation', 'true', *TINY)
         return json.loads((tmp_path / 'model.trainstats').read_text())
 
-    assert [v['train_steps'] for v in train(4)['valid_reports']] == [3]
-    assert [v['train_steps'] for v in train(7)['valid_reports']] == [3, 6]
+    assert [v['train_steps'] for v in train(4)['valid_reports']] == [3, 4]
+    assert [v['train_steps'] for v in train(7)['valid_reports']] == [3, 4, 6, 7]
 
 
 def test_validations_before_count_validations_after_neither_select_nor_exhaust_patience(run_parlai, tmp_path):
@@ -279,7 +281,51 @@ def test_a_run_resumed_under_another_validation_metric_recomputes_its_best(run_p
     stats, log = train(7, '-vmt', 'ppl', '-vmm', 'min')
     assert 'selected under another --validation-metric' in log
     ppls = [v['ppl'] for v in stats['valid_reports']]
-    assert len(ppls) == 2 and stats['best_valid'] == min(ppls)
+    assert len(ppls) == 4 and stats['best_valid'] == min(ppls)  # 3, 4 (the end), 6, 7 (the end)
+
+
+def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run_parlai, tmp_path):
+    """Killed after a validation saved a new best model but before the next checkpoint (as
+    ``--save-every-n-secs`` alone allows), a run resumes from the older checkpoint, whose best
+    figure predates that model: ParlAI would let a worse repeated validation overwrite the model
+    file, and a resumed run that never beats its best would end by saving its last weights over it.
+    compat keeps the model file's best and the file itself (and our agents default to
+    ``--save-after-valid``, which leaves no such gap)."""
+    import json
+    import shutil
+
+    model_file = tmp_path / 'model'
+    aside = tmp_path / 'aside'
+    aside.mkdir()
+
+    def train(steps, *extra):
+        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                          '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8, '-vp', 10,
+                          '-vmt', 'ppl', '-vmm', 'min', '--count-validations-after', 0, '--dict-maxtokens', 2000,
+                          '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
+        return json.loads((tmp_path / 'model.trainstats').read_text()), done.stdout + done.stderr
+
+    stats, _ = train(4)  # validates at 3 and 4 (the end) and, by default, checkpoints right after
+    assert json.loads((tmp_path / 'model.opt').read_text())['save_after_valid'] is True
+    checkpoint = json.loads((tmp_path / 'model.checkpoint.trainstats').read_text())
+    assert checkpoint['train_steps'] == 4 and checkpoint['best_valid'] == stats['best_valid']
+    for name in os.listdir(tmp_path):
+        if name.startswith('model.checkpoint'):
+            shutil.copy(tmp_path / name, aside / name)
+    # a run to 7 validates at 6 and 7; give the model file a best at 6 that no validation of this
+    # tiny run reaches, as if that validation had been a new best
+    stats, _ = train(7)
+    better = dict(stats, train_steps=6, best_valid=stats['best_valid'] / 2)
+    better['valid_reports'][-1] = dict(better['valid_reports'][-1], ppl=better['best_valid'], train_steps=6)
+    (tmp_path / 'model.trainstats').write_text(json.dumps(better))
+    for name in os.listdir(aside):  # ... and killed before the checkpoint after that validation
+        shutil.copy(aside / name, tmp_path / name)
+    weights = (tmp_path / 'model').read_bytes()
+    stats, log = train(7)
+    assert 'was saved at 6 updates with the best ppl' in log
+    assert stats['best_valid'] == better['best_valid']  # the repeated validation at 6 did not replace it
+    assert 'new best ppl' not in log.split('was saved at 6 updates')[1]
+    assert (tmp_path / 'model').read_bytes() == weights  # not overwritten by the last weights
 
 
 def _run_search(search_class):

@@ -118,7 +118,8 @@ def test_label_set_mismatch_is_a_clear_error(run_parlai, tiny_bert, goemotions_d
 
 
 def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_bert, tmp_path):
-    """A run killed before its first validation leaves only ``model.checkpoint*``. Resuming it
+    """A killed run may leave only ``model.checkpoint*`` (here: after the validation at the end of a
+    2-update run, its model files deleted). Resuming it
     initialises from that checkpoint, whose ``.opt`` holds ``--classes`` (filled from the teacher
     when the agent is built, after ParlAI compares the options): ParlAI's comparison raised
     TypeError on the list that is None now, so a killed classifier run could not resume (the ED32
@@ -133,7 +134,7 @@ def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_be
         )
 
     train(2)
-    for name in os.listdir(mf.parent):  # what a kill before the first validation leaves
+    for name in os.listdir(mf.parent):  # what a kill before the model file was written leaves
         if '.checkpoint' not in name:
             path = mf.parent / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -141,5 +142,5 @@ def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_be
         assert len(json.load(f)['classes']) == 32
     done = train(4)
     assert 'Loading existing model parameters from' in done.stdout + done.stderr
-    with open(str(mf) + '.trainstats') as f:
-        assert [v['train_steps'] for v in json.load(f)['valid_reports']] == [3]
+    with open(str(mf) + '.trainstats') as f:  # the end of each schedule (2, 4) is validated too
+        assert [v['train_steps'] for v in json.load(f)['valid_reports']] == [2, 3, 4]

@@ -53,3 +53,5 @@ def test_plain_agent_trains_with_the_papers_setup(model, run_parlai, tmp_path, g
         got = saved[key]
         assert (got == pytest.approx(value) if isinstance(value, float) else got == value), (key, got, value)
     assert not saved.get('init_opt'), 'no preset was used'
+    # not the paper's: a checkpoint after every validation, so a killed run resumes with its best
+    assert saved['save_after_valid'] is True

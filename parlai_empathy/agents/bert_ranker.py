@@ -78,7 +78,7 @@ from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
-from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
 from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
 from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402
@@ -212,7 +212,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             # (~25 ms per query against the ~40k ED train pool); replies and P@1,100 need the top 100
             rank_top_k=100,
         )
-        paper_batch_size(parser, partial_opt, PAPER_BATCH_SIZE)
+        training_defaults(parser, partial_opt, PAPER_BATCH_SIZE)
         return parser
 
     @classmethod

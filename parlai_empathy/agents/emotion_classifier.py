@@ -26,7 +26,7 @@ from parlai.core.torch_agent import Output  # noqa: E402
 from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
 
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
-from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
 from parlai_empathy.emotions import classifier_files  # noqa: E402
@@ -156,7 +156,7 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         )
         # batch 16 for training and evaluation, never at the interactive prompt (a batch of 16 chats
         # reading one console: no reply is shown and [EXIT] ends in a traceback)
-        paper_batch_size(parser, partial_opt, 16)
+        training_defaults(parser, partial_opt, 16)
         return parser
 
     @staticmethod

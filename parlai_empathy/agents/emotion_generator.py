@@ -51,7 +51,7 @@ from parlai.core.metrics import AverageMetric  # noqa: E402
 from parlai.core.torch_generator_agent import PPLMetric  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
-from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
@@ -187,7 +187,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             validation_patience=3, skip_generation=True,
             inference='beam', beam_size=5, beam_min_length=1, beam_length_penalty=0.0,
         )
-        paper_batch_size(parser, partial_opt, 16)
+        training_defaults(parser, partial_opt, 16)
         return parser
 
     @staticmethod

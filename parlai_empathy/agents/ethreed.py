@@ -48,7 +48,7 @@ from parlai.core.metrics import AverageMetric  # noqa: E402
 from parlai.nn.lr_scheduler import FixedLRScheduler  # noqa: E402
 from parlai.utils.misc import warn_once  # noqa: E402
 
-from parlai_empathy.agents.batch_defaults import paper_batch_size  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 from parlai_empathy.agents.emotion_generator import MoelDictionaryAgent, record_response_metrics  # noqa: E402
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
@@ -186,7 +186,7 @@ class EthreedAgent(EncoderReadoutAgent):
             # parlai interactive shows the tracked speaker emotion and the planned reply emotion
             display_add_fields='predicted_emotion,predicted_listener_emotion',
         )
-        paper_batch_size(parser, partial_opt, 16)
+        training_defaults(parser, partial_opt, 16)
         return parser
 
     @staticmethod

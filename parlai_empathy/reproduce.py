@@ -15,8 +15,12 @@ default ``runs``: model files, logs, checkpoints), ``{model}`` (``{runs}/<paper>
 
 A finished step leaves ``{runs}/<paper>/<row>/<profile>.<step>.done`` holding its command; an
 interrupted one is simply run again (ParlAI resumes training from ``<model>.checkpoint``) and a
-changed command runs again. The plan of a row is the record of how its figures were made: its
-artifacts' ``meta.json`` repeats it.
+changed command runs again. A step marked ``"always": true`` runs every time: its output lives
+outside the runs folder, so a marker there cannot vouch for it (``empathy_tag_ed`` writes its tag
+cache into ParlAI's datapath, which differs between installations: a frozen clone whose row
+needs another clone's tags would find the step done and no cache); such a step reuses what it
+finds, so running it again costs seconds. The plan of a row is the record of how its figures
+were made: its artifacts' ``meta.json`` repeats it.
 """
 import json
 import os
@@ -38,9 +42,10 @@ class Step:
     name: str
     argv: List[str]  # a parlai command line, without the leading "parlai"
     marker: Optional[str] = None  # written when the step finished
+    always: bool = False  # run every time (its output is not in the runs folder)
 
     def done(self) -> bool:
-        if not self.marker or not os.path.isfile(self.marker):
+        if self.always or not self.marker or not os.path.isfile(self.marker):
             return False
         with open(self.marker) as f:
             return f.read().strip() == self.shell()
@@ -96,7 +101,7 @@ def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile
     for i, step in enumerate(plans[profile]):
         name = step.get('name', f'step{i}')
         steps.append(Step(name, _fill(step['parlai'], values, f'{where}.{profile}[{i}]'),
-                          os.path.join(row_dir, f'{profile}.{i}.{name}.done')))
+                          os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always'))))
     return RowPlan(project, entry, profile, list(plans.get('needs', [])), steps, values['model'],
                    os.path.join(values['artifacts'], entry))
 

@@ -93,3 +93,27 @@ def test_unknown_project_or_row_is_named(run_parlai):
     done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS, '--rows', 'ethreed_v2',
                       '--dry-run', check=False)
     assert done.returncode != 0 and 'ethreed_no_policy' in done.stderr
+
+
+def test_a_step_whose_output_lives_outside_the_runs_folder_always_runs(tmp_path):
+    """The tag step's cache sits in ParlAI's datapath, which differs between installations: a marker
+    in the runs folder cannot vouch for it, so the plans mark it ``always`` (cheap when the cache
+    exists); an ordinary step with its marker is done."""
+    spec = {'reproduce': {'rows': {'r': {'cpu': [
+        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
+        {'name': 'tag', 'parlai': ['empathy_tag_ed', '-mf', '{model}'], 'always': True},
+    ]}}}}
+    (tmp_path / 'p').mkdir()
+    (tmp_path / 'p' / 'table.json').write_text(json.dumps(spec))
+    train, tag = reproduce.row_plan(str(tmp_path), 'p', 'r', str(tmp_path / 'runs')).steps
+    for step in (train, tag):
+        os.makedirs(os.path.dirname(step.marker), exist_ok=True)
+        with open(step.marker, 'w') as f:
+            f.write(step.shell() + '\n')
+    assert train.done() and not tag.done()
+    # the committed plans mark every tagging step so
+    for project in ('li_ethreed', 'metz2020_emotion_patterns'):
+        for entry in reproduce.all_rows(PROJECTS, project):
+            for profile in reproduce.PROFILES:
+                for step in reproduce.row_plan(PROJECTS, project, entry, 'runs', profile).steps:
+                    assert step.always == (step.argv[0] == 'empathy_tag_ed'), (project, entry, step.name)

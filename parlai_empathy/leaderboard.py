@@ -688,12 +688,12 @@ def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] =
         paper_cells = [_fmt(row.get('paper', {}).get(m['key'])) for m in metrics]
         our_cells = []
         for m in metrics:
-            scale, key = m.get('scale', 1), m['key']
+            scale, key = m.get('scale', 1), _row_key(row, m['key'])
             cell = _fmt(ours[key] * scale) if key in ours else ''
             if cell and m.get('ci') and key in ci:
                 cell += f' ({_fmt(ci[key][0] * scale)}-{_fmt(ci[key][1] * scale)})'
             our_cells.append(cell)
-        counts = sorted({exs[m['key']] for m in metrics if m['key'] in exs})
+        counts = sorted({exs[key] for key in (_row_key(row, m['key']) for m in metrics) if key in exs})
         evidence_cell = f'[{row["artifacts"]}]({row["artifacts"]}){_gpu_note(project_dir, row)}' if ours else ''
         cells = [row['label']] + paper_cells + our_cells + [' / '.join(f'{n:,}' for n in counts)]
         if target and table.get('id', '') == '':
@@ -744,9 +744,21 @@ def _fill_per_label(text: str, project_dir: str, row: Dict) -> str:
     return f'{head}{start}\n' + '\n'.join(lines) + f'\n{end}{tail}'
 
 
+def _row_key(row: Dict, key: str) -> str:
+    """The report key that fills column ``key`` in ``row``: the row's ``keys`` may name another,
+    where the row's model measures the column's quantity under another name (Multi-TR has no
+    polarity, so the reference's PPL definition is its ``ppl_ex``, not ``ppl_ex_gold``)."""
+    return (row.get('keys') or {}).get(key, key)
+
+
 def _row_curve(project_dir: str, row: Dict) -> List[Dict]:
+    """The row's validation curve (``meta.json``), with the row's ``keys`` applied: each point
+    also carries a mapped column under the column's own key."""
     meta = evidence.read_json(os.path.join(project_dir, row['artifacts'], evidence.META))
-    return (meta.get('training') or {}).get('curve') or []
+    curve = (meta.get('training') or {}).get('curve') or []
+    keys = row.get('keys') or {}
+    return [dict(point, **{column: point[source] for column, source in keys.items() if source in point})
+            for point in curve]
 
 
 def _minutes_to_target(project_dir: str, row: Dict, target: Dict) -> str:

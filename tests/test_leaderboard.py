@@ -112,3 +112,23 @@ def test_a_row_whose_evidence_came_from_its_gpu_plan_is_marked_with_the_card(tmp
     meta.write_text(json.dumps({'plan': {'profile': 'gpu'}, 'machine': {'gpu': 'NVIDIA H200'}}))
     assert leaderboard._gpu_note(str(tmp_path), row) == ' (gpu plan, NVIDIA H200)'
     assert leaderboard._gpu_note(str(tmp_path), {'artifacts': 'runs/none'}) == ''
+
+
+def test_a_row_can_fill_a_column_from_its_own_key(tmp_path):
+    """Multi-TR has no polarity: the reference's PPL definition is its ``ppl_ex``, which fills the
+    ``ppl_ex_gold`` column (table cell, example count, learning curve and minutes to target)."""
+    from parlai_empathy import leaderboard
+
+    (tmp_path / 'runs' / 'r').mkdir(parents=True)
+    (tmp_path / 'runs' / 'r' / 'report.json').write_text(json.dumps(
+        {'values': {'ppl_ex': 40.31, 'ppl': 48.0}, 'exs': {'ppl_ex': 5259, 'ppl': 5259}}))
+    curve = [{'minutes': 10.0, 'updates': 1000, 'ppl_ex': 60.0}, {'minutes': 20.0, 'updates': 2000, 'ppl_ex': 37.0}]
+    (tmp_path / 'runs' / 'r' / 'meta.json').write_text(json.dumps({'training': {'curve': curve}}))
+    table = {'id': '', 'metrics': [{'key': 'ppl_ex_gold', 'label': 'PPL'}, {'key': 'ppl', 'label': 'corpus'}],
+             'rows': [{'entry': 'r', 'label': 'R', 'paper': {}, 'artifacts': 'runs/r', 'keys': {'ppl_ex_gold': 'ppl_ex'}}]}
+    target = {'metric': 'ppl_ex_gold', 'value': 37.54, 'mode': 'min'}
+    line = leaderboard.render_project_table(str(tmp_path), table, target).splitlines()[-1]
+    assert line.split(' | ')[1:] == ['', '', '40.31', '48', '5,259', '20 (2,000 updates)', '[runs/r](runs/r) |']
+    del table['rows'][0]['keys']  # without it the column stays empty
+    line = leaderboard.render_project_table(str(tmp_path), table, target).splitlines()[-1]
+    assert line.split(' | ')[3] == ''

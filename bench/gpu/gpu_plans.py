@@ -163,7 +163,8 @@ def cpu_rows(specs: Dict[str, Dict]) -> Dict[str, Dict]:
             tags_of = _option(step['parlai'], TAGS_OPTION)
             tagger = tags_of and tags_of.startswith('{runs}/') and tags_of[len('{runs}/'):-len('/model')]
             if tagger in rows and not any(s['parlai'][0] == 'empathy_tag_ed' for s in rows[tagger]['steps']):
-                rows[tagger]['steps'].append({'name': 'tag ED', 'parlai': ['empathy_tag_ed', '-mf', '{model}']})
+                rows[tagger]['steps'].append({'name': 'tag ED', 'parlai': ['empathy_tag_ed', '-mf', '{model}'],
+                                              'always': True})
     for row in rows.values():
         row['steps'] = ([s for s in row['steps'] if not is_evidence_step(s['parlai'])]
                         + [s for s in row['steps'] if is_evidence_step(s['parlai'])])
@@ -206,10 +207,11 @@ def budgets(rows: Dict[str, Dict]) -> Dict[str, Tuple[int, int]]:
 
 
 def gpu_plans(specs: Dict[str, Dict]) -> Dict[str, List[Dict]]:
-    """``project/row`` -> its gpu plan (steps named as in the cpu plan)."""
+    """``project/row`` -> its gpu plan (steps named as in the cpu plan, ``always`` kept)."""
     rows = cpu_rows(specs)
     times = budgets(rows)
-    return {key: [{'name': s['name'], 'parlai': gpu_step(s['parlai'], key.split('/')[0], times[key][1])}
+    return {key: [dict({'name': s['name'], 'parlai': gpu_step(s['parlai'], key.split('/')[0], times[key][1])},
+                       **({'always': True} if s.get('always') else {}))
                   for s in row['steps']] for key, row in rows.items()}
 
 

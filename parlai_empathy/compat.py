@@ -31,6 +31,8 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   that figure would overwrite the better model file: it keeps the model file's best instead. And
   a resumed run that never beats its best after resuming no longer ends by saving its last
   weights over the best model file (ParlAI saves the final weights of a run that "saved" nothing).
+  A resumed run's final valid and test reports (``train_model``'s reload after training) are of
+  the best model file, not of the last checkpoint.
 * ``parlai.core.agents.compare_init_model_opts`` crashes on a saved list option that is None now
   (a classifier's ``--classes``): it compares without the unset options.
 
@@ -108,6 +110,7 @@ def _repair_train_loop(module):
 
     def __init__(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
+        resumed = _resumed_from_checkpoint(self)
         # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0;
         # -vstep N validates at multiples of N, so the grid goes on from the last multiple (a
         # validation at the end of an earlier schedule may lie between two)
@@ -116,8 +119,10 @@ def _repair_train_loop(module):
             every = self.val_every_n_steps
             self._last_valid_steps = last if every == float('inf') else int(last // every * every)
         _restore_best_under_current_metric(self, module.logging)
-        _keep_best_saved_after_checkpoint(self, module.logging)
-        _model_file_holds_the_best(self)
+        if resumed:
+            _keep_best_saved_after_checkpoint(self, module.logging)
+            _model_file_holds_the_best(self)
+            _final_reports_on_the_model_file(self)
 
     __init__._empathy_resume_grid = True
     loop.__init__ = __init__
@@ -227,9 +232,9 @@ def _keep_best_saved_after_checkpoint(loop, logging):
     would overwrite the better model file. The model file's best is kept, with the impatience
     it had there (0: the best was its last validation)."""
     opt = loop.opt
-    model_file = opt.get('model_file')
+    model_file = opt['model_file']
     metric = opt.get('validation_metric')
-    if not model_file or not metric or opt.get('init_model') != model_file + '.checkpoint':
+    if not metric:
         return
     try:
         with open(model_file + '.trainstats') as f:
@@ -259,10 +264,25 @@ def _model_file_holds_the_best(loop):
     beats its best after resuming (it runs out of patience, or its update budget ends) therefore
     overwrites the best model with its last weights. Resumed from a checkpoint with a best figure
     and a model file, that file already holds the best: ``saved`` starts True."""
-    model_file = loop.opt.get('model_file')
-    if (model_file and loop.best_valid is not None and os.path.isfile(model_file)
-            and loop.opt.get('init_model') == model_file + '.checkpoint'):
+    if loop.best_valid is not None and os.path.isfile(loop.opt['model_file']):
         loop.saved = True
+
+
+def _resumed_from_checkpoint(loop):
+    """Whether ParlAI resumed this run from ``<model_file>.checkpoint`` (it then points
+    ``init_model`` there; the repairs below apply only to such runs)."""
+    model_file = loop.opt.get('model_file')
+    return bool(model_file) and loop.opt.get('init_model') == model_file + '.checkpoint'
+
+
+def _final_reports_on_the_model_file(loop):
+    """After training, ``train_model`` reloads the agent from its options to report on the best
+    weights; a resumed run's options still point ``init_model`` at ``<model_file>.checkpoint``
+    (``load_from_checkpoint`` then wins over the model file), so its final valid and test reports,
+    and those in ``<model_file>.trainstats``, were of the last checkpoint. The reload now loads the
+    model file, as for a run that was never interrupted. Only that reload reads the loop's
+    ``init_model``: the agent already holds the checkpoint's weights and options."""
+    loop.opt['init_model'] = loop.opt['model_file']
 
 
 @_repairs_for('parlai.core.agents')

@@ -290,7 +290,8 @@ def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run
     figure predates that model: ParlAI would let a worse repeated validation overwrite the model
     file, and a resumed run that never beats its best would end by saving its last weights over it.
     compat keeps the model file's best and the file itself (and our agents default to
-    ``--save-after-valid``, which leaves no such gap)."""
+    ``--save-after-valid``, which leaves no such gap), and the run's final reports are of that
+    file."""
     import json
     import shutil
 
@@ -326,6 +327,10 @@ def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run
     assert stats['best_valid'] == better['best_valid']  # the repeated validation at 6 did not replace it
     assert 'new best ppl' not in log.split('was saved at 6 updates')[1]
     assert (tmp_path / 'model').read_bytes() == weights  # not overwritten by the last weights
+    # the final valid/test reports are of the model file, not of the checkpoint the run resumed from
+    loads = [line.split('Loading existing model params from ')[1].split()[0]
+             for line in log.splitlines() if 'Loading existing model params from ' in line]
+    assert loads[0] == f'{model_file}.checkpoint' and loads[-1] == str(model_file), loads
 
 
 def _run_search(search_class):

@@ -13,9 +13,11 @@ default ``runs``: model files, logs, checkpoints), ``{model}`` (``{runs}/<paper>
 --artifacts {artifacts}`` writes ``runs/<row>/`` there). ``needs`` names rows
 (``paper/row``) whose model this row uses (a classifier, a tagger); they run first.
 
-A finished step leaves ``{runs}/<paper>/<row>/<profile>.<step>.done`` holding its command; an
-interrupted one is simply run again (ParlAI resumes training from ``<model>.checkpoint``) and a
-changed command runs again. A step marked ``"always": true`` runs every time: its output lives
+A finished step leaves ``{runs}/<paper>/<row>/<profile>.<step>.done`` holding its command (the
+clone's evidence folder written as ``{artifacts}``); an interrupted one is simply run again (ParlAI
+resumes training from ``<model>.checkpoint``) and a changed command runs again. A step that writes
+into ``{artifacts}`` is done only where the row's evidence folder exists: another clone of the
+project holding that evidence (committed) skips it, a clone without it runs it again. A step marked ``"always": true`` runs every time: its output lives
 outside the runs folder, so a marker there cannot vouch for it (``empathy_tag_ed`` writes its tag
 cache into ParlAI's datapath, which differs between installations: a frozen clone whose row
 needs another clone's tags would find the step done and no cache); such a step reuses what it
@@ -43,15 +45,30 @@ class Step:
     argv: List[str]  # a parlai command line, without the leading "parlai"
     marker: Optional[str] = None  # written when the step finished
     always: bool = False  # run every time (its output is not in the runs folder)
+    artifacts: Optional[str] = None  # the clone's {artifacts} folder, where the step writes into it
+    evidence: Optional[str] = None  # what it writes there ({artifacts}/<row>), which must exist
 
     def done(self) -> bool:
         if self.always or not self.marker or not os.path.isfile(self.marker):
             return False
         with open(self.marker) as f:
-            return f.read().strip() == self.shell()
+            recorded = f.read().strip()
+        if recorded not in (self.shell(), self.recorded()):
+            return False
+        return self.evidence is None or os.path.isdir(self.evidence)
 
     def shell(self) -> str:
         return 'parlai ' + shlex.join(self.argv)
+
+    def recorded(self) -> str:
+        """The command as its marker holds it: the clone's evidence folder as ``{artifacts}``, so a
+        step finished from one clone of the project is done for another that holds its evidence
+        (a later commit of the same project), and runs again where that evidence is missing."""
+        if not self.artifacts:
+            return self.shell()
+        from parlai_empathy import evidence
+
+        return evidence.portable(self.shell(), {self.artifacts: '{artifacts}'})
 
 
 @dataclass
@@ -100,8 +117,11 @@ def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile
     steps = []
     for i, step in enumerate(plans[profile]):
         name = step.get('name', f'step{i}')
+        writes_evidence = any('{artifacts}' in str(arg) for arg in step['parlai'])
         steps.append(Step(name, _fill(step['parlai'], values, f'{where}.{profile}[{i}]'),
-                          os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always'))))
+                          os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always')),
+                          values['artifacts'] if writes_evidence else None,
+                          os.path.join(values['artifacts'], entry) if writes_evidence else None))
     return RowPlan(project, entry, profile, list(plans.get('needs', [])), steps, values['model'],
                    os.path.join(values['artifacts'], entry))
 
@@ -164,7 +184,7 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
     if step.marker:
         os.makedirs(os.path.dirname(step.marker), exist_ok=True)
         with open(step.marker, 'w') as f:
-            f.write(step.shell() + '\n')
+            f.write(step.recorded() + '\n')
 
 
 def record_plan(plan: RowPlan) -> None:

@@ -117,3 +117,36 @@ def test_a_step_whose_output_lives_outside_the_runs_folder_always_runs(tmp_path)
             for profile in reproduce.PROFILES:
                 for step in reproduce.row_plan(PROJECTS, project, entry, 'runs', profile).steps:
                     assert step.always == (step.argv[0] == 'empathy_tag_ed'), (project, entry, step.name)
+
+
+def test_an_evaluation_done_from_another_clone_is_done_where_its_evidence_is(tmp_path):
+    """A step that writes the row's evidence into ``{artifacts}`` records its command with that
+    folder as ``{artifacts}``: run from another clone of the project (a later commit, whose
+    evidence folder holds what the step wrote) it is done; where the evidence is missing it runs
+    again; a marker in the old form (the absolute command) still counts in its own clone."""
+    spec = {'reproduce': {'rows': {'r': {'cpu': [
+        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
+        {'name': 'evaluate', 'parlai': ['empathy_leaderboard', '-mf', '{model}', '--artifacts', '{artifacts}']},
+    ]}}}}
+    clones = []
+    for clone in ('a', 'b'):
+        (tmp_path / clone / 'p').mkdir(parents=True)
+        (tmp_path / clone / 'p' / 'table.json').write_text(json.dumps(spec))
+        clones.append(reproduce.row_plan(str(tmp_path / clone), 'p', 'r', str(tmp_path / 'runs')).steps)
+    (train_a, evaluate_a), (train_b, evaluate_b) = clones
+    assert train_a.evidence is None and evaluate_a.evidence == str(tmp_path / 'a' / 'p' / 'runs' / 'r')
+    assert evaluate_a.shell() != evaluate_b.shell() and evaluate_a.recorded() == evaluate_b.recorded()
+    assert '{artifacts}' in evaluate_a.recorded() and str(tmp_path / 'runs') in evaluate_a.recorded()
+
+    os.makedirs(evaluate_a.evidence)
+    for step in (train_a, evaluate_a):  # as run_step leaves them
+        os.makedirs(os.path.dirname(step.marker), exist_ok=True)
+        with open(step.marker, 'w') as f:
+            f.write(step.recorded() + '\n')
+    assert train_a.done() and evaluate_a.done() and train_b.done()
+    assert not evaluate_b.done()  # clone b lacks the evidence
+    os.makedirs(evaluate_b.evidence)
+    assert evaluate_b.done()
+    with open(evaluate_a.marker, 'w') as f:  # a marker written before the portable form
+        f.write(evaluate_a.shell() + '\n')
+    assert evaluate_a.done()

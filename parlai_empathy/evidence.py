@@ -41,14 +41,16 @@ def write_json(path: str, obj) -> None:
         f.write('\n')
 
 
-def read_json(path: str):
+def read_json(path: str, error=ArtifactError):
+    """A JSON file's content; a missing or malformed file raises ``error`` naming the file, and
+    the line and column where it stops being JSON (a hand-edited ``table.json``, a manifest)."""
     if not os.path.isfile(path):
-        raise ArtifactError(f'{path} does not exist')
+        raise error(f'{path} does not exist')
     with open(path, encoding='utf-8') as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as err:
-            raise ArtifactError(f'{path}, line {err.lineno}: not JSON ({err.msg})') from None
+            raise error(f'{path}, line {err.lineno}, column {err.colno}: not JSON ({err.msg})') from None
 
 
 # ----- portable options ----------------------------------------------------------------------------

@@ -307,8 +307,7 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
     if entry.source == 'leaderboard':
         return earlier_result(entry)
     if entry.source == 'report':
-        with open(entry.path) as f:
-            saved = json.load(f)
+        saved = evidence.read_json(entry.path)
         result['values'] = suite_values(saved.get('report', saved))
         result['seconds'] = time.time() - started
         return result
@@ -449,8 +448,7 @@ def classifier_rows(world_logs: str) -> List[Dict]:
 def earlier_result(entry: Entry) -> Dict:
     """The row of an earlier leaderboard's results.json, renamed to this entry."""
     path, _, row = entry.path.partition('#')
-    with open(path) as f:
-        rows = json.load(f).get('results', [])
+    rows = evidence.read_json(path).get('results', [])
     wanted = row or entry.name
     found = [r for r in rows if r.get('name') == wanted]
     if not found and not row and len(rows) == 1:
@@ -648,8 +646,7 @@ def fill_project_tables(projects_dir: str) -> List[str]:
         spec_path, readme = os.path.join(project_dir, 'table.json'), os.path.join(project_dir, 'README.md')
         if not os.path.isfile(spec_path) or not os.path.isfile(readme):
             continue
-        with open(spec_path) as f:
-            spec = json.load(f)
+        spec = evidence.read_json(spec_path)
         with open(readme) as f:
             text = f.read()
         new = text
@@ -799,8 +796,7 @@ def gather_artifacts(projects_dir: str) -> List[Dict]:
         spec_path = os.path.join(project_dir, 'table.json')
         if not os.path.isfile(spec_path):
             continue
-        with open(spec_path) as f:
-            spec = json.load(f)
+        spec = evidence.read_json(spec_path)
         for table in project_tables(spec):
             for row in table['rows']:
                 if not row.get('artifacts') or not os.path.isdir(os.path.join(project_dir, row['artifacts'])):

@@ -6,7 +6,6 @@ from the row's artifacts: a leaderboard ``results.json`` row (ours) and the proj
 ``table.json`` (the paper's figures, the metric labels and scales, the command behind the row).
 """
 import datetime
-import json
 import os
 from typing import Dict, List, Optional
 
@@ -52,14 +51,14 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
     if not (projects_dir and project and row):
         return None, None
     from parlai_empathy.leaderboard import project_tables
+    from parlai_empathy.evidence import read_json
     from parlai_empathy.reproduce import Step
 
     path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(path):
         raise ValueError(f'--project {project}: {path} does not exist (run from a checkout of '
                          'parlai-empathy, or pass --projects-dir DIR)')
-    with open(path, encoding='utf-8') as f:
-        spec = json.load(f)
+    spec = read_json(path, ValueError)
     tables = project_tables(spec)
     for table in tables:
         found = [r for r in table.get('rows', []) if r.get('entry') == row]

@@ -276,8 +276,9 @@ def describe(name: str, manifest: Optional[str] = None) -> ZooEntry:
 
 def update_manifest(path: str, name: str, fields: Dict) -> None:
     """Write ``fields`` into the manifest's entry ``name`` (created if new), keeping the rest."""
-    with open(path, encoding='utf-8') as f:
-        data = json.load(f)
+    from parlai_empathy.evidence import read_json
+
+    data = read_json(path, ValueError)
     data.setdefault('models', {}).setdefault(name, {}).update(fields)
     tmp = f'{path}.tmp{os.getpid()}'
     with open(tmp, 'w', encoding='utf-8') as f:

@@ -24,7 +24,6 @@ needs another clone's tags would find the step done and no cache); such a step r
 finds, so running it again costs seconds. The plan of a row is the record of how its figures
 were made: its artifacts' ``meta.json`` repeats it.
 """
-import json
 import os
 import shlex
 import subprocess
@@ -95,8 +94,9 @@ def load_spec(projects_dir: str, project: str) -> Dict:
         known = sorted(d for d in os.listdir(projects_dir) if os.path.isfile(os.path.join(projects_dir, d, 'table.json'))) \
             if os.path.isdir(projects_dir) else []
         raise ReproduceSpecError(f'{spec_path} does not exist (projects in {projects_dir}: {", ".join(known) or "none"})')
-    with open(spec_path) as f:
-        return json.load(f)
+    from parlai_empathy.evidence import read_json
+
+    return read_json(spec_path, ReproduceSpecError)
 
 
 def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile: str = 'cpu') -> RowPlan:

@@ -1,6 +1,7 @@
 """``parlai empathy_reproduce``: a row's plan re-creates its evidence and refills the tables."""
 import json
 import os
+import re
 import shlex
 import shutil
 
@@ -150,3 +151,23 @@ def test_an_evaluation_done_from_another_clone_is_done_where_its_evidence_is(tmp
     with open(evaluate_a.marker, 'w') as f:  # a marker written before the portable form
         f.write(evaluate_a.shell() + '\n')
     assert evaluate_a.done()
+
+
+def test_a_malformed_table_json_is_named_with_its_line_and_column(tmp_path, run_parlai):
+    """A hand-edited ``table.json`` with a stray comma: the plan, the leaderboard's README filler and
+    the model card each name the file and where it stops being JSON, not a bare decoder error."""
+    from parlai_empathy import leaderboard, model_card
+
+    (tmp_path / 'p').mkdir()
+    (tmp_path / 'p' / 'table.json').write_text('{"reproduce": {"rows": {\n  "r": {"cpu": []},\n}}}\n')
+    (tmp_path / 'p' / 'README.md').write_text('# p\n')
+    where = f'{tmp_path / "p" / "table.json"}, line 3, column 1: not JSON'
+    with pytest.raises(reproduce.ReproduceSpecError, match=re.escape(where)):
+        reproduce.row_plan(str(tmp_path), 'p', 'r', str(tmp_path / 'runs'))
+    with pytest.raises(ValueError, match=re.escape(where)):
+        leaderboard.fill_project_tables(str(tmp_path))
+    with pytest.raises(ValueError, match=re.escape(where)):
+        model_card._project_row(str(tmp_path), "p", "r")
+    done = run_parlai('empathy_reproduce', '--project', 'p', '--projects-dir', tmp_path, '--rows', 'r',
+                      '--dry-run', check=False)
+    assert done.returncode != 0 and where in done.stderr

@@ -29,7 +29,9 @@ BLEU, is skipped): ``test`` in the JSON.
 The run stops after ``--steps`` updates at the latest; the JSON (``--out``) is rewritten after every entry, so a
 run cut short keeps what it measured. Every ``--save-every`` updates the run saves its own
 checkpoint beside ``--out`` (weights, Adam state, the Noam step, the curve so far: tensors and plain
-values, loaded with ``weights_only=True``); a rerun with the same ``--out`` resumes from it, with
+values, loaded with ``weights_only=True``), after the validation of that update where it has one
+(so the checkpoint holds that validation and the early-stopping state after it; a run resumed from
+a checkpoint saved before its validation finished validates first); a rerun with the same ``--out`` resumes from it, with
 a fresh shuffle of the training data and fresh random state (the reference's ``main.py`` seeds
 both at its start and has no resume of its own). It reuses the child-process machinery and runtime shims of
 ``bench/reference_speed.py`` (listed there in ``SHIMS``; no reference code is copied here).
@@ -169,6 +171,7 @@ def child_mime_curve(spec):
     vae.VAESampling.kl_div = staticmethod(kl_div)
 
     checkpoint = spec.get('checkpoint')
+    check_iter = 1000  # main.py's validation interval (its ``check_iter``)
     best_path = checkpoint[:-len('.checkpoint.pt')] + '.best.pt' if checkpoint else None
     state = {'offset': 0, 'resumed': False}
     # main.py's early stopping, kept here across resumes (see the module doc)
@@ -187,7 +190,7 @@ def child_mime_curve(spec):
         model.load_state_dict(saved['model'])
         model.optimizer.optimizer.load_state_dict(saved['adam'])
         model.optimizer._step, model.optimizer._rate = saved['noam_step'], saved['noam_rate']
-        state['offset'] = saved['updates']
+        state['offset'] = clock['updates'] = saved['updates']
         clock['train_s'] = saved['train_s']
         curve['train'], curve['valid'] = saved['curve_train'], saved['curve_valid']
         stopping.update(saved.get('early_stopping') or {})
@@ -202,11 +205,27 @@ def child_mime_curve(spec):
                     'early_stopping': dict(stopping)}, checkpoint + '.tmp')
         os.replace(checkpoint + '.tmp', checkpoint)
 
+    def catch_up(model, loop_globals):
+        """Resumed from a checkpoint of a validation update whose validation did not finish (or,
+        before 2026-11-28, was saved before it): validate now, as main.py would have; the
+        early stop it may reach propagates like main.py's ``break``."""
+        done = state['offset']
+        if not done or done % check_iter or any(p['updates'] == done for p in curve['valid']):
+            return
+        loader = loop_globals['data_loader_val']
+        smoke = spec.get('smoke_valid_batches')
+        model.eval()
+        evaluate(model, [b for _, b in zip(range(smoke), loader)] if smoke else loader)
+        model.train()
+
     def train_one_batch(self, batch, n_iter, train=True):
         if not train:
             return original(self, batch, n_iter, train)
         if not state['resumed']:
             resume(self)
+            if stopping['patience'] > 2:
+                raise StopCurve()  # stopped, and killed before its test pass
+            catch_up(self, sys._getframe(1).f_globals)  # main.py's loop called us: its globals
         if n_iter + state['offset'] >= spec['steps']:
             raise StopCurve()  # here, not after the last update: main.py validates after it first
         updates = n_iter + 1 + state['offset']
@@ -228,8 +247,8 @@ def child_mime_curve(spec):
                                    'train_minutes': clock['train_s'] / 60})
             window.clear()
             dump()
-        if checkpoint and updates % spec['save_every'] == 0:
-            save(self)
+        if checkpoint and updates % spec['save_every'] == 0 and updates % check_iter:
+            save(self)  # a validation update's checkpoint is saved after its validation (evaluate)
         return out
 
     def loss_pass(model, data):
@@ -260,6 +279,8 @@ def child_mime_curve(spec):
             else:
                 stopping['patience'] += 1
         dump()
+        if checkpoint and point['updates'] % spec['save_every'] == 0:
+            save(model)  # with this validation and the early-stopping state after it
         if stopping['patience'] > 2:
             raise StopCurve()  # main.py: `if (patient > 2): break`, then its test evaluation
         return point['loss'], point['ppl'], point['loss_cls'], point['emo_acc'], 0.0, 0.0, 0.0
@@ -285,7 +306,11 @@ def child_mime_curve(spec):
                 return [b for _, b in zip(range(smoke), loader)]
 
             names['model'].eval()
-            evaluate(names['model'], first(names['data_loader_val']))
+            if stopping['patience'] <= 2:  # stopped by --steps, not early-stopped: the last weights
+                try:
+                    evaluate(names['model'], first(names['data_loader_val']))
+                except StopCurve:
+                    pass  # that validation ran out of patience: the test pass below, as main.py's
             if stopping['best_updates'] is not None:  # with --count-after below the updates made
                 test_best(names, first(names['data_loader_tst']))
         elif stopping['best_updates'] is not None:  # early-stopped, or --steps reached after 10,000

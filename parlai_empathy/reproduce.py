@@ -16,8 +16,9 @@ default ``runs``: model files, logs, checkpoints), ``{model}`` (``{runs}/<paper>
 A finished step leaves ``{runs}/<paper>/<row>/<profile>.<step>.done`` holding its command (the
 clone's evidence folder written as ``{artifacts}``); an interrupted one is simply run again (ParlAI
 resumes training from ``<model>.checkpoint``) and a changed command runs again. A step that writes
-into ``{artifacts}`` is done only where the row's evidence folder exists: another clone of the
-project holding that evidence (committed) skips it, a clone without it runs it again. A step marked ``"always": true`` runs every time: its output lives
+into ``{artifacts}`` is done only where what it writes there exists (the row's evidence folder, or
+the folder its first ``{artifacts}`` argument names): another clone of the project holding that
+evidence (committed) skips it, a clone without it runs it again. A step marked ``"always": true`` runs every time: its output lives
 outside the runs folder, so a marker there cannot vouch for it (``empathy_tag_ed`` writes its tag
 cache into ParlAI's datapath, which differs between installations: a frozen clone whose row
 needs another clone's tags would find the step done and no cache); such a step reuses what it
@@ -45,7 +46,7 @@ class Step:
     marker: Optional[str] = None  # written when the step finished
     always: bool = False  # run every time (its output is not in the runs folder)
     artifacts: Optional[str] = None  # the clone's {artifacts} folder, where the step writes into it
-    evidence: Optional[str] = None  # what it writes there ({artifacts}/<row>), which must exist
+    evidence: Optional[str] = None  # what it writes there ({artifacts}/<row>, ...), which must exist
 
     def done(self) -> bool:
         if self.always or not self.marker or not os.path.isfile(self.marker):
@@ -88,6 +89,16 @@ def _fill(argv: Sequence, values: Dict[str, str], where: str) -> List[str]:
         raise ReproduceSpecError(f'{where}: unknown placeholder {err} (known: {", ".join(values)})') from None
 
 
+def _evidence_written(template: Sequence, argv: Sequence[str], artifacts: str, entry: str) -> Optional[str]:
+    """What a step writes into the committed evidence: its first argument naming ``{artifacts}``
+    (``--artifacts {artifacts}`` writes the row's folder ``{artifacts}/<row>``; ``--report-dir
+    {artifacts}/../report`` writes that folder); None for a step that writes none."""
+    for raw, filled in zip(template, argv):
+        if '{artifacts}' in str(raw):
+            return os.path.join(artifacts, entry) if filled == artifacts else os.path.normpath(filled)
+    return None
+
+
 def load_spec(projects_dir: str, project: str) -> Dict:
     spec_path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(spec_path):
@@ -117,11 +128,10 @@ def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile
     steps = []
     for i, step in enumerate(plans[profile]):
         name = step.get('name', f'step{i}')
-        writes_evidence = any('{artifacts}' in str(arg) for arg in step['parlai'])
-        steps.append(Step(name, _fill(step['parlai'], values, f'{where}.{profile}[{i}]'),
-                          os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always')),
-                          values['artifacts'] if writes_evidence else None,
-                          os.path.join(values['artifacts'], entry) if writes_evidence else None))
+        argv = _fill(step['parlai'], values, f'{where}.{profile}[{i}]')
+        evidence = _evidence_written(step['parlai'], argv, values['artifacts'], entry)
+        steps.append(Step(name, argv, os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always')),
+                          values['artifacts'] if evidence else None, evidence))
     return RowPlan(project, entry, profile, list(plans.get('needs', [])), steps, values['model'],
                    os.path.join(values['artifacts'], entry))
 

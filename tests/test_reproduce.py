@@ -128,14 +128,16 @@ def test_an_evaluation_done_from_another_clone_is_done_where_its_evidence_is(tmp
     spec = {'reproduce': {'rows': {'r': {'cpu': [
         {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
         {'name': 'evaluate', 'parlai': ['empathy_leaderboard', '-mf', '{model}', '--artifacts', '{artifacts}']},
+        {'name': 'report', 'parlai': ['empathy_patterns', '--report-dir', '{artifacts}/../report']},
     ]}}}}
     clones = []
     for clone in ('a', 'b'):
         (tmp_path / clone / 'p').mkdir(parents=True)
         (tmp_path / clone / 'p' / 'table.json').write_text(json.dumps(spec))
         clones.append(reproduce.row_plan(str(tmp_path / clone), 'p', 'r', str(tmp_path / 'runs')).steps)
-    (train_a, evaluate_a), (train_b, evaluate_b) = clones
+    (train_a, evaluate_a, report_a), (train_b, evaluate_b, _) = clones
     assert train_a.evidence is None and evaluate_a.evidence == str(tmp_path / 'a' / 'p' / 'runs' / 'r')
+    assert report_a.evidence == str(tmp_path / 'a' / 'p' / 'report')  # the folder its argument names
     assert evaluate_a.shell() != evaluate_b.shell() and evaluate_a.recorded() == evaluate_b.recorded()
     assert '{artifacts}' in evaluate_a.recorded() and str(tmp_path / 'runs') in evaluate_a.recorded()
 

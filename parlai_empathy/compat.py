@@ -32,7 +32,8 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   a resumed run that never beats its best after resuming no longer ends by saving its last
   weights over the best model file (ParlAI saves the final weights of a run that "saved" nothing).
   A resumed run's final valid and test reports (``train_model``'s reload after training) are of
-  the best model file, not of the last checkpoint.
+  the best model file, not of the last checkpoint. ``--seed`` is set before the model is built
+  (ParlAI sets it after, so two runs with the same seed started from different weights).
 * ``parlai.core.agents.compare_init_model_opts`` crashes on a saved list option that is None now
   (a classifier's ``--classes``): it compares without the unset options.
 
@@ -109,6 +110,11 @@ def _repair_train_loop(module):
     real_init = loop.__init__
 
     def __init__(self, *args, **kwargs):
+        opt = args[0] if args else kwargs.get('opt')
+        if opt is not None and opt.get('seed') is not None:
+            # ParlAI seeds after the TrainLoop has built the model: --seed fixed the data order
+            # and dropout but not the initial weights
+            module.set_seed(opt['seed'])
         real_init(self, *args, **kwargs)
         resumed = _resumed_from_checkpoint(self)
         # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0;

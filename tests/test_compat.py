@@ -84,3 +84,22 @@ def test_replay_validations_follows_train_loop_bookkeeping():
     assert replay_validations(reports, 'ppl', -1, count_after=2000) == (41.0, 1)
     assert replay_validations(reports, 'ppl', -1, count_after=4000) == (None, 0)
     assert replay_validations(reports + [{'train_steps': 5000}], 'ppl', -1) is None
+
+
+def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
+    """``--seed`` is set before the model is built (ParlAI 1.7.2 seeds after), so two runs with
+    the same seed train the same weights and another seed trains others."""
+    from parlai_empathy.safe_loading import load_checkpoint
+
+    def weights(name, seed):
+        model_file = tmp_path / name / 'model'
+        run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                   '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
+                   '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '--max-train-steps', 2,
+                   '-vme', 8, '--short-final-eval', 'true', '--skip-generation', 'true', '--seed', seed)
+        return load_checkpoint(str(model_file))['model']
+
+    first, again, other = weights('a', 5), weights('b', 5), weights('c', 6)
+    assert first.keys() == again.keys() == other.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)

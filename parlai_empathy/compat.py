@@ -17,7 +17,8 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   moves the learning curve off its grid. Its ``__init__`` is wrapped to restore that count too.
   It also checks its update budget before its validation schedule, so the end of a fixed schedule
   (``--num-epochs``, ``--max-train-steps``) is never validated: the schedule's last stretch is
-  validated too (``_get_time``, called just before that check, is wrapped).
+  validated too (``_get_time``, called just before that check, is wrapped; so is the world's
+  ``parley``, out of which the linear learning-rate schedule ends training by an exception).
   Its ``validate`` is wrapped for ``--count-validations-after N`` (an option of our generators):
   a validation at or before N updates runs as usual (logged, the model saved) but then forgets
   the best valid figure and the impatience, so neither counts until after N updates, as the
@@ -158,8 +159,34 @@ def _repair_train_loop(module):
 
     loop._get_time = _get_time
 
+    real_train_steps = loop.train_steps
 
-def _validate_the_schedule_end(loop, logging, stop_exception):
+    def train_steps(self):
+        # a schedule can also end by an exception out of world.parley(): the linear learning-rate
+        # schedule raises "End of Linear LR Schedule" after its last update, which leaves the loop
+        # before _get_time (and so before the check above)
+        world = self.world  # train_steps deletes self.world when it is done
+        real_parley = world.parley
+
+        def parley():
+            try:
+                return real_parley()
+            except module.StopTrainException as err:
+                if 'End of Linear LR Schedule' in str(err):  # validated now: the loop tears down next
+                    world.reset_metrics()
+                    _validate_the_schedule_end(self, module.logging, module.StopTrainException, ended=True)
+                raise
+
+        world.parley = parley
+        try:
+            yield from real_train_steps(self)
+        finally:
+            world.parley = real_parley
+
+    loop.train_steps = train_steps
+
+
+def _validate_the_schedule_end(loop, logging, stop_exception, ended=False):
     """ParlAI checks its update budget (``--num-epochs``, ``--max-train-steps``) before its
     validation schedule, so the last stretch of a fixed schedule is never validated and cannot
     become the model: with ``-veps 1 --num-epochs 7`` (ETHREED's reference schedule, whose
@@ -167,15 +194,19 @@ def _validate_the_schedule_end(loop, logging, stop_exception):
     Called where the budget is checked: when it is reached and updates were made since the last
     validation, the weights are validated once more (a new best is saved as usual). Not for
     ``--max-train-time``, which cuts a run anywhere, nor where no validation is configured."""
-    if getattr(loop, '_empathy_schedule_end_validated', False) or loop._train_steps <= loop._last_valid_steps:
+    # ``ended``: the learning-rate schedule stopped training in the middle of a parley, whose
+    # update was made but not counted
+    updates = loop._train_steps + (1 if ended else 0)
+    if getattr(loop, '_empathy_schedule_end_validated', False) or updates <= loop._last_valid_steps:
         return
-    if loop._total_epochs < loop.max_num_epochs and loop._train_steps < loop.max_train_steps:
+    if not ended and loop._total_epochs < loop.max_num_epochs and updates < loop.max_train_steps:
         return
     inf = float('inf')
     if (loop.val_every_n_epochs, loop.val_every_n_steps, loop.val_every_n_secs) == (inf, inf, inf):
         return
     loop._empathy_schedule_end_validated = True
-    logging.info(f'the training schedule ends at {loop._train_steps} updates: validating its last weights')
+    loop._train_steps = updates
+    logging.info(f'the training schedule ends at {updates} updates: validating its last weights')
     try:
         loop.validate()
     except stop_exception:

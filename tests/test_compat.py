@@ -103,3 +103,23 @@ def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
     assert first.keys() == again.keys() == other.keys()
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_a_schedule_that_ends_by_its_linear_learning_rate_is_validated_at_its_end(run_parlai, tmp_path):
+    """ParlAI's linear schedule ends training by an exception out of the world's parley, before the
+    loop's budget check and its validation: the last stretch was trained and thrown away (the model
+    stayed the last validated one). Its end is validated too, and a better end becomes the model."""
+    model_file = tmp_path / 'model'
+    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+                      '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
+                      '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '-lr', 1e-3,
+                      '--lr-scheduler', 'linear', '--warmup-updates', 0, '--max-train-steps', 6, '-vstep', 4,
+                      '-vme', 8, '-vmt', 'ppl', '-vmm', 'min', '--short-final-eval', 'true',
+                      '--skip-generation', 'true')
+    log = done.stdout + done.stderr
+    assert 'End of Linear LR Schedule' in log
+    assert 'the training schedule ends at 6 updates: validating its last weights' in log
+    import json
+
+    stats = json.loads((tmp_path / 'model.trainstats').read_text())
+    assert [report['total_train_updates'] for report in stats['valid_reports']] == [4, 6]

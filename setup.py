@@ -78,6 +78,8 @@ setup(
     package_dir=LEAVES,
     package_data={
         'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
+                           # ETHREED's default listener labels (--listener-emotions ed32-utterance)
+                           'data/listener_labels/*/labels.csv.gz', 'data/listener_labels/*/meta.json',
                            'humaneval/templates/*.html'],
         'parlai.opt_presets.empathy': ['*.opt'],
         'parlai.zoo.empathy': ['manifest.json'],

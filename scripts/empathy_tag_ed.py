@@ -38,6 +38,10 @@ class EmpathyTagED(ParlaiScript):
                             'or the GPU supports it: about 2x faster there, several times slower where emulated); '
                             'the resolved precision is recorded in the cache')
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
+        parser.add_argument('--export-labels', type=str, default=None,
+                            help='ED 32-way classifiers: also write each utterance\'s top emotion to this folder '
+                            '(labels.csv.gz + meta.json, under 1 MB), which ETHREED takes as --listener-emotions '
+                            'on any machine, without the tag cache')
         return parser
 
     def run(self):
@@ -59,6 +63,18 @@ class EmpathyTagED(ParlaiScript):
             f'tag cache: {run.directory}\n{run.total} utterances: {run.reused} already tagged, {run.tagged} tagged now, '
             f'{run.empty} empty; cache {state}'
         )
+        if self.opt.get('export_labels'):
+            if state != 'complete':
+                raise RuntimeError(f'--export-labels needs a complete tag cache; {run.directory} is partial: run again')
+            import shlex
+            import sys
+
+            from parlai_empathy.emotions import listener_labels
+
+            meta = listener_labels.export(run.directory, ed_dir, self.opt['export_labels'],
+                                          command='parlai ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
+            print(f'listener labels: {self.opt["export_labels"]} ({meta["counts"]["utterances"]} utterances, '
+                  f'sha256 {meta["sha256"][:12]})')
         return run
 
 

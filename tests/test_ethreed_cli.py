@@ -9,11 +9,13 @@ the reference's milestones, and an out-of-vocabulary word of the user's is copie
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from parlai_empathy.data.ed_source import sample_dir
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
@@ -122,12 +124,31 @@ def test_listener_labels_named_by_their_classifier(ed32_tagged, run_parlai, tmp_
 
 
 def test_missing_listener_labels_say_what_to_run(run_parlai, tmp_path):
-    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-                      '-m', 'empathy/ethreed', '-mf', tmp_path / 'model', *TINY, check=False)
-    assert done.returncode != 0
-    assert 'empathy_tag_ed' in done.stderr and '--listener-emotions none' in done.stderr
     done = run_parlai(*train_args(tmp_path / 'model', tmp_path / 'no-such-cache'), check=False)
     assert done.returncode != 0 and 'empathy_tag_ed' in done.stderr
+
+
+def test_exported_labels_train_ethreed_without_the_cache(ed32_tagged, run_parlai, tmp_path):
+    """``parlai empathy_tag_ed --export-labels DIR`` writes the portable label folder (the tag
+    cache is reused, not recomputed); ETHREED trains on it alone, and refuses it for other text."""
+    labels = tmp_path / 'labels'
+    done = run_parlai('empathy_tag_ed', '-mf', ed32_tagged['classifier'], '--ed-datapath', 'sample',
+                      '--tag-cache-dir', ed32_tagged['root'], '--export-labels', labels)
+    assert 'tagged now' in done.stdout and ' 0 tagged now' in done.stdout and 'listener labels:' in done.stdout
+    done = run_parlai(*train_args(tmp_path / 'model', labels, '--max-train-steps', 2))
+    assert 'loss_emo' in done.stdout + done.stderr
+    other = tmp_path / 'ed'
+    shutil.copytree(sample_dir(), other)
+    rows = (other / 'train.csv').read_text(encoding='utf-8').splitlines(keepends=True)
+    fields = rows[2].split(',')
+    fields[5] = 'Text that was never labelled.'
+    rows[2] = ','.join(fields)
+    (other / 'train.csv').write_text(''.join(rows), encoding='utf-8')
+    args = train_args(tmp_path / 'other', labels, '--max-train-steps', 2)
+    args[args.index('sample')] = other
+    done = run_parlai(*args, check=False)
+    assert done.returncode != 0
+    assert f'train {fields[0]} utterance {fields[1]}: other text' in done.stderr
 
 
 def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
@@ -158,11 +179,13 @@ def test_interactive_cli_shows_the_tracked_and_the_planned_emotion(trained, run_
 def test_plain_training_run_saves_the_papers_settings(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
     run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/ethreed',
-               '-mf', model_file, '--listener-emotions', 'none', '--hidden-size', 16, '--embedding-size', 16,
+               '-mf', model_file, '--hidden-size', 16, '--embedding-size', 16,
                '--glove-init', 'false', '--max-train-steps', 2, '-vme', 8, '--short-final-eval', 'true')
     with open(f'{model_file}.opt') as f:
         opt = json.load(f)
     expected = {
+        # the listener labels of the li_ethreed/ed32_utterance row, shipped with the package
+        'listener_emotions': 'ed32-utterance',
         'dict_tokenizer': 'ethreed', 'dict_minfreq': 3, 'dict_maxtokens': -1, 'dropout': 0.5,
         'batchsize': 16, 'optimizer': 'adam', 'learningrate': 5e-4, 'gradient_clip': 1.0,
         'lr_scheduler': 'fixed', 'lr_scheduler_decay': 0.3, 'lr_milestones': '4,5', 'num_epochs': 7,

@@ -105,11 +105,21 @@ def test_every_row_has_a_plan_of_its_own():
 
 
 def test_reproduce_dry_run_prints_the_plan_needs_first(run_parlai):
+    """EmoPrepend-1 reads the situation classifier's predictions: that row's plan is printed first."""
+    done = run_parlai('empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows',
+                      'bert_emoprepend1', '--projects-dir', PROJECTS, '--runs-dir', 'r', '--dry-run')
+    lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
+    assert 'empathy_ed_emotion' in lines[0] and '-m empathy/emotion_classifier' in lines[0]
+    assert any('-m empathy/bert_ranker' in line for line in lines[2:])
+
+
+def test_ethreeds_plan_is_the_plain_command(run_parlai):
+    """Its listener labels ship with the package: the row needs no other row first."""
     done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--rows', 'ethreed', '--projects-dir',
                       PROJECTS, '--runs-dir', 'r', '--dry-run')
     lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
-    assert 'empathy_ed_emotion' in lines[0] and '-m empathy/emotion_classifier' in lines[0]
-    assert any('-m empathy/ethreed' in line for line in lines[2:])
+    assert len(lines) == 2 and lines[0].startswith('parlai train_model -t empathy_ed_clean -m empathy/ethreed -mf ')
+    assert lines[0].endswith('/r/li_ethreed/ethreed/model --save-every-n-secs 600') and 'empathy_leaderboard' in lines[1]
 
 
 def _block_logs(path, n_candidates, ranked):

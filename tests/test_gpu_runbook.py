@@ -107,15 +107,28 @@ def test_profiles_add_their_options_last():
 
 
 def test_session_train_args_go_to_the_named_rows_only(tmp_path):
-    """GPU_TRAIN_ROWS: a session's --max-train-time for ETHREED must not also cut the classifier it needs."""
+    """GPU_TRAIN_ROWS: a session's --max-train-time for EmoPrepend-1 must not also cut the
+    classifier it needs."""
+    projects = os.path.join(REPO, 'projects')
+    emoprepend, situation = 'rashkin2019_empatheticdialogues/bert_emoprepend1', 'rashkin2019_empatheticdialogues/ed32_situation'
+    rows = runbook.select_rows(projects, str(tmp_path), [emoprepend], 'full', runbook.PROFILES['full'],
+                               {emoprepend: ['--max-train-time', '200']})
+    assert set(rows) == {emoprepend, situation}
+    train = {key: next(s.argv for s in row.plan.steps if s.argv[0] == 'train_model') for key, row in rows.items()}
+    assert train[emoprepend][-2:] == ['--max-train-time', '200'] and rows[emoprepend].plan.profile == 'gpu+full'
+    classifier = train[situation]
+    assert classifier[len(classifier) - 1 - classifier[::-1].index('--max-train-time') + 1] == '90'
+    assert rows[situation].plan.profile == 'gpu'
+
+
+def test_ethreed_needs_no_classifier_row_on_the_gpu(tmp_path):
+    """ETHREED's listener labels ship with the package (--listener-emotions ed32-utterance, its
+    default): its rows start at once, without the utterance classifier's hours."""
     rows = runbook.select_rows(os.path.join(REPO, 'projects'), str(tmp_path), ['li_ethreed/ethreed'], 'full',
                                runbook.PROFILES['full'], {'li_ethreed/ethreed': ['--max-train-time', '200']})
-    assert set(rows) == {'li_ethreed/ethreed', 'li_ethreed/ed32_utterance'}
-    train = {key: next(s.argv for s in row.plan.steps if s.argv[0] == 'train_model') for key, row in rows.items()}
-    ethreed, classifier = train['li_ethreed/ethreed'], train['li_ethreed/ed32_utterance']
-    assert ethreed[-2:] == ['--max-train-time', '200'] and rows['li_ethreed/ethreed'].plan.profile == 'gpu+full'
-    assert classifier[len(classifier) - 1 - classifier[::-1].index('--max-train-time') + 1] == '90'
-    assert rows['li_ethreed/ed32_utterance'].plan.profile == 'gpu'
+    assert set(rows) == {'li_ethreed/ethreed'}
+    ethreed = next(s.argv for s in rows['li_ethreed/ethreed'].plan.steps if s.argv[0] == 'train_model')
+    assert ethreed[-2:] == ['--max-train-time', '200'] and '--listener-emotions' not in ethreed
     # ETHREED's gpu plan validates once an epoch: its learning-rate milestones count validations
     assert '-vtim' not in ethreed and '-bs' not in ethreed  # and keeps the cpu plan's batch of 16
 
@@ -268,7 +281,8 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
     assert chat.returncode == 0, chat.stdout[-3000:] + chat.stderr[-3000:]
     assert '[Ethreed]:' in chat.stdout, chat.stdout[-3000:]
     assert {row: info['status'] for row, info in summary['rows'].items()} == {row: 'ok' for row in summary['rows']}
-    assert set(TINY_ROWS) | {'rashkin2019_empatheticdialogues/ed32_situation', 'li_ethreed/ed32_utterance',
+    # the rows they need; ETHREED needs none (its listener labels ship with the package)
+    assert set(TINY_ROWS) | {'rashkin2019_empatheticdialogues/ed32_situation',
                              'metz2020_emotion_patterns/goemotions'} == set(summary['rows'])
 
     # the artifacts alone regenerate the tables, from the READMEs as the repository has them

@@ -14,10 +14,13 @@ The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
 * Text is the reference's (``--dict-tokenizer ethreed``, :mod:`parlai_empathy.data.ethreed_text`:
   its contraction handling, character filter and spaCy's English tokenizer rules); the
   vocabulary is every train word seen at least 3 times (the reference also counts valid).
-* L1 labels: the speaker's from the ED ``emotion`` field, the listener's from the emotions tagging
-  cache, made once with an ED 32-way classifier (``--listener-emotions``, see
-  :class:`ListenerEmotionTags`); ``--listener-emotions conversation`` gives the listener the
-  conversation's label too (a diagnostic upper bound, not the paper's setup).
+* L1 labels: the speaker's from the ED ``emotion`` field, the listener's from an ED 32-way
+  classifier's labels of every utterance: by default those of the ``li_ethreed/ed32_utterance``
+  row, shipped with the package (``--listener-emotions ed32-utterance``,
+  :mod:`parlai_empathy.emotions.listener_labels`, checked against the text of the ED files in
+  use), or any classifier's tag cache (see :class:`ListenerEmotionTags`); ``--listener-emotions
+  conversation`` gives the listener the conversation's label too (a diagnostic upper bound, not
+  the paper's setup).
 * Loss = the reference's: L3 averaged over each response's tokens, then over responses, plus the
   model's L1 + L2 + L4 (``loss_emo``, ``loss_kl``, ``loss_cov``). Perplexity both ways: ``ppl``
   (ParlAI's, token-weighted) and ``ppl_ex`` (exp of the mean per-response mean NLL, the
@@ -55,6 +58,7 @@ from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
 from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
 from parlai_empathy.data.moel_text import word_tokens  # noqa: E402
+from parlai_empathy.emotions import listener_labels  # noqa: E402
 from parlai_empathy.metrics import distinct  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
@@ -67,6 +71,7 @@ NO_TAGS = 'none'
 # Diagnostic upper bound: every listener utterance labelled with the conversation's ED emotion,
 # as if the utterance classifier agreed with the conversation label on 100 % of them.
 CONVERSATION_LABELS = 'conversation'
+PACKAGED_LABELS = listener_labels.PACKAGED
 TAG_COMMAND = (
     'parlai train_model -t empathy_ed_emotion --ed-emotion-input utterance '
     '-m empathy/emotion_classifier -mf CLF, then parlai empathy_tag_ed -mf CLF (it prints the '
@@ -75,16 +80,24 @@ TAG_COMMAND = (
 
 
 class ListenerEmotionTags:
-    """Listener utterances' ED emotions from the emotions issue's tagging cache.
+    """Listener utterances' ED emotions: a tag cache of the emotions issue, or a label folder.
 
-    The cache (``parlai_empathy.emotions.tag_cache``) must come from a single-label classifier
-    over the 32 ED emotions; an utterance's label is the argmax of its cached probabilities.
-    Lookup is by (conv_id, utterance_idx): ED conversation ids are unique across splits.
+    A tag cache (``parlai_empathy.emotions.tag_cache``) must come from a single-label classifier
+    over the 32 ED emotions; an utterance's label is the argmax of its cached probabilities. A
+    label folder (``parlai_empathy.emotions.listener_labels``: ``parlai empathy_tag_ed
+    --export-labels``, or the ``ed32-utterance`` labels shipped with the package) holds that
+    argmax already. Lookup is by (conv_id, utterance_idx): ED conversation ids are unique across
+    splits.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, folder=None):
         from parlai_empathy.emotions import tag_cache
 
+        if folder is not None or listener_labels.is_label_folder(listener_labels.resolve(directory)):
+            folder = folder or listener_labels.load(directory)
+            self.labels = {key: emotion_to_id(emotion) for key, (emotion, _) in folder.labels.items()}
+            self.path = folder.directory
+            return
         try:
             table = tag_cache.TagTable(directory)
         except tag_cache.TagCacheError as err:
@@ -159,10 +172,14 @@ class EthreedAgent(EncoderReadoutAgent):
                            'default) after which the learning rate is multiplied by '
                            '--lr-scheduler-decay (reference: MultiStepLR at epochs 4 and 5); '
                            'empty: ParlAI\'s decay every --lr-scheduler-patience validations')
-        group.add_argument('--listener-emotions', type=str, default=None,
-                           help='the listener labels of L1: the ED 32-way classifier model file '
-                           'that parlai empathy_tag_ed tagged ED with (its cache is found in '
-                           '--tag-cache-dir or the default root), or the tag cache folder itself; '
+        group.add_argument('--listener-emotions', type=str, default=PACKAGED_LABELS,
+                           help='the listener labels of L1. Default "%(default)s": the labels that '
+                           'the ED 32-way utterance classifier of the li_ethreed/ed32_utterance row '
+                           'gave every utterance of ED, shipped with the package (they are checked '
+                           'against the text of your ED files). Else the ED 32-way classifier model '
+                           'file that parlai empathy_tag_ed tagged ED with (its cache is found in '
+                           '--tag-cache-dir or the default root), the tag cache folder itself, or a '
+                           'folder of parlai empathy_tag_ed --export-labels; '
                            f'"{NO_TAGS}": speaker labels only; "{CONVERSATION_LABELS}": the '
                            "conversation's ED label for every listener utterance too (an "
                            'upper bound on what better listener tags can give, not the paper)')
@@ -223,9 +240,22 @@ class EthreedAgent(EncoderReadoutAgent):
 
             ed_dir = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
             path = tag_cache.locate_for_options(path, ed_dir, opt['datapath'], opt.get('tag_cache_dir'))
-        if not os.path.isdir(path) and 'train' not in opt.get('datatype', 'train'):
+        training = 'train' in opt.get('datatype', 'train')
+        if not os.path.isdir(listener_labels.resolve(path)) and not training:
             warn_once(f'{path} (listener emotions) is missing: L1 ignores listener turns here')
             return None
+        if listener_labels.is_label_folder(listener_labels.resolve(path)):
+            from parlai_empathy.data import ed_source
+
+            folder = listener_labels.load(path)
+            try:  # labels made from other text must not train (or score) anything
+                folder.check_covers(ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath']))
+            except listener_labels.LabelFileError as err:
+                if training:
+                    raise
+                warn_once(f'{err}: L1 ignores listener turns here')
+                return None
+            return ListenerEmotionTags(path, folder)
         return ListenerEmotionTags(path)
 
     def share(self):

@@ -40,7 +40,7 @@ class EmpathyTagED(ParlaiScript):
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
         parser.add_argument('--export-labels', type=str, default=None,
                             help='ED 32-way classifiers: also write each utterance\'s top emotion to this folder '
-                            '(labels.csv.gz + meta.json, under 1 MB), which ETHREED takes as --listener-emotions '
+                            '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as --listener-emotions '
                             'on any machine, without the tag cache')
         return parser
 

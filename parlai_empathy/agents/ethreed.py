@@ -93,8 +93,7 @@ class ListenerEmotionTags:
     def __init__(self, directory, folder=None):
         from parlai_empathy.emotions import tag_cache
 
-        if folder is not None or listener_labels.is_label_folder(listener_labels.resolve(directory)):
-            folder = folder or listener_labels.load(directory)
+        if folder is not None:  # a label folder, loaded and checked against the ED text by the agent
             self.labels = {key: emotion_to_id(emotion) for key, (emotion, _) in folder.labels.items()}
             self.path = folder.directory
             return

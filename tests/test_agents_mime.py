@@ -369,3 +369,33 @@ def test_reference_beam_stops_when_the_top_hypothesis_ends():
 
     assert _run_search(BeamSearch)[0] == [2]
     assert _run_search(ReferenceBeamSearch) == ([3, 4, 2], 3)
+
+
+def test_bf16_autocasts_the_training_forward_only_and_saves_the_resolved_choice(run_parlai, tmp_path):
+    """``--bf16 auto`` is saved as the true/false it resolved to on this machine; under ``--bf16
+    true`` the training forward runs in bfloat16 while the weights stay float32, and evaluation
+    (every perplexity, generation) runs in float32, so figures compare with float32 runs."""
+    import json
+
+    from parlai_empathy.models.precision import native_bf16
+
+    model_file, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY + ['--bf16', 'auto'])
+    assert 'ppl_ex_gold' in log
+    assert json.loads((tmp_path / 'model.opt').read_text())['bf16'] is native_bf16()
+    script = tmp_path / 'dtypes.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'datatype': 'train', 'bf16': True})\n"
+        'seen = []\n'
+        'agent.core_model.output.register_forward_hook(lambda m, i, out: seen.append(str(out.dtype)))\n'
+        'obs = {"text": "my dog died", "labels": ["i am so sorry"], "emotion": "sad", "episode_done": True}\n'
+        'agent.batch_act([agent.observe(dict(obs))])\n'
+        "print('TRAIN', seen[-1], {str(p.dtype) for p in agent.model.parameters()})\n"
+        'agent.reset()\n'
+        "obs['eval_labels'] = obs.pop('labels')\n"
+        'agent.batch_act([agent.observe(dict(obs))])\n'
+        "print('EVAL', seen[-1])\n"
+    )
+    out = [x for x in run_parlai('python', script, model_file).stdout.splitlines() if x.startswith(('TRAIN', 'EVAL'))]
+    assert out == ["TRAIN torch.bfloat16 {'torch.float32'}", 'EVAL torch.float32']

@@ -39,6 +39,7 @@ speaker ids. With ParlAI's episodes instead (``--ed-history-length 0``), a batch
 conversations turn by turn, so consecutive updates see the same 16 conversations and emotion
 labels; measured in ``projects/majumder2020_mime/README.md``.
 """
+import contextlib
 import math
 
 from parlai_empathy import compat  # noqa: F401
@@ -58,6 +59,7 @@ from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  #
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
 from parlai_empathy.models.mime import MimeReadout  # noqa: E402
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
@@ -172,6 +174,12 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            'ended and returns it; finished: ParlAI\'s, the best of the first --beam-size '
                            'finished hypotheses, which without a length penalty favours short generic replies '
                            '(parlai_empathy.agents.reference_beam)')
+        group.add_argument('--bf16', type=bf16_option, default=False,
+                           help='bfloat16 autocast in the training forward pass: true, false or auto (where '
+                           'the CPU has AVX-512 BF16 or AMX, or the GPU supports it). Weights, optimizer, '
+                           'log-softmax and losses stay float32, and evaluation (every perplexity, generation) '
+                           'runs float32, so figures compare with float32 runs; the options saved with the '
+                           'model record the resolved true/false')
         group.add_argument('--count-validations-after', type=int, default=0,
                            help='validations at or before this many updates are run, logged and saved, '
                            'but neither the best valid figure nor the patience counts them: the first '
@@ -190,9 +198,21 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         training_defaults(parser, partial_opt, 16)
         return parser
 
+    def __init__(self, opt, shared=None):
+        if not shared:
+            resolve_bf16_option(opt)
+        super().__init__(opt, shared)
+
     @staticmethod
     def dictionary_class():
         return MoelDictionaryAgent
+
+    def _training_precision(self):
+        """``--bf16``: bfloat16 autocast around the training forward pass (not in evaluation)."""
+        if not (self.opt.get('bf16') and self.model.training):
+            return contextlib.nullcontext()
+        device = 'cuda' if next(self.model.parameters()).is_cuda else 'cpu'
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
     # ----- model construction -------------------------------------------------------------
     def transformer_size(self):
@@ -295,12 +315,13 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         if not training and gold is not None:
             self.record_extra_eval_metrics(batch, gold)  # before the pass whose readout is kept
         smoothing = self.opt.get('label_smoothing', 0.0) if training else 0.0
-        response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
-                                                 loss_smoothing=smoothing)
+        with self._training_precision():
+            response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
+                                                     loss_smoothing=smoothing)
+            extra, parts = self.core_model.extra_losses(encoder_states, gold) if gold is not None else (0, {})
         record_response_metrics(self, response)
         loss = self.core_model.response_weight * (response.smoothed if training else response.nll.sum())
         if gold is not None:
-            extra, parts = self.core_model.extra_losses(encoder_states, gold)
             loss = loss + extra
             for key, value in parts.items():
                 if key != 'cls' and not training:

@@ -64,8 +64,12 @@ browser:
 	  else echo "== browser: chromium/chromedriver missing and not root: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
 
 # -rs: every skipped test says why. CI (.ci/run) also sets PARLAI_EMPATHY_REQUIRE_BROWSER=1.
+# Two workers, one per core, each taking whole test files (a file's module fixtures are built
+# once); every process they start keeps to one torch thread, so the two never oversubscribe.
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: install browser
-	$(PY) -m pytest -q -rs tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
 
 clean:
 	rm -rf build *.egg-info $(VENV)

@@ -49,9 +49,13 @@ code=$( (cd "$repo" && find setup.py MANIFEST.in parlai_empathy_compat.pth parla
        | (cd "$repo" && xargs -r sha256sum) | sha256sum | cut -c1-16)
 if [ "$(cat "$env_dir/.code" 2>/dev/null)" != "$code" ]; then
   echo "[run.sh] installing parlai-empathy from $repo (code $code)"
-  rm -rf "$repo/build"  # an earlier build's modules must not come back
-  "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
-    --no-build-isolation --force-reinstall --no-compile "$repo"
+  # build/ is emptied first (an earlier build's modules must not come back), and the build runs
+  # under the lock the Makefile's reinstall and the tests' wheel builds take (where flock exists),
+  # so that no two builds share the checkout's build/ at once
+  lock=()
+  command -v flock >/dev/null && lock=(flock /tmp/parlai-empathy-install.lock)
+  "${lock[@]}" bash -c 'rm -rf "$1/build" && "$2" -m pip install --quiet --disable-pip-version-check --no-index \
+    --no-deps --no-build-isolation --force-reinstall --no-compile "$1"' install "$repo" "$env_dir/bin/python"
   echo "$code" > "$env_dir/.code"
 fi
 echo "[run.sh] environment ready after $(( $(date +%s) - started )) s"

@@ -17,6 +17,24 @@ import time
 import torch
 
 
+def command_line(script, args):
+    """The command that re-creates a report: the script and its options (not the data path or the output)."""
+    return f'python {script} ' + ' '.join(
+        f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out'))
+
+
+def median(times):
+    return sorted(times)[len(times) // 2]
+
+
+def emit(report, out=None):
+    """Print the report, and write it as JSON to ``out`` when given."""
+    print(json.dumps(report, indent=1))
+    if out:
+        with open(out, 'w') as f:
+            json.dump(report, f, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
@@ -54,19 +72,15 @@ def main():
     for _ in range(args.steps):
         for bf16 in (False, True):
             times[bf16].append(step(bf16))
-    fp32, bf16 = (sorted(times[k])[len(times[k]) // 2] for k in (False, True))
+    fp32, bf16 = (median(times[k]) for k in (False, True))
     report = {
-        'command': 'python bench/bf16_speed.py ' + ' '.join(
-            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out')),
+        'command': command_line('bench/bf16_speed.py', args),
         'machine': evidence.machine(), 'native_bf16': native_bf16(),
         'encoder': args.encoder, 'batch': args.batch, 'tokens_per_row': int(batch['input_ids'].size(1)),
         'median_step_s': {'fp32': round(fp32, 4), 'bf16': round(bf16, 4)},
         'bf16_over_fp32_time': round(bf16 / fp32, 2),
     }
-    print(json.dumps(report, indent=1))
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(report, f, indent=1)
+    emit(report, args.out)
 
 
 if __name__ == '__main__':

@@ -12,14 +12,15 @@ processes falls on both alike. It also reports the loss of the same batch and we
 """
 import argparse
 import contextlib
-import json
 import os
 import random
 import sys
-
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bf16_speed import command_line, emit, median  # noqa: E402
 
 
 def main():
@@ -76,20 +77,16 @@ def main():
         elapsed = update(bf16, batch)
         if i >= 6:  # three warm-up updates each
             times[bf16].append(elapsed)
-    fp32, bf16 = (sorted(times[k])[len(times[k]) // 2] for k in (False, True))
+    fp32, bf16 = (median(times[k]) for k in (False, True))
     report = {
-        'command': 'python bench/generator_bf16_speed.py ' + ' '.join(
-            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out')),
+        'command': command_line('bench/generator_bf16_speed.py', args),
         'machine': evidence.machine(), 'native_bf16': native_bf16(),
         'model': args.model, 'batch': args.batch, 'timed_updates_each': len(times[False]),
         'median_update_s': {'fp32': round(fp32, 4), 'bf16': round(bf16, 4)},
         'bf16_speedup': round(fp32 / bf16, 2),
         'loss_same_batch': {'fp32': round(losses[False], 3), 'bf16': round(losses[True], 3)},
     }
-    print(json.dumps(report, indent=1))
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(report, f, indent=1)
+    emit(report, args.out)
 
 
 if __name__ == '__main__':

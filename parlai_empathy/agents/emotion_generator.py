@@ -176,8 +176,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            '(parlai_empathy.agents.reference_beam)')
         group.add_argument('--bf16', type=bf16_option, default=False,
                            help='bfloat16 autocast in the training forward pass: true, false or auto (where '
-                           'the CPU has AVX-512 BF16 or AMX, or the GPU supports it). Weights, optimizer, '
-                           'log-softmax and losses stay float32, and evaluation (every perplexity, generation) '
+                           'the CPU has AVX-512 BF16 or AMX, or the GPU supports it). Weights, optimizer and the '
+                           'response log-softmax stay float32, and evaluation (every perplexity, generation) '
                            'runs float32, so figures compare with float32 runs; the options saved with the '
                            'model record the resolved true/false')
         group.add_argument('--count-validations-after', type=int, default=0,

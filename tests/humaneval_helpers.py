@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from parlai_empathy.cache_lock import build_lock
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,8 +109,10 @@ def cached_world_logs(tmp_path_factory) -> dict:
     cache = os.environ.get('PARLAI_EMPATHY_WORLD_LOGS_CACHE')
     root = Path(cache) if cache else tmp_path_factory.getbasetemp() / 'humaneval_world_logs'
     done = root / 'done'
-    if not done.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        make_world_logs(str(root))
-        done.write_text('ok')
+    # the xdist workers share the cache folder when the variable is set: one builds, the others wait
+    with build_lock(str(root), f'the human-evaluation world logs in {root}'):
+        if not done.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            make_world_logs(str(root))
+            done.write_text('ok')
     return {name: str(root / f'{name}.jsonl') for name in ('gold', 'echo')}

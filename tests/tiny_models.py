@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+from parlai_empathy.cache_lock import build_lock
+
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 AGENTS = ('bert_ranker', 'mime', 'multitask_transformer', 'ethreed', 'emotion_classifier')
 
@@ -54,15 +56,19 @@ def cached_tiny_model(tmp_path_factory, agent: str) -> str:
     keep = os.environ.get('PARLAI_EMPATHY_TINY_MODELS')
     root = pathlib.Path(keep) if keep else tmp_path_factory.getbasetemp() / 'tiny_models'
     folder = root / agent
-    if not (folder / 'done').exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tiny_bert = None
-        if agent in ('bert_ranker', 'emotion_classifier'):
-            from test_emotions_support import make_tiny_bert
+    # one builder at a time: the xdist workers share $PARLAI_EMPATHY_TINY_MODELS (each has its own
+    # basetemp otherwise), and two trainings into one folder would mix their files
+    with build_lock(str(folder), f'the tiny {agent} model in {root}'):
+        if not (folder / 'done').exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            tiny_bert = None
+            if agent in ('bert_ranker', 'emotion_classifier'):
+                from test_emotions_support import make_tiny_bert
 
-            tiny_bert = str(root / 'tiny_bert')
-            if not os.path.isfile(os.path.join(tiny_bert, 'config.json')):
-                make_tiny_bert(tiny_bert)
-        train_tiny(agent, str(folder), tiny_bert)
-        (folder / 'done').write_text('ok')
+                tiny_bert = str(root / 'tiny_bert')
+                with build_lock(tiny_bert, f'the tiny BERT in {root}'):
+                    if not os.path.isfile(os.path.join(tiny_bert, 'config.json')):
+                        make_tiny_bert(tiny_bert)
+            train_tiny(agent, str(folder), tiny_bert)
+            (folder / 'done').write_text('ok')
     return str(folder / 'model')

@@ -3,6 +3,8 @@
 Tests read the shared data sets (never copies in the repo): ``PARLAI_EMPATHY_ED_DIR`` /
 ``PARLAI_EMPATHY_GOEMOTIONS_DIR`` when set, else ``<repo>/../shared/data/...`` as CI lays it out.
 """
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -12,6 +14,20 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), 'shared', 'data')
 VENV_BIN = os.path.dirname(sys.executable)
+INSTALL_LOCK = '/tmp/parlai-empathy-install.lock'  # the Makefile's reinstall lock
+
+
+@contextlib.contextmanager
+def install_lock(shared=False):
+    """Hold the lock ``make reinstall`` takes: exclusively to build from the repo (which rewrites
+    its ``parlai_empathy.egg-info`` in place), shared to read package metadata while no build runs
+    (the repo root is on ``sys.path``, so a read could otherwise see the egg-info half written)."""
+    with open(INSTALL_LOCK, 'a') as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _data_dir(env, name):

@@ -1,5 +1,4 @@
 """The wheel lands in ParlAI's namespaces without owning any of ParlAI's files."""
-import fcntl
 import os
 import subprocess
 import sys
@@ -7,7 +6,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, install_lock
 
 OURS = [
     'parlai/tasks/empathy_ed/agents.py',
@@ -33,8 +32,7 @@ PARLAIS_OWN = [
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp('wheel')
-    with open('/tmp/parlai-empathy-install.lock', 'w') as lock:  # the Makefile's reinstall lock
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with install_lock():
         subprocess.run(
             [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', str(out), REPO],
             check=True,

@@ -6,8 +6,6 @@ the distribution that provides it in this environment; the requirements are thos
 installed parlai-empathy (what ``make reinstall`` put there).
 """
 import ast
-import contextlib
-import fcntl
 import importlib.metadata as metadata
 import os
 import re
@@ -15,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, install_lock
 
 PACKAGE = os.path.join(REPO, 'parlai_empathy')
 # Installed separately with --no-deps, by design (see README "What the install does").
@@ -33,24 +31,10 @@ def _canonical(name: str) -> str:
     return re.sub(r'[-_.]+', '-', name).lower()
 
 
-@contextlib.contextmanager
-def _no_build_running():
-    """Read distribution metadata under a shared hold of the install lock that ``make reinstall``
-    and the wheel build in ``test_packaging.py`` take exclusively: the repo root is on
-    ``sys.path`` and those builds rewrite its ``parlai_empathy.egg-info`` in place, so a test on
-    another xdist worker could otherwise read it half written."""
-    with open('/tmp/parlai-empathy-install.lock', 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _requirements():
     """{extra or '': {canonical distribution names}} of the installed parlai-empathy."""
     out = {}
-    with _no_build_running():
+    with install_lock(shared=True):
         lines = metadata.requires('parlai-empathy') or []
     for line in lines:
         name = _canonical(re.match(r'[A-Za-z0-9_.-]+', line).group(0))
@@ -75,7 +59,7 @@ def _part(relpath):
 def test_every_third_party_import_is_declared_for_its_part():
     requirements = _requirements()
     assert {'humaneval', 'mturk', 'offline', 'chat'} <= set(requirements), requirements.keys()
-    with _no_build_running():
+    with install_lock(shared=True):
         providers = metadata.packages_distributions()
     missing = []
     for root, _dirs, files in os.walk(PACKAGE):
@@ -100,5 +84,5 @@ def test_every_third_party_import_is_declared_for_its_part():
 @pytest.mark.parametrize('extra', ['humaneval', 'mturk', 'offline', 'chat'])
 def test_extras_name_installed_distributions(extra):
     for name in _requirements()[extra]:
-        with _no_build_running():
+        with install_lock(shared=True):
             assert metadata.version(name), name

@@ -37,7 +37,7 @@ pairs: ``--ed-history-length 1000`` (the ED teachers' option) makes every exampl
 with its whole context in one text, which :func:`history_turns` splits back into turns for the
 speaker ids. With ParlAI's episodes instead (``--ed-history-length 0``), a batch world walks 16
 conversations turn by turn, so consecutive updates see the same 16 conversations and emotion
-labels; measured in ``projects/majumder2020_mime/README.md``.
+labels; measured in ``projects/majumder2020_mime/NOTEBOOK.md``.
 """
 import contextlib
 import math

@@ -59,6 +59,37 @@ def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
     assert 'emo_acc' in log
 
 
+def test_glove_fill_std_reaches_the_word_table_through_the_cli(run_parlai, tmp_path):
+    """``--glove-fill-std 0.01`` (the reference's randn * 0.01 for what GloVe does not give): the
+    rows of words GloVe lacks start at that std, the found words at their GloVe vectors, and the
+    option is saved with the model."""
+    import json
+
+    model_file, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY + ['--glove-fill-std', 0.01])
+    assert 'GloVe init' in log
+    assert json.loads((tmp_path / 'model.opt').read_text())['glove_fill_std'] == 0.01
+    script = tmp_path / 'table.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        'from parlai_empathy.models import glove\n'
+        'from parlai_empathy.models.embeddings import WordEmbedding\n'
+        'agent = create_agent_from_model_file(sys.argv[1])\n'
+        'table = next(m for m in agent.model.modules() if isinstance(m, WordEmbedding)).table.weight.detach()\n'
+        'vocab = [agent.dict.ind2tok[i] for i in range(len(agent.dict))]\n'
+        'matrix, hit = glove.load_glove(vocab)\n'
+        'missing = ~hit\n'
+        'missing[agent.NULL_IDX] = False\n'
+        "print('MISSING', int(missing.sum()), float(table[missing].std()))\n"
+        "print('FOUND', int(hit.sum()), float((table[hit] - matrix[hit, :table.size(1)]).abs().max()))\n"
+    )
+    done = run_parlai('python', script, model_file)
+    stats = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line[:5] in ('MISSI', 'FOUND')}
+    assert int(stats['MISSING'][0]) > 3 and 0.005 < float(stats['MISSING'][1]) < 0.02
+    # six warm-up updates of the Noam schedule move a weight by far less than 1e-3
+    assert int(stats['FOUND'][0]) > 100 and float(stats['FOUND'][1]) < 1e-3
+
+
 def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai, tmp_path):
     """The reference's Embeddings.forward returns lut(x) * sqrt(d_model), its feed-forward layer
     ends with a ReLU and its CLS/USR/SYS inputs are scaled word rows: a new model saves

@@ -51,6 +51,29 @@ def test_dimension_fitting_modes():
         WordEmbedding.from_glove(words, d_model=300, glove_fit='stretch')
 
 
+def test_pad_fill_std_scales_only_the_random_values_and_keeps_the_draws():
+    """``fill_std`` (``--glove-fill-std``): the values GloVe does not give (a missing word's row,
+    the columns beyond GloVe's 50) are drawn at that std; the found vectors stay as they are, and
+    the draws are the same ones, so a seed gives the same other initial weights for every choice."""
+    words = ['__null__', 'the', 'happy', 'qzxqzxnotaword']
+    matrix, hit = glove.load_glove(words)
+    found_std = float(matrix[hit].std())
+    tables, after = {}, {}
+    for fill in (None, 0.01):
+        torch.manual_seed(0)
+        tables[fill] = WordEmbedding.from_glove(words, d_model=300, glove_fit='pad', fill_std=fill)[0].table.weight
+        after[fill] = torch.rand(3)  # the global generator's state after building the table
+    default, small = tables[None], tables[0.01]
+    assert torch.equal(after[None], after[0.01])
+    assert torch.equal(small[1:3, :50], matrix[1:3]) and torch.equal(default[1:3, :50], matrix[1:3])
+    assert torch.allclose(small[3] * (found_std / 0.01), default[3], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(small[1:3, 50:] * (found_std / 0.01), default[1:3, 50:], rtol=1e-5, atol=1e-6)
+    assert 0.005 < float(small[1:, 50:].std()) < 0.02 and float(default[1:, 50:].std()) > 0.3
+    assert small[0].abs().sum() == 0
+    with pytest.raises(ValueError, match='fill_std'):
+        WordEmbedding.from_glove(words, d_model=300, glove_fit='pad', fill_std=-1.0)
+
+
 def test_dialogue_embedding_sums_word_and_speaker():
     words = WordEmbedding(10, 8)
     embed = DialogueEmbedding(words, prepend_ctx=True)

@@ -149,6 +149,10 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
                            help='when GloVe is narrower than the model: pad with random columns '
                            'or keep GloVe size and learn a projection')
+        group.add_argument('--glove-fill-std', type=float, default=None,
+                           help="with --glove-fit pad: the std of the random values of words GloVe lacks "
+                           'and of the columns beyond its width (default: the std of the found GloVe '
+                           "values; 0.01 is the reference's randn * 0.01 for every value GloVe does not give)")
         group.add_argument('--embeddings-scale', type='bool', default=None,
                            help='multiply word and speaker embeddings by sqrt(D_h) before the input '
                            "projection, as the reference's Embeddings.forward (default: true for a new "
@@ -233,7 +237,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             return WordEmbedding(len(vocab), size.d_model, self.NULL_IDX,
                                  self._glove_table_dim(size), scale)
         words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
-                                                   self.opt.get('glove_path'), self.opt['glove_fit'], scale)
+                                                   self.opt.get('glove_path'), self.opt['glove_fit'], scale,
+                                                   fill_std=self.opt.get('glove_fill_std'))
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim

@@ -36,8 +36,10 @@ class WordEmbedding(nn.Module):
         self.d_model = d_model
 
     @classmethod
-    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project', scale=1.0):
-        """A table initialized from GloVe for the word list ``vocab``; returns (module, hit-rate)."""
+    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project', scale=1.0,
+                   fill_std=None):
+        """A table initialized from GloVe for the word list ``vocab``; returns (module, hit-rate).
+        ``fill_std``: the std of the random values in 'pad' mode (:func:`glove.fit_to_dim`)."""
         if glove_fit not in ('project', 'pad'):
             raise ValueError(f"glove_fit must be 'project' or 'pad', not {glove_fit!r}")
         matrix, hit = glove.load_glove(vocab, glove_path)
@@ -47,7 +49,7 @@ class WordEmbedding(nn.Module):
             if glove_fit == 'project':
                 module.table.weight[hit] = matrix[hit]
             else:
-                module.table.weight.copy_(glove.fit_to_dim(matrix, hit, d_model))
+                module.table.weight.copy_(glove.fit_to_dim(matrix, hit, d_model, fill_std=fill_std))
             module.table.weight[padding_idx].zero_()
         return module, float(hit.float().mean())
 

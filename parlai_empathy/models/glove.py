@@ -139,15 +139,22 @@ def load_glove(vocab, path=None):
     return matrix, hit
 
 
-def fit_to_dim(matrix, hit, dim, generator=None):
+def fit_to_dim(matrix, hit, dim, generator=None, fill_std=None):
     """Make a ``[V, glove_dim]`` GloVe matrix ``[V, dim]`` ('pad' mode, see module doc).
 
-    Missing words and the extra columns are drawn from N(0, std of the found GloVe values), so
-    they start at the same scale as the pretrained ones.
+    Missing words and the extra columns are drawn from N(0, ``fill_std``). ``None`` (the default)
+    uses the std of the found GloVe values, so that they start at the same scale as the
+    pretrained ones; ``0.01`` is declare-lab/MIME's rule for every value GloVe does not give
+    (``gen_embeddings``: ``randn * 0.01``, then the found vectors written over it). The number
+    of random draws does not depend on ``fill_std``, so the model's other initial weights are
+    the same for every choice under one seed.
     """
     rows, glove_dim = matrix.shape
-    std = float(matrix[hit].std()) if hit.sum() > 1 else 0.1
-    out = torch.randn(rows, dim, generator=generator) * std
+    if fill_std is None:
+        fill_std = float(matrix[hit].std()) if hit.sum() > 1 else 0.1
+    elif not fill_std >= 0:
+        raise ValueError(f'fill_std must be a non-negative number, not {fill_std!r}')
+    out = torch.randn(rows, dim, generator=generator) * fill_std
     keep = min(dim, glove_dim)
     out[hit, :keep] = matrix[hit, :keep]
     return out

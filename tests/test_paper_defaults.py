@@ -16,7 +16,7 @@ MIME_SETUP = {
     'validation_every_n_steps': 1000, 'validation_patience': 3, 'validation_metric': 'ppl_ex',
     'inference': 'beam', 'beam_size': 5, 'beam_length_penalty': 0.0, 'max_response_length': 50,
     'embeddings_scale': True, 'ffn_final_relu': True, 'reference_tags': True,
-    'amsgrad': False, 'ed_history_length': 1000,
+    'amsgrad': False, 'ed_history_length': 1000, 'glove_fill_std': 0.01,
 }
 CASES = {
     'empathy/mime': ('empathy_ed_clean', [], dict(MIME_SETUP, latent_size=300, mimicry=True, emotion_grouping=True,

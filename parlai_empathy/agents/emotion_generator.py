@@ -20,7 +20,10 @@ emotion)``:
 Text is MoEL's (``--dict-tokenizer moel``: lowercase, contractions expanded, nltk word tokens;
 ``parlai_empathy.data.moel_text``), so perplexity counts the paper's units. Word embeddings start
 from GloVe (``--glove-init``): by default the offline 6B 50d vectors, padded to the model size;
-``--glove-path`` takes the paper's 300d text file.
+``--glove-path`` takes the paper's 300d text file. Every value GloVe does not give (the words it
+lacks, the columns beyond its width) starts at randn * 0.01, the reference's rule for the words
+its GloVe lacks (``--glove-fill-std``; ``glove`` draws them at the found vectors' std instead, the
+rule of the MIME and Multi-TR rows trained before this default).
 
 The MIME paper's training setup is the default of both agents (``parser.set_defaults`` below):
 plain Adam (0.9, 0.98, eps 1e-9; not ParlAI's AMSGrad, see ``--amsgrad``) under the Noam schedule
@@ -63,6 +66,23 @@ from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # 
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
+REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
+
+
+def glove_fill_std(text):
+    """``--glove-fill-std``: a non-negative std, or ``glove`` (the std of the found GloVe values)."""
+    if str(text).strip().lower() == 'glove':
+        return 'glove'
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f'--glove-fill-std must be a non-negative number or "glove", not {text!r}')
+    return value
+
+
+def _fill_std_value(option):
+    """The ``fill_std`` of :func:`glove.fit_to_dim` for an opt value: ``None`` means GloVe's own std
+    (``glove``; also an opt saved before the option existed)."""
+    return None if option in (None, 'glove') else float(option)
 NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 
 
@@ -149,10 +169,11 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
                            help='when GloVe is narrower than the model: pad with random columns '
                            'or keep GloVe size and learn a projection')
-        group.add_argument('--glove-fill-std', type=float, default=None,
+        group.add_argument('--glove-fill-std', type=glove_fill_std, default=REFERENCE_FILL_STD,
                            help="with --glove-fit pad: the std of the random values of words GloVe lacks "
-                           'and of the columns beyond its width (default: the std of the found GloVe '
-                           "values; 0.01 is the reference's randn * 0.01 for every value GloVe does not give)")
+                           "and of the columns beyond its width (default 0.01: the reference's randn * 0.01 "
+                           "for every value GloVe does not give; 'glove': the std of the found GloVe values, "
+                           'the rule of every MIME and Multi-TR row trained before this default)')
         group.add_argument('--embeddings-scale', type='bool', default=None,
                            help='multiply word and speaker embeddings by sqrt(D_h) before the input '
                            "projection, as the reference's Embeddings.forward (default: true for a new "
@@ -238,7 +259,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                                  self._glove_table_dim(size), scale)
         words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
                                                    self.opt.get('glove_path'), self.opt['glove_fit'], scale,
-                                                   fill_std=self.opt.get('glove_fill_std'))
+                                                   fill_std=_fill_std_value(self.opt.get('glove_fill_std')))
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim

@@ -66,6 +66,7 @@ from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # 
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
+NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
 
 
@@ -83,7 +84,6 @@ def _fill_std_value(option):
     """The ``fill_std`` of :func:`glove.fit_to_dim` for an opt value: ``None`` means GloVe's own std
     (``glove``; also an opt saved before the option existed)."""
     return None if option in (None, 'glove') else float(option)
-NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 
 
 class MoelDictionaryAgent(DictionaryAgent):

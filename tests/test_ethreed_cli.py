@@ -276,3 +276,46 @@ def test_conversation_labels_give_listener_turns_the_conversations_emotion(run_p
     )
     done = run_parlai('python', script, tmp_path / 'model')
     assert 'RESPONSE True' in done.stdout and 'ANSWERED True' in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize('extra, saved', [([], 'glove'), (['--glove-fill-std', '0.01'], 0.01)])
+def test_glove_fill_std_sets_the_padded_columns_and_the_missing_words(run_parlai, tmp_path, extra, saved):
+    """``--glove-fill-std``: with the offline 50-d vectors in a wider table, the columns beyond 50
+    and the rows of words GloVe lacks start at N(0, std): by default (``glove``, the rule of the
+    ETHREED rows) at the found GloVe values' own std, with ``0.01`` near zero. The found words'
+    first 50 columns are their GloVe vectors either way."""
+    script = tmp_path / 'table.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent\n'
+        'from parlai.scripts.build_dict import build_dict\n'
+        'from parlai.scripts.train_model import setup_args\n'
+        'from parlai_empathy.models import glove\n'
+        'from parlai_empathy.models.embeddings import WordEmbedding\n'
+        "opt = setup_args().parse_args(['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m',"
+        " 'empathy/ethreed', '-mf', sys.argv[1], '--listener-emotions', 'none', '--hidden-size', '8',"
+        " '--embedding-size', '64'] + sys.argv[2:])\n"
+        "opt['dict_file'] = sys.argv[1] + '.dict'\n"
+        'build_dict(opt, skip_if_built=True)  # as train_model does before it builds the agent\n'
+        'agent = create_agent(opt)\n'
+        "print('SAVED', repr(agent.opt['glove_fill_std']))\n"
+        'table = next(m for m in agent.model.modules() if isinstance(m, WordEmbedding)).table.weight.detach()\n'
+        'vocab = [agent.dict.ind2tok[i] for i in range(len(agent.dict))]\n'
+        'matrix, hit = glove.load_glove(vocab)\n'
+        'missing = ~hit\n'
+        'missing[agent.NULL_IDX] = False\n'
+        "print('MISSING', int(missing.sum()), float(table[missing].std()))\n"
+        "print('PADDED', float(table[hit, 50:].std()))\n"
+        "print('GLOVESTD', float(matrix[hit].std()))\n"
+        "print('FOUND', int(hit.sum()), float((table[hit, :50] - matrix[hit, :50]).abs().max()))\n"
+    )
+    done = run_parlai('python', script, tmp_path / 'model', *extra)
+    stats = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
+             if line[:5] in ('SAVED', 'MISSI', 'PADDE', 'FOUND', 'GLOVE')}
+    assert stats['SAVED'] == [repr(saved)]
+    glove_std = float(stats['GLOVESTD'][0])
+    expected = glove_std if saved == 'glove' else 0.01
+    assert glove_std > 0.1  # GloVe's own std is far above 0.01
+    assert 0.5 * expected < float(stats['PADDED'][0]) < 2 * expected
+    assert int(stats['MISSING'][0]) > 3 and 0.5 * expected < float(stats['MISSING'][1]) < 2 * expected
+    assert int(stats['FOUND'][0]) > 100 and float(stats['FOUND'][1]) == 0.0

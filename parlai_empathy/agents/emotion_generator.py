@@ -80,7 +80,7 @@ def glove_fill_std(text):
     return value
 
 
-def _fill_std_value(option):
+def fill_std_value(option):
     """The ``fill_std`` of :func:`glove.fit_to_dim` for an opt value: ``None`` means GloVe's own std
     (``glove``; also an opt saved before the option existed)."""
     return None if option in (None, 'glove') else float(option)
@@ -259,7 +259,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                                  self._glove_table_dim(size), scale)
         words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
                                                    self.opt.get('glove_path'), self.opt['glove_fit'], scale,
-                                                   fill_std=_fill_std_value(self.opt.get('glove_fill_std')))
+                                                   fill_std=fill_std_value(self.opt.get('glove_fill_std')))
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim

@@ -53,7 +53,9 @@ from parlai.utils.misc import warn_once  # noqa: E402
 
 from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
-from parlai_empathy.agents.emotion_generator import MoelDictionaryAgent, record_response_metrics  # noqa: E402
+from parlai_empathy.agents.emotion_generator import (  # noqa: E402
+    MoelDictionaryAgent, fill_std_value, glove_fill_std, record_response_metrics,
+)
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
 from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
@@ -161,6 +163,14 @@ class EthreedAgent(EncoderReadoutAgent):
         group.add_argument('--glove-path', type=str, default=None,
                            help='GloVe text file (the paper: glove.840B.300d.txt); default: the '
                            'offline 6B 50d vectors, padded to the embedding size')
+        group.add_argument('--glove-fill-std', type=glove_fill_std, default='glove',
+                           help="the std of the random values GloVe does not give: the rows of words "
+                           "it lacks and, with vectors narrower than --embedding-size, the columns "
+                           "beyond their width. 'glove' (default, the rule of every ETHREED row so far): "
+                           "the std of the found GloVe values; a number: N(0, that std), e.g. 0.01 to "
+                           "keep the padded columns near zero so that they do not drown the 50 GloVe ones "
+                           "(the reference has no padded columns: its 840B vectors are 300-d, and it "
+                           "draws missing words from N(0, 1))")
         group.add_argument('--utterance-truncate', type=int, default=40,
                            help='tokens kept per context utterance, its end token included '
                            '(reference: 40)')
@@ -269,7 +279,8 @@ class EthreedAgent(EncoderReadoutAgent):
         fresh = not (opt.get('init_model') or os.path.isfile(opt.get('model_file') or ''))
         if opt['glove_init'] and fresh:
             words, hit_rate = WordEmbedding.from_glove(vocab, opt['embedding_size'], self.NULL_IDX,
-                                                       opt.get('glove_path'), glove_fit='pad')
+                                                       opt.get('glove_path'), glove_fit='pad',
+                                                       fill_std=fill_std_value(opt.get('glove_fill_std')))
             print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         else:
             words = WordEmbedding(len(vocab), opt['embedding_size'], self.NULL_IDX)

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+import word_table_probe
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--latent-size', 16]
 
@@ -74,21 +76,12 @@ def test_glove_fill_std_reaches_the_word_table_through_the_cli(run_parlai, tmp_p
     script.write_text(
         'import sys\n'
         'from parlai.core.agents import create_agent_from_model_file\n'
-        'from parlai_empathy.models import glove\n'
-        'from parlai_empathy.models.embeddings import WordEmbedding\n'
         'agent = create_agent_from_model_file(sys.argv[1])\n'
-        'table = next(m for m in agent.model.modules() if isinstance(m, WordEmbedding)).table.weight.detach()\n'
-        'vocab = [agent.dict.ind2tok[i] for i in range(len(agent.dict))]\n'
-        'matrix, hit = glove.load_glove(vocab)\n'
-        'missing = ~hit\n'
-        'missing[agent.NULL_IDX] = False\n'
-        "print('MISSING', int(missing.sum()), float(table[missing].std()))\n"
-        "print('GLOVESTD', float(matrix[hit].std()))\n"
-        "print('FOUND', int(hit.sum()), float((table[hit] - matrix[hit, :table.size(1)]).abs().max()))\n"
+        + word_table_probe.PROBE
+        + "print('FOUND', int(hit.sum()), float((table[hit] - matrix[hit, :table.size(1)]).abs().max()))\n"
     )
     done = run_parlai('python', script, model_file)
-    stats = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
-             if line[:5] in ('MISSI', 'FOUND', 'GLOVE')}
+    stats = word_table_probe.stats(done.stdout, ('MISSING', 'FOUND', 'GLOVESTD'))
     expected = 0.01 if saved == 0.01 else float(stats['GLOVESTD'][0])
     assert expected > 0.1 or saved == 0.01  # GloVe's own std is far above the reference's 0.01
     assert int(stats['MISSING'][0]) > 3 and 0.5 * expected < float(stats['MISSING'][1]) < 2 * expected

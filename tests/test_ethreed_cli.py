@@ -19,6 +19,7 @@ from parlai_empathy.data.ed_source import sample_dir
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
+import word_table_probe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = os.path.join(REPO, 'opt_presets', 'empathy', 'ethreed.opt')
@@ -290,8 +291,6 @@ def test_glove_fill_std_sets_the_padded_columns_and_the_missing_words(run_parlai
         'from parlai.core.agents import create_agent\n'
         'from parlai.scripts.build_dict import build_dict\n'
         'from parlai.scripts.train_model import setup_args\n'
-        'from parlai_empathy.models import glove\n'
-        'from parlai_empathy.models.embeddings import WordEmbedding\n'
         "opt = setup_args().parse_args(['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m',"
         " 'empathy/ethreed', '-mf', sys.argv[1], '--listener-emotions', 'none', '--hidden-size', '8',"
         " '--embedding-size', '64'] + sys.argv[2:])\n"
@@ -299,19 +298,12 @@ def test_glove_fill_std_sets_the_padded_columns_and_the_missing_words(run_parlai
         'build_dict(opt, skip_if_built=True)  # as train_model does before it builds the agent\n'
         'agent = create_agent(opt)\n'
         "print('SAVED', repr(agent.opt['glove_fill_std']))\n"
-        'table = next(m for m in agent.model.modules() if isinstance(m, WordEmbedding)).table.weight.detach()\n'
-        'vocab = [agent.dict.ind2tok[i] for i in range(len(agent.dict))]\n'
-        'matrix, hit = glove.load_glove(vocab)\n'
-        'missing = ~hit\n'
-        'missing[agent.NULL_IDX] = False\n'
-        "print('MISSING', int(missing.sum()), float(table[missing].std()))\n"
-        "print('PADDED', float(table[hit, 50:].std()))\n"
-        "print('GLOVESTD', float(matrix[hit].std()))\n"
+        + word_table_probe.PROBE
+        + "print('PADDED', float(table[hit, 50:].std()))\n"
         "print('FOUND', int(hit.sum()), float((table[hit, :50] - matrix[hit, :50]).abs().max()))\n"
     )
     done = run_parlai('python', script, tmp_path / 'model', *extra)
-    stats = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
-             if line[:5] in ('SAVED', 'MISSI', 'PADDE', 'FOUND', 'GLOVE')}
+    stats = word_table_probe.stats(done.stdout, ('SAVED', 'MISSING', 'PADDED', 'FOUND', 'GLOVESTD'))
     assert stats['SAVED'] == [repr(saved)]
     glove_std = float(stats['GLOVESTD'][0])
     expected = glove_std if saved == 'glove' else 0.01

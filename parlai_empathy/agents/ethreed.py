@@ -167,10 +167,9 @@ class EthreedAgent(EncoderReadoutAgent):
                            help="the std of the random values GloVe does not give: the rows of words "
                            "it lacks and, with vectors narrower than --embedding-size, the columns "
                            "beyond their width. 'glove' (default, the rule of every ETHREED row so far): "
-                           "the std of the found GloVe values; a number: N(0, that std), e.g. 0.01 to "
-                           "keep the padded columns near zero so that they do not drown the 50 GloVe ones "
-                           "(the reference has no padded columns: its 840B vectors are 300-d, and it "
-                           "draws missing words from N(0, 1))")
+                           "the std of the found GloVe values; a number: N(0, that std). Measured with the "
+                           "offline 50-d vectors (projects/li_ethreed, diag_glove_fill*): 0.01 trains worse, "
+                           "1.0 (the reference's rule for words its 300-d vectors lack) about the same")
         group.add_argument('--utterance-truncate', type=int, default=40,
                            help='tokens kept per context utterance, its end token included '
                            '(reference: 40)')

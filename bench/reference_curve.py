@@ -40,9 +40,12 @@ Word table at the start (``--init``):
 
 * ``ours`` (default): every word of our MIME dictionary that the reference also has starts from
   the row our ``-m empathy/mime`` starts it from in distribution: GloVe 6B 50d in the first 50
-  columns and N(0, GloVe's std) elsewhere, words outside GloVe entirely N(0, GloVe's std)
+  columns and N(0, ``--fill-std``) elsewhere, words outside GloVe entirely N(0, ``--fill-std``)
   (``parlai_empathy.models.glove.fit_to_dim``, 'pad'), written as a 300-d text file the
-  reference's ``gen_embeddings`` reads; so the curves differ by the code, not the initial table;
+  reference's ``gen_embeddings`` reads; so the curves differ by the code, not the initial table.
+  ``--fill-std`` is our agent's ``--glove-fill-std``: ``0.01`` (default; the agent's default since
+  2026-11-29 and the reference's own rule for values its GloVe lacks) or ``glove`` (the std of the
+  found GloVe values: the rule of the rows trained before, and of ``runs/diag_reference``);
 * ``reference``: an empty embedding file: the reference's own fallback, 0.01 * randn for every
   word (what it does for words its GloVe 300d lacks).
 
@@ -67,7 +70,20 @@ class StopCurve(BaseException):
     """Raised after the last update (a BaseException: main.py catches KeyboardInterrupt only)."""
 
 
-def write_init_file(dict_path, path, dim=300, seed=0):
+def fill_std_value(option):
+    """``--fill-std`` as :func:`fit_to_dim` takes it: ``None`` for ``glove`` (GloVe's own std)."""
+    if option in (None, 'glove'):
+        return None
+    try:
+        value = float(option)
+    except ValueError:
+        raise SystemExit(f'--fill-std: a number or "glove", not {option!r}') from None
+    if not value >= 0:
+        raise SystemExit(f'--fill-std: a non-negative number or "glove", not {option!r}')
+    return value
+
+
+def write_init_file(dict_path, path, dim=300, seed=0, fill_std=None):
     """Our MIME's initial word rows (see module doc), as a GloVe-style text file."""
     import torch
 
@@ -82,12 +98,13 @@ def write_init_file(dict_path, path, dim=300, seed=0):
             if word and not word.startswith('__') and ' ' not in word:
                 words.append(word)
     matrix, hit = load_glove(words)
-    table = fit_to_dim(matrix, hit, dim, generator=torch.Generator().manual_seed(seed))
+    table = fit_to_dim(matrix, hit, dim, generator=torch.Generator().manual_seed(seed), fill_std=fill_std)
     with open(path + '.tmp', 'w', encoding='utf-8') as handle:
         for word, row in zip(words, table.tolist()):
             handle.write(word + ' ' + ' '.join(f'{v:.5f}' for v in row) + '\n')
     os.replace(path + '.tmp', path)
-    return {'words': len(words), 'in_glove': int(hit.sum()), 'dim': dim, 'seed': seed}
+    return {'words': len(words), 'in_glove': int(hit.sum()), 'dim': dim, 'seed': seed,
+            'fill_std': 'glove' if fill_std is None else fill_std}
 
 
 def our_curve(path):
@@ -327,6 +344,9 @@ def main():
     parser.add_argument('--ed-dir', default=rs.DEFAULT_ED)
     parser.add_argument('--dict', help='our MIME dictionary (a model\'s .dict), for --init ours')
     parser.add_argument('--init', choices=['ours', 'reference'], default='ours')
+    parser.add_argument('--fill-std', default='0.01',
+                        help='--init ours: the std of the values GloVe 50d does not give, as our '
+                        'agent\'s --glove-fill-std (0.01, the default, or "glove")')
     parser.add_argument('--steps', type=int, default=8000)
     parser.add_argument('--log-every', type=int, default=250)
     parser.add_argument('--batch', type=int, default=16)
@@ -372,8 +392,9 @@ def main():
     os.makedirs(os.path.join(mime_dir, 'vectors'), exist_ok=True)
     init = {'init': args.init}
     if args.init == 'ours':
-        emb_file = os.path.join(mime_dir, 'vectors', 'ours_init_300d.txt')
-        init.update(write_init_file(args.dict, emb_file))
+        fill_std = fill_std_value(args.fill_std)
+        emb_file = os.path.join(mime_dir, 'vectors', f'ours_init_300d_fill_{args.fill_std}.txt')
+        init.update(write_init_file(args.dict, emb_file, fill_std=fill_std))
     else:
         emb_file = os.path.join(mime_dir, 'vectors', 'empty.txt')
         open(emb_file, 'w').close()

@@ -1,0 +1,57 @@
+"""``bench/reference_curve.py --init ours``: the 300-d word file it writes for the reference's
+``gen_embeddings`` starts every word as our ``-m empathy/mime`` does under each ``--fill-std``."""
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'bench'))
+import reference_curve  # noqa: E402
+
+
+def read_table(path):
+    rows = {}
+    with open(path, encoding='utf-8') as handle:
+        for line in handle:
+            word, *values = line.split(' ')
+            rows[word] = [float(v) for v in values]
+    return rows
+
+
+@pytest.fixture
+def dict_file(tmp_path):
+    path = tmp_path / 'model.dict'
+    path.write_text('__null__\t1000000003\nhappy\t120\nsad\t80\nzzqxnotaword\t3\n', encoding='utf-8')
+    return str(path)
+
+
+def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
+    from parlai_empathy.models.glove import load_glove
+
+    glove, _hit = load_glove(['happy', 'sad'])
+    tables = {}
+    for option in ('0.01', 'glove'):
+        out = str(tmp_path / f'init_{option}.txt')
+        info = reference_curve.write_init_file(
+            dict_file, out, fill_std=reference_curve.fill_std_value(option))
+        assert info['words'] == 3 and info['in_glove'] == 2 and info['dim'] == 300
+        assert info['fill_std'] == (0.01 if option == '0.01' else 'glove')
+        tables[option] = read_table(out)
+        assert set(tables[option]) == {'happy', 'sad', 'zzqxnotaword'}
+        for i, word in enumerate(('happy', 'sad')):
+            row = tables[option][word]
+            assert len(row) == 300
+            assert row[:50] == pytest.approx(glove[i].tolist(), abs=1e-5)
+    small, wide = tables['0.01'], tables['glove']
+    padding = [abs(v) for word in ('happy', 'sad') for v in small[word][50:]]
+    padding += [abs(v) for v in small['zzqxnotaword']]
+    assert max(padding) < 0.06  # N(0, 0.01): five sigma over 850 draws
+    wide_padding = [abs(v) for word in ('happy', 'sad') for v in wide[word][50:]]
+    assert max(wide_padding) > 0.3  # GloVe's own std (about 0.4)
+
+
+@pytest.mark.parametrize('option', ['-1', 'wide', 'nan'])
+def test_fill_std_rejects_what_is_not_a_scale(option):
+    with pytest.raises(SystemExit, match='--fill-std'):
+        reference_curve.fill_std_value(option)

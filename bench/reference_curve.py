@@ -70,17 +70,14 @@ class StopCurve(BaseException):
     """Raised after the last update (a BaseException: main.py catches KeyboardInterrupt only)."""
 
 
-def fill_std_value(option):
-    """``--fill-std`` as :func:`fit_to_dim` takes it: ``None`` for ``glove`` (GloVe's own std)."""
-    if option in (None, 'glove'):
-        return None
+def glove_fill_std_arg(text):
+    """``--fill-std``, read as our agents read ``--glove-fill-std``."""
+    from parlai_empathy.models.glove import glove_fill_std
+
     try:
-        value = float(option)
+        return glove_fill_std(text)
     except ValueError:
-        raise SystemExit(f'--fill-std: a number or "glove", not {option!r}') from None
-    if not value >= 0:
-        raise SystemExit(f'--fill-std: a non-negative number or "glove", not {option!r}')
-    return value
+        raise argparse.ArgumentTypeError(f'a non-negative number or "glove", not {text!r}') from None
 
 
 def write_init_file(dict_path, path, dim=300, seed=0, fill_std=None):
@@ -344,7 +341,7 @@ def main():
     parser.add_argument('--ed-dir', default=rs.DEFAULT_ED)
     parser.add_argument('--dict', help='our MIME dictionary (a model\'s .dict), for --init ours')
     parser.add_argument('--init', choices=['ours', 'reference'], default='ours')
-    parser.add_argument('--fill-std', default='0.01',
+    parser.add_argument('--fill-std', default='0.01', type=glove_fill_std_arg,
                         help='--init ours: the std of the values GloVe 50d does not give, as our '
                         'agent\'s --glove-fill-std (0.01, the default, or "glove")')
     parser.add_argument('--steps', type=int, default=8000)
@@ -392,6 +389,7 @@ def main():
     os.makedirs(os.path.join(mime_dir, 'vectors'), exist_ok=True)
     init = {'init': args.init}
     if args.init == 'ours':
+        from parlai_empathy.models.glove import fill_std_value
         fill_std = fill_std_value(args.fill_std)
         emb_file = os.path.join(mime_dir, 'vectors', f'ours_init_300d_fill_{args.fill_std}.txt')
         init.update(write_init_file(args.dict, emb_file, fill_std=fill_std))

@@ -1,6 +1,7 @@
 """``bench/reference_curve.py --init ours``: the 300-d word file it writes for the reference's
 ``gen_embeddings`` starts every word as our ``-m empathy/mime`` does under each ``--fill-std``."""
 import os
+import subprocess
 import sys
 
 import pytest
@@ -27,14 +28,14 @@ def dict_file(tmp_path):
 
 
 def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
-    from parlai_empathy.models.glove import load_glove
+    from parlai_empathy.models.glove import fill_std_value, glove_fill_std, load_glove
 
     glove, _hit = load_glove(['happy', 'sad'])
     tables = {}
     for option in ('0.01', 'glove'):
         out = str(tmp_path / f'init_{option}.txt')
         info = reference_curve.write_init_file(
-            dict_file, out, fill_std=reference_curve.fill_std_value(option))
+            dict_file, out, fill_std=fill_std_value(glove_fill_std(option)))
         assert info['words'] == 3 and info['in_glove'] == 2 and info['dim'] == 300
         assert info['fill_std'] == (0.01 if option == '0.01' else 'glove')
         tables[option] = read_table(out)
@@ -52,6 +53,11 @@ def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
 
 
 @pytest.mark.parametrize('option', ['-1', 'wide', 'nan'])
-def test_fill_std_rejects_what_is_not_a_scale(option):
-    with pytest.raises(SystemExit, match='--fill-std'):
-        reference_curve.fill_std_value(option)
+def test_fill_std_rejects_what_is_not_a_scale(option, tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'bench', 'reference_curve.py'), '--mime-repo',
+         str(tmp_path), '--dict', str(tmp_path / 'none.dict'), '--out', str(tmp_path / 'c.json'),
+         f'--fill-std={option}'], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert '--fill-std' in done.stderr and 'non-negative number or "glove"' in done.stderr
+    assert not (tmp_path / 'c.json').exists()

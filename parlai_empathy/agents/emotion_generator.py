@@ -61,6 +61,7 @@ from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
+from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.models.mime import MimeReadout  # noqa: E402
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
@@ -68,22 +69,6 @@ from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E4
 USER, MODEL = 0, 1
 NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
-
-
-def glove_fill_std(text):
-    """``--glove-fill-std``: a non-negative std, or ``glove`` (the std of the found GloVe values)."""
-    if str(text).strip().lower() == 'glove':
-        return 'glove'
-    value = float(text)
-    if not value >= 0:
-        raise ValueError(f'--glove-fill-std must be a non-negative number or "glove", not {text!r}')
-    return value
-
-
-def fill_std_value(option):
-    """The ``fill_std`` of :func:`glove.fit_to_dim` for an opt value: ``None`` means GloVe's own std
-    (``glove``; also an opt saved before the option existed)."""
-    return None if option in (None, 'glove') else float(option)
 
 
 class MoelDictionaryAgent(DictionaryAgent):

@@ -54,10 +54,11 @@ from parlai.utils.misc import warn_once  # noqa: E402
 from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 from parlai_empathy.agents.emotion_generator import (  # noqa: E402
-    MoelDictionaryAgent, fill_std_value, glove_fill_std, record_response_metrics,
+    MoelDictionaryAgent, record_response_metrics,
 )
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
+from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
 from parlai_empathy.data.moel_text import word_tokens  # noqa: E402
 from parlai_empathy.emotions import listener_labels  # noqa: E402

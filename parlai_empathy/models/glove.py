@@ -18,7 +18,9 @@ the model's embedding module (see ``embeddings.WordEmbedding``):
 * ``project``: keep the table at the GloVe size and learn a bias-free linear map to the model
   size (fewer parameters: 23.6k x 50 instead of 23.6k x 300);
 * ``pad``: a table at the model size whose first columns are GloVe and whose remaining columns
-  are random with GloVe's own scale (:func:`fit_to_dim`); larger GloVe vectors are truncated.
+  are random (:func:`fit_to_dim`): at GloVe's own scale, or at a given std such as declare-lab/MIME's
+  0.01 (the agents' ``--glove-fill-std``, read by :func:`glove_fill_std` and
+  :func:`fill_std_value`); larger GloVe vectors are truncated.
 """
 import os
 
@@ -137,6 +139,23 @@ def load_glove(vocab, path=None):
             matrix[i] = torch.from_numpy(found[word])
             hit[i] = True
     return matrix, hit
+
+
+def glove_fill_std(text):
+    """Read a ``--glove-fill-std`` value: a non-negative std, or ``glove`` (the std of the found
+    GloVe values). Raises ``ValueError`` otherwise (argparse reports it as an invalid value)."""
+    if str(text).strip().lower() == 'glove':
+        return 'glove'
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f'--glove-fill-std must be a non-negative number or "glove", not {text!r}')
+    return value
+
+
+def fill_std_value(option):
+    """The ``fill_std`` of :func:`fit_to_dim` for a ``--glove-fill-std`` value: ``None`` means
+    GloVe's own std (``glove``; also an opt saved before the option existed)."""
+    return None if option in (None, 'glove') else float(option)
 
 
 def fit_to_dim(matrix, hit, dim, generator=None, fill_std=None):

@@ -26,9 +26,9 @@ import gzip
 import json
 import math
 import os
-import subprocess
-import sys
 import time
+
+from parlai_empathy import evidence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,12 +90,6 @@ def relative(path):
     return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
 
 
-def git_commit():
-    done = subprocess.run(['git', '-C', REPO, 'rev-parse', '--short', 'HEAD'],
-                          capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--outputs', nargs='+', required=True, metavar='NAME=PATH')
@@ -107,11 +101,10 @@ def main(argv=None):
         if not sep or not name or not path:
             parser.error(f'--outputs: NAME=PATH expected, not {item!r}')
         outputs, report = resolve(path)
-        row = {'name': name, 'outputs': relative(outputs)}
+        row = {'name': name, 'path': relative(path), 'outputs': relative(outputs)}
         row.update(perplexities(read_outputs(outputs)))
         if report:
-            with open(report, encoding='utf-8') as handle:
-                reported = json.load(handle).get('values', {}).get('ppl_ex')
+            reported = evidence.read_report(os.path.dirname(report))['values'].get('ppl_ex')
             if reported is not None:
                 row['report_ppl_ex'] = reported
                 if abs(reported - row['ppl_ex']) > 1e-6 * reported:
@@ -130,20 +123,14 @@ def main(argv=None):
             'what': 'perplexity per response (ppl_ex) and per conversation (outsider-lj/ethreed '
                     'test loop: eval batch = one conversation) from committed outputs.jsonl.gz '
                     '(bench/ppl_by_conversation.py)',
-            'command': ['python', 'bench/ppl_by_conversation.py'] + [
-                a if a.startswith('--') else (a.split('=', 1)[0] + '=' + relative(a.split('=', 1)[1])
-                                              if '=' in a else relative(a))
-                for a in (argv if argv is not None else sys.argv[1:])],
-            'code_commit': git_commit(),
+            'command': ['python', 'bench/ppl_by_conversation.py', '--outputs']
+                       + [f"{row['name']}={row['path']}" for row in rows] + ['--out', relative(args.out)],
+            'code': evidence.code_version(REPO),
             'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
             'rows': rows,
         }
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out + '.tmp', 'w', encoding='utf-8') as handle:
-            json.dump(report, handle, indent=1)
-            handle.write('\n')
-        os.replace(args.out + '.tmp', args.out)
-
+        evidence.write_json(args.out, report)
 
 if __name__ == '__main__':
     main()

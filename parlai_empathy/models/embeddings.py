@@ -10,6 +10,8 @@ inputs alike: ``WordEmbedding(scale=...)`` multiplies the word vectors, and ``Di
 the speaker vectors by the same factor (the agents of MIME and Multi-TR pass sqrt(D_h),
 ``--embeddings-scale``; ETHREED's GRUs and models saved before 2026-11-27 use 1).
 """
+from typing import Optional, Tuple
+
 import torch
 from torch import nn
 
@@ -57,7 +59,7 @@ class WordEmbedding(nn.Module):
     def weight(self):
         return self.table.weight
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.table(tokens)
         if self.scale != 1.0:
             x = x * self.scale
@@ -105,7 +107,8 @@ class DialogueEmbedding(nn.Module):
         """The modules :meth:`GeneratorModel.init_weights` must leave as they are."""
         return [self] if self.reference_tags else []
 
-    def forward(self, tokens, speakers=None):
+    def forward(self, tokens: torch.Tensor,
+                speakers: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         keep = tokens.ne(self.padding_idx)
         x = self.words(tokens)
         if self.speakers is not None and speakers is not None:

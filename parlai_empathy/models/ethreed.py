@@ -449,7 +449,9 @@ class PointerGeneratorDecoder(nn.Module):
             best = candidates.gather(2, scores.masked_fill(~allowed, float('-inf')).argmax(2, keepdim=True))
         return target, best.squeeze(2)
 
-    def forward(self, tokens, encoder_states, incr_state=None):
+    def forward(self, tokens: torch.Tensor, encoder_states: EncoderStates,
+                incr_state: Optional[Dict[str, torch.Tensor]] = None
+                ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         if incr_state is None:
             incr_state = self.initial_state(encoder_states)
         else:

@@ -13,7 +13,7 @@ named and documented where the model defines them, and a misspelt one fails at o
 """
 import dataclasses
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -87,7 +87,8 @@ class ResponseDecoder(nn.Module):
         self.words = words
         self.stack = size.decoder(input_dim=words.d_model)
 
-    def forward(self, tokens, encoder_states, incr_state=None):
+    def forward(self, tokens: torch.Tensor, encoder_states: EncoderStates,
+                incr_state: Optional[Dict] = None) -> Tuple[torch.Tensor, Dict]:
         """One search step as ParlAI calls it: ``incr_state`` None on the first step, then the
         returned cache; only the tokens not yet in the cache are run."""
         incr_state = incr_state or {}
@@ -99,7 +100,7 @@ class ResponseDecoder(nn.Module):
         cache['length'] = offset + new_tokens.size(1)
         return hidden, cache
 
-    def forward_full(self, tokens, encoder_states):
+    def forward_full(self, tokens: torch.Tensor, encoder_states: EncoderStates) -> torch.Tensor:
         """Teacher-forced pass over whole sequences (training, perplexity), no cache kept."""
         return self.stack(self.words(tokens), encoder_states.memory, encoder_states.keep)
 
@@ -161,7 +162,10 @@ class GeneratorModel(nn.Module):
         logits = self.output(hidden)
         return logits, logits.argmax(dim=-1)
 
-    def forward(self, *xs, ys=None, prev_enc=None, maxlen=None, bsz=None, loss_smoothing=None):
+    def forward(self, *xs: torch.Tensor, ys: Optional[torch.Tensor] = None,
+                prev_enc: Optional[EncoderStates] = None, maxlen: Optional[int] = None,
+                bsz: Optional[int] = None, loss_smoothing: Optional[float] = None
+                ) -> Tuple[Union[torch.Tensor, ResponseLoss], Optional[torch.Tensor], EncoderStates]:
         """ParlAI's teacher-forced call: ``(scores, preds, encoder_states)``.
 
         With ``loss_smoothing`` (agents' loss path) the first item is a :class:`ResponseLoss`

@@ -172,7 +172,7 @@ class EmotionFusion(nn.Module):
         self.gate = nn.Linear(2 * d_model, 2 * d_model)
         self.out = nn.Linear(2 * d_model, d_model)
 
-    def forward(self, m, m_tilde):
+    def forward(self, m: torch.Tensor, m_tilde: torch.Tensor) -> torch.Tensor:
         both = torch.cat([m, m_tilde], dim=-1)
         return self.out(torch.sigmoid(self.gate(both)) * both)
 
@@ -192,7 +192,7 @@ class EmotionContextEncoder(nn.Module):
         self.merge_emotion = nn.Linear(size.d_model, size.d_model, bias=False)
         self.encoder = size.encoder(project_input=False)
 
-    def forward(self, hidden, emotion, keep):
+    def forward(self, hidden: torch.Tensor, emotion: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         merged = self.merge_hidden(hidden) + self.merge_emotion(emotion).unsqueeze(1)
         return self.encoder(merged, keep)
 

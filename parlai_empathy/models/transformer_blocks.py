@@ -36,7 +36,7 @@ reordering.
 Masks: ``keep`` tensors are ``[B, S]`` booleans, True at real tokens.
 """
 import math
-from typing import NamedTuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -76,7 +76,8 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv(source).chunk(2, dim=-1)
         return self._heads(k), self._heads(v)
 
-    def forward(self, query, keys_values, keep=None, causal=False):
+    def forward(self, query: torch.Tensor, keys_values: Tuple[torch.Tensor, torch.Tensor],
+                keep: Optional[torch.Tensor] = None, causal: bool = False) -> torch.Tensor:
         q = self._heads(self.q(query))
         k, v = keys_values
         mask = keep[:, None, None, :] if keep is not None else None
@@ -111,7 +112,8 @@ class FeedForward(nn.Module):
             x = torch.cat([past, x], dim=1).transpose(1, 2)
         return conv(x).transpose(1, 2)
 
-    def forward(self, x, keep=None, cache=None):
+    def forward(self, x: torch.Tensor, keep: Optional[torch.Tensor] = None,
+                cache: Optional[Dict[str, torch.Tensor]] = None) -> torch.Tensor:
         """``keep`` zeroes padded positions (encoder); ``cache`` (causal, incremental decoding) is a
         dict holding the last k-1 inputs of each convolution, updated in place."""
         if cache is None or self.kernel == 1:
@@ -153,7 +155,7 @@ class EncoderBlock(nn.Module):
                                final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x, keep):
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         h = self.norm_attn(x)
         x = x + self.dropout(self.attn(h, self.attn.keys_values(h), keep))
         return x + self.dropout(self.ffn(self.norm_ffn(x), None if self.conv_over_padding else keep))
@@ -173,7 +175,8 @@ class DecoderBlock(nn.Module):
                                final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x, memory, memory_keep, cache=None):
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_keep: torch.Tensor,
+                cache: Optional[Dict[str, torch.Tensor]] = None) -> torch.Tensor:
         """``cache`` (incremental decoding) is a dict updated in place; None for full sequences."""
         h = self.norm_self(x)
         k, v = self.self_attn.keys_values(h)
@@ -228,7 +231,7 @@ class TransformerEncoder(_Stack):
             for _ in range(n_layers)
         )
 
-    def forward(self, x, keep):
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         x = self._inputs(x)
         for block in self.blocks:
             x = block(x, keep)
@@ -246,7 +249,9 @@ class TransformerDecoder(_Stack):
             for _ in range(n_layers)
         )
 
-    def forward(self, x, memory, memory_keep, cache=None, offset=0):
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_keep: torch.Tensor,
+                cache: Optional[Dict[int, Dict[str, torch.Tensor]]] = None,
+                offset: int = 0) -> torch.Tensor:
         """``offset``: how many positions the cache already holds (incremental decoding)."""
         x = self._inputs(x, offset)
         for i, block in enumerate(self.blocks):

@@ -132,5 +132,6 @@ def main(argv=None):
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         evidence.write_json(args.out, report)
 
+
 if __name__ == '__main__':
     main()

@@ -35,10 +35,15 @@ class ArtifactError(ValueError):
 
 
 def write_json(path: str, obj) -> None:
-    """Sorted keys, one indentation, a final newline: the same object gives the same bytes."""
-    with open(path, 'w', encoding='utf-8') as f:
+    """Sorted keys, one indentation, a final newline: the same object gives the same bytes.
+
+    Written beside the target and renamed into place, so an interrupted write never leaves a
+    truncated file where a complete one was."""
+    tmp = f'{path}.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
         json.dump(obj, f, indent=1, sort_keys=True, ensure_ascii=False)
         f.write('\n')
+    os.replace(tmp, path)
 
 
 def read_json(path: str, error=ArtifactError):

@@ -260,7 +260,7 @@ def main():
                                                               args.batch, args)
 
     from parlai_empathy.models.embeddings import WordEmbedding
-    from parlai_empathy.models.mime import Mime
+    from parlai_empathy.models.mime import Mime, MimeConfig
     from parlai_empathy.models.transformer_blocks import TransformerSize
 
     torch.manual_seed(args.seed)
@@ -270,8 +270,8 @@ def main():
                            ffn_final_relu=not (args.without_final_relu or args.ours_only_without_final_relu),
                            conv_over_padding=args.ours_conv_over_padding)
     words = WordEmbedding(args.vocab, d, config.PAD_idx, scale=math.sqrt(config.emb_dim))
-    ours = Mime(args.vocab, config.PAD_idx, config.SOS_idx, config.EOS_idx, size=size, words=words,
-                reference_tags=not args.ours_legacy_tags)
+    ours = Mime(args.vocab, MimeConfig(size=size, latent_dim=d, reference_tags=not args.ours_legacy_tags),
+                words=words, padding_idx=config.PAD_idx, start_idx=config.SOS_idx, end_idx=config.EOS_idx)
     mapping = build_mapping(ours, ref, config, vae)
     mapping.copy()
     for mine, theirs in ((ours.encoder.context_encoder, ref.encoder),

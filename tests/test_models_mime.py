@@ -14,11 +14,21 @@ from parlai_empathy.data.emotions import (
 )
 from parlai_empathy.data.ed_source import sample_dir
 from parlai_empathy.models.generator_interface import EncoderStates
-from parlai_empathy.models.mime import Mime, gaussian_kl
-from parlai_empathy.models.multitask_transformer import MultitaskTransformer
+from parlai_empathy.models.mime import Mime, MimeConfig, gaussian_kl
+from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
 TINY = TransformerSize(d_model=64, n_heads=2, attn_dim=32, ffn_dim=64, n_layers=1)
+
+
+def tiny(size=TINY, **fields):
+    """MIME at the tests' width, each z_g as wide as D_h."""
+    return MimeConfig(size=size, latent_dim=None, **fields)
+
+
+def config_for(cls, size=TINY):
+    """The tests' config of ``Mime`` or ``MultitaskTransformer``."""
+    return tiny(size) if cls is Mime else MultitaskConfig(size=size)
 
 
 @pytest.fixture(scope='module')
@@ -53,7 +63,7 @@ def test_emotion_taxonomy_matches_ed_and_mime(ed_dir):
 def test_forward_shapes_and_interface(cls, sample_batch):
     vocab, _, (context, speakers, response, emotion) = sample_batch
     torch.manual_seed(0)
-    model = cls(len(vocab), size=TINY)
+    model = cls(len(vocab), config_for(cls))
     scores, preds, states = model(context, speakers, emotion, ys=response)
     assert scores.shape == (*response.shape, len(vocab)) and preds.shape == response.shape
     assert states.memory.shape == (8, context.size(1) + 1, TINY.d_model)  # +1: the CTX token
@@ -74,7 +84,7 @@ def test_forward_shapes_and_interface(cls, sample_batch):
 def test_loss_decreases_when_overfitting_eight_real_examples(cls, sample_batch):
     vocab, _, (context, speakers, response, emotion) = sample_batch
     torch.manual_seed(0)
-    model = cls(len(vocab), size=TINY)
+    model = cls(len(vocab), config_for(cls))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(60):
@@ -97,7 +107,7 @@ def test_elbo_terms(sample_batch):
     assert torch.allclose(gaussian_kl(mu_p, lv_p, mu_p, lv_p), torch.zeros(50), atol=1e-5)
 
     torch.manual_seed(0)
-    model = Mime(len(vocab), size=TINY)
+    model = Mime(len(vocab), tiny())
     aux = model.encoder(context, speakers, emotion).aux
     kl_pos, kl_neg = aux.kl
     assert (kl_pos > 0).all() and (kl_neg > 0).all()
@@ -121,7 +131,7 @@ def test_posterior_sees_the_pooled_emotion_encoding_and_never_reaches_the_decode
     """As in the reference: q_g(z | c, mean(M_g)); the memory comes from the prior sample only."""
     vocab, _, (context, speakers, response, emotion) = sample_batch
     torch.manual_seed(0)
-    model = Mime(len(vocab), size=TINY)
+    model = Mime(len(vocab), tiny())
     torch.manual_seed(3)
     trained = model.encoder(context, speakers, emotion)
     with torch.no_grad():
@@ -195,13 +205,14 @@ def test_reference_tags_parametrise_ctx_and_speakers_as_the_reference_word_rows(
 
     torch.manual_seed(0)
     words = WordEmbedding(50, 300, scale=300 ** 0.5)
-    embedding = cls(50, size=TransformerSize(), words=words).encoder.embedding
+    config = (MimeConfig if cls is Mime else MultitaskConfig)()
+    embedding = cls(50, config, words=words).encoder.embedding
     assert embedding.ctx_scale == 2 * 300 ** 0.5
     assert 0.008 < embedding.ctx.std() < 0.012 and 0.008 < embedding.speakers.weight.std() < 0.012
     x, _ = embedding(torch.tensor([[5, 6]]), torch.tensor([[0, 1]]))
     assert torch.allclose(x[0, 0], embedding.ctx * 2 * 300 ** 0.5)
-    legacy = cls(50, size=TransformerSize(), words=WordEmbedding(50, 300, scale=300 ** 0.5),
-                 reference_tags=False).encoder.embedding
+    legacy = cls(50, config._replace(reference_tags=False),
+                 words=WordEmbedding(50, 300, scale=300 ** 0.5)).encoder.embedding
     assert legacy.ctx_scale == 1.0 and 0.9 < legacy.ctx.norm() < 1.1
     assert legacy.speakers.weight.std() > 0.05  # xavier-uniform of a 2 x 300 matrix: std 0.08
 
@@ -215,7 +226,7 @@ def test_conv_over_padding_is_the_reference_padding(sample_batch):
     n = int(lengths[short])
     for over, same in ((False, True), (True, False)):
         torch.manual_seed(0)
-        model = Mime(len(vocab), size=TINY._replace(conv_over_padding=over)).eval()
+        model = Mime(len(vocab), tiny(TINY._replace(conv_over_padding=over))).eval()
         with torch.no_grad():
             batched = model.encoder.context_encoder(*model.encoder.embedding(context, speakers))
             alone = model.encoder.context_encoder(*model.encoder.embedding(context[short:short + 1, :n],
@@ -231,7 +242,7 @@ def _memory(model, context, speakers, emotion):
 def test_mimicry_polarity_gold_in_training_classifier_at_inference(sample_batch):
     vocab, _, (context, speakers, _, _) = sample_batch
     torch.manual_seed(0)
-    model = Mime(len(vocab), size=TINY, stochastic=False)
+    model = Mime(len(vocab), tiny(stochastic=False))
     positive = torch.full((8,), emotion_to_id('joyful'))
     negative = torch.full((8,), emotion_to_id('sad'))
     assert model.encoder(context, speakers, positive).aux.user_positive.all()
@@ -254,12 +265,12 @@ def test_ablation_switches_change_the_computation(sample_batch):
     positive = torch.full((8,), emotion_to_id('joyful'))
     negative = torch.full((8,), emotion_to_id('sad'))
     torch.manual_seed(0)
-    no_mimicry = Mime(len(vocab), size=TINY, stochastic=False, mimicry=False)
+    no_mimicry = Mime(len(vocab), tiny(stochastic=False, mimicry=False))
     # without mimicry m = e_pos and m~ = e_neg whatever the user's polarity
     assert torch.allclose(_memory(no_mimicry, context, speakers, positive),
                           _memory(no_mimicry, context, speakers, negative))
 
-    no_grouping = Mime(len(vocab), size=TINY, grouping=False)
+    no_grouping = Mime(len(vocab), tiny(grouping=False))
     aux = no_grouping.encoder(context, speakers, emotion).aux
     assert aux.group_names == ('all',) and len(aux.distributions) == len(aux.kl) == 1
     assert aux.distributions[0].shape == (8, 32) and (aux.kl[0] > 0).all()
@@ -268,8 +279,8 @@ def test_ablation_switches_change_the_computation(sample_batch):
     assert not hasattr(no_grouping.encoder, 'fusion')
     assert no_grouping.encoder.sampler.n_groups == 1
 
-    deterministic = Mime(len(vocab), size=TINY, stochastic=False).eval()
-    stochastic = Mime(len(vocab), size=TINY).eval()
+    deterministic = Mime(len(vocab), tiny(stochastic=False)).eval()
+    stochastic = Mime(len(vocab), tiny()).eval()
     with torch.no_grad():
         assert torch.equal(deterministic.encoder(context, speakers).memory,
                            deterministic.encoder(context, speakers).memory)
@@ -290,7 +301,7 @@ def test_emotion_embeddings_learn_from_the_response_loss(sample_batch):
     """E_E is shared: the response loss reaches it through e_g = d_g E_E[g]."""
     vocab, _, (context, speakers, response, emotion) = sample_batch
     torch.manual_seed(0)
-    model = Mime(len(vocab), size=TINY)
+    model = Mime(len(vocab), tiny())
     scores, _, _ = model(context, speakers, emotion, ys=response)
     torch.nn.functional.cross_entropy(scores.flatten(0, 1), response.flatten(), ignore_index=0).backward()
     assert model.encoder.emotion_embedding.grad.abs().sum() > 0
@@ -301,7 +312,7 @@ def test_emotion_embeddings_learn_from_the_response_loss(sample_batch):
 def test_incremental_decoding_matches_full_decoding(cls, sample_batch, final_relu):
     vocab, _, (context, speakers, response, _) = sample_batch
     torch.manual_seed(0)
-    model = cls(len(vocab), size=TINY._replace(ffn_final_relu=final_relu)).eval()
+    model = cls(len(vocab), config_for(cls, TINY._replace(ffn_final_relu=final_relu))).eval()
     with torch.no_grad():
         states = model.encoder(context, speakers)
         inputs = torch.cat([model.START.expand(8, 1), response[:, :-1]], dim=1)
@@ -321,7 +332,7 @@ def test_paper_configuration_parameter_count():
     """Paper: 17.80M parameters (D_h 300, vocab ~23.6k); reference code measures 17.30M."""
     from parlai_empathy.models.transformer_blocks import FeedForward
 
-    assert isinstance(Mime(100, size=TINY).decoder.stack.blocks[0].ffn, FeedForward)
+    assert isinstance(Mime(100, tiny()).decoder.stack.blocks[0].ffn, FeedForward)
     mime = Mime(23656)
     count = sum(p.numel() for p in mime.parameters())
     print(f'MIME paper configuration: {count / 1e6:.2f}M parameters (paper 17.80M)')
@@ -331,7 +342,7 @@ def test_paper_configuration_parameter_count():
 
 
 def test_bad_input_errors():
-    model = Mime(100, size=TINY._replace(max_positions=16))
+    model = Mime(100, tiny(TINY._replace(max_positions=16)))
     with pytest.raises(ValueError, match='max_positions'):
         model.encoder(torch.ones(1, 20, dtype=torch.long))
     with pytest.raises(ValueError, match='ys'):

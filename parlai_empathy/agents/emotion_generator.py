@@ -63,11 +63,14 @@ from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa:
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
 from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.models.mime import MimeReadout  # noqa: E402
+from parlai_empathy.models.multitask_transformer import MultitaskConfig  # noqa: E402
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
-NOAM_PEAK_LR = 300 ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
+# the one source of the layer-size defaults (MIME's and Multi-TR's): the options default to its fields
+SIZE = TransformerSize()
+NOAM_PEAK_LR = SIZE.d_model ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
 
 
@@ -126,22 +129,22 @@ def utterance_speakers(history_vecs, delimiter_len, total_len):
 
 
 class EmotionGeneratorAgent(EncoderReadoutAgent):
-    """Base agent; subclasses define ``build_model`` from :meth:`model_kwargs`."""
+    """Base agent; subclasses define ``build_model`` with :meth:`build_generator`."""
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('Emotion-aware transformer (parlai-empathy)')
-        group.add_argument('--embedding-size', '-esz', type=int, default=300,
+        group.add_argument('--embedding-size', '-esz', type=int, default=SIZE.d_model,
                            help='D_h, the model width (paper: 300)')
-        group.add_argument('--n-heads', type=int, default=2)
-        group.add_argument('--attention-size', type=int, default=40,
+        group.add_argument('--n-heads', type=int, default=SIZE.n_heads)
+        group.add_argument('--attention-size', type=int, default=SIZE.attn_dim,
                            help='total key/value width of attention (MIME reference: 40)')
-        group.add_argument('--ffn-size', type=int, default=50, help='FFN width (MIME reference: 50)')
-        group.add_argument('--n-layers', type=int, default=1)
-        group.add_argument('--ffn-kernel', type=int, default=3,
+        group.add_argument('--ffn-size', type=int, default=SIZE.ffn_dim, help='FFN width (MIME reference: 50)')
+        group.add_argument('--n-layers', type=int, default=SIZE.n_layers)
+        group.add_argument('--ffn-kernel', type=int, default=SIZE.ffn_kernel,
                            help='width of the feed-forward convolutions (reference: 3; 1 = linear)')
-        group.add_argument('--dropout', type=float, default=0.0)
+        group.add_argument('--dropout', type=float, default=SIZE.dropout)
         group.add_argument('--label-smoothing', type=float, default=0.1,
                            help='label smoothing of the training loss (reference: 0.1); '
                            'perplexity is always the plain NLL')
@@ -172,11 +175,11 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
                            'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
                            'a model saved without this option keeps the form it was trained with)')
-        group.add_argument('--conv-over-padding', type='bool', default=False,
+        group.add_argument('--conv-over-padding', type='bool', default=SIZE.conv_over_padding,
                            help="the reference's padding: encoder convolutions run over padded positions "
                            "and MIME's posterior averages them (ours by default: padding is zeroed and "
                            "skipped, so a token's features do not depend on its batch)")
-        group.add_argument('--emotion-loss-weight', type=float, default=1.0,
+        group.add_argument('--emotion-loss-weight', type=float, default=MultitaskConfig().cls_weight,
                            help='alpha: weight of the user-emotion classification loss')
         group.add_argument('--beam-stop', choices=['top', 'finished'], default='top',
                            help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
@@ -262,12 +265,16 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             return 300 if self.opt.get('glove_path') else 50
         return size.d_model
 
-    def model_kwargs(self):
-        return dict(
-            vocab_size=len(self.dict), padding_idx=self.NULL_IDX, start_idx=self.START_IDX,
-            end_idx=self.END_IDX, size=self.transformer_size(), words=self.build_words(),
-            cls_weight=self.opt['emotion_loss_weight'], reference_tags=self._new_model_flag('reference_tags'),
-        )
+    def common_config(self):
+        """The config fields MIME and Multi-TR share (``MimeConfig``, ``MultitaskConfig``), from
+        the options."""
+        return dict(size=self.transformer_size(), cls_weight=self.opt['emotion_loss_weight'],
+                    reference_tags=self._new_model_flag('reference_tags'))
+
+    def build_generator(self, model_class, config):
+        """``model_class(vocab_size, config, words, ...)`` on this agent's dictionary and word table."""
+        return model_class(len(self.dict), config, words=self.build_words(), padding_idx=self.NULL_IDX,
+                           start_idx=self.START_IDX, end_idx=self.END_IDX)
 
     # ----- vectorization ------------------------------------------------------------------
     def _set_text_vec(self, obs, history, truncate):

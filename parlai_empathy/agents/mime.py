@@ -15,7 +15,9 @@ from parlai_empathy.agents.emotion_generator import (  # noqa: E402
     EmotionGeneratorAgent,
     record_response_metrics,
 )
-from parlai_empathy.models.mime import Mime  # noqa: E402
+from parlai_empathy.models.mime import Mime, MimeConfig  # noqa: E402
+
+DEFAULTS = MimeConfig()  # the one source of the MIME options' defaults
 
 
 @register_agent('empathy/mime')
@@ -24,15 +26,15 @@ class MimeAgent(EmotionGeneratorAgent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('MIME')
-        group.add_argument('--latent-size', type=int, default=300,
+        group.add_argument('--latent-size', type=int, default=DEFAULTS.latent_dim,
                            help='size of each emotion group latent z_g')
-        group.add_argument('--elbo-weight', type=float, default=1.0,
+        group.add_argument('--elbo-weight', type=float, default=DEFAULTS.elbo_weight,
                            help='beta: weight of ELBO_pos + ELBO_neg')
-        group.add_argument('--mimicry', type='bool', default=True,
+        group.add_argument('--mimicry', type='bool', default=DEFAULTS.mimicry,
                            help='emotion mimicry by user polarity (ablation: false)')
-        group.add_argument('--emotion-grouping', type='bool', default=True,
+        group.add_argument('--emotion-grouping', type='bool', default=DEFAULTS.grouping,
                            help='13 positive / 19 negative groups (ablation: false, one group)')
-        group.add_argument('--stochastic', type='bool', default=True,
+        group.add_argument('--stochastic', type='bool', default=DEFAULTS.stochastic,
                            help='sample z_g with prior/posterior (ablation: false, z_g = mu_g)')
         # the reference's main.py: `if config.model == "mimic" and n_iter < 10000: continue` before
         # its best-PPL / patience bookkeeping (so its first counted validation is after 11,000)
@@ -53,8 +55,8 @@ class MimeAgent(EmotionGeneratorAgent):
         record_response_metrics(self, response, suffix='_gold')
 
     def build_model(self):
-        return Mime(
-            latent_dim=self.opt['latent_size'], mimicry=self.opt['mimicry'],
-            grouping=self.opt['emotion_grouping'], stochastic=self.opt['stochastic'],
-            elbo_weight=self.opt['elbo_weight'], **self.model_kwargs(),
-        )
+        opt = self.opt
+        return self.build_generator(Mime, MimeConfig(
+            latent_dim=opt['latent_size'], mimicry=opt['mimicry'], grouping=opt['emotion_grouping'],
+            stochastic=opt['stochastic'], elbo_weight=opt['elbo_weight'], **self.common_config(),
+        ))

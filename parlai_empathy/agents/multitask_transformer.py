@@ -1,8 +1,8 @@
 """``-m empathy/multitask_transformer``: Multi-TR, MIME's baseline (Rashkin et al.'s Multitask).
 
 A transformer encoder-decoder that also classifies the user emotion from its encoder; same
-blocks and agent plumbing as MIME (``emotion_generator.EmotionGeneratorAgent``).
-Paper training setup: ``-o empathy/multitask_transformer``.
+blocks and agent plumbing as MIME (``emotion_generator.EmotionGeneratorAgent``), whose defaults
+are the paper's training setup (``-o empathy/multitask_transformer`` only names the model).
 """
 from parlai_empathy import compat  # noqa: F401
 
@@ -11,7 +11,7 @@ compat.apply()
 from parlai.core.loader import register_agent  # noqa: E402
 
 from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent  # noqa: E402
-from parlai_empathy.models.multitask_transformer import MultitaskTransformer  # noqa: E402
+from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer  # noqa: E402
 
 
 @register_agent('empathy/multitask_transformer')
@@ -21,4 +21,4 @@ class MultitaskTransformerAgent(EmotionGeneratorAgent):
         self.id = 'MultitaskTransformer'
 
     def build_model(self):
-        return MultitaskTransformer(**self.model_kwargs())
+        return self.build_generator(MultitaskTransformer, MultitaskConfig(**self.common_config()))

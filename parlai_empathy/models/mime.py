@@ -96,6 +96,23 @@ def seeded_normal(seeds: Sequence[int], shape, like: torch.Tensor) -> torch.Tens
     return torch.stack(rows).to(device=like.device, dtype=like.dtype)
 
 
+class MimeConfig(NamedTuple):
+    """MIME's settings: the paper's and the reference's by default. The one source of these
+    defaults: ``-m empathy/mime``'s options (``--latent-size``, ``--mimicry``, ...) default to the
+    fields here, and the layer sizes to :class:`TransformerSize`'s."""
+
+    size: TransformerSize = TransformerSize()
+    latent_dim: Optional[int] = 300  # each group's z_g (the reference: D_h); None: size.d_model
+    mimicry: bool = True  # ablation: False
+    grouping: bool = True  # ablation: False
+    stochastic: bool = True  # ablation: False
+    cls_weight: float = 1.0  # alpha, the batch-mean emotion cross-entropy
+    elbo_weight: float = 1.0  # beta, sum_g KL_g
+    response_weight: float = 1.0  # gamma, the response loss
+    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
+    n_speakers: int = 2
+
+
 @dataclass
 class MimeReadout(EmotionReadout):
     """What MIME's encoder reports beside M_fused (``EncoderStates.aux``); batch first."""
@@ -281,17 +298,18 @@ class Mime(GeneratorModel):
     ``output``.
     """
 
-    def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
-                 words=None, n_speakers=2, latent_dim=None, mimicry=True, grouping=True,
-                 stochastic=True, cls_weight=1.0, elbo_weight=1.0, response_weight=1.0,
-                 reference_tags=True):
+    def __init__(self, vocab_size, config: MimeConfig = MimeConfig(), words=None, padding_idx=0,
+                 start_idx=1, end_idx=2):
         super().__init__(padding_idx, start_idx, end_idx)
+        self.config = config
+        size = config.size
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
-        self.encoder = MimeEncoder(words, size, padding_idx, n_speakers, latent_dim, mimicry,
-                                   grouping, stochastic, reference_tags)
+        self.encoder = MimeEncoder(words, size, padding_idx, config.n_speakers,
+                                   config.latent_dim or size.d_model, config.mimicry,
+                                   config.grouping, config.stochastic, config.reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
-        self.cls_weight, self.elbo_weight = cls_weight, elbo_weight  # alpha, beta
-        self.response_weight = response_weight  # gamma
+        self.cls_weight, self.elbo_weight = config.cls_weight, config.elbo_weight  # alpha, beta
+        self.response_weight = config.response_weight  # gamma
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
     def extra_losses(self, encoder_states: EncoderStates, emotion: torch.Tensor):

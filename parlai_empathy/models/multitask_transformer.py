@@ -8,7 +8,7 @@ Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with `
 response_weight * label-smoothed response loss summed over tokens + cls_weight * the batch-mean
 emotion cross-entropy.
 """
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,17 @@ from parlai_empathy.models.generator_interface import (
     EmotionReadout, EncoderStates, GeneratorModel, build_response_side,
 )
 from parlai_empathy.models.transformer_blocks import TransformerSize
+
+
+class MultitaskConfig(NamedTuple):
+    """Multi-TR's settings (MIME's layer sizes, MoEL's loss weights); ``-m
+    empathy/multitask_transformer``'s options default to these fields and :class:`TransformerSize`'s."""
+
+    size: TransformerSize = TransformerSize()
+    cls_weight: float = 1.0  # the batch-mean emotion cross-entropy
+    response_weight: float = 1.0  # the response loss
+    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
+    n_speakers: int = 2
 
 
 class MultitaskEncoder(nn.Module):
@@ -46,14 +57,17 @@ class MultitaskEncoder(nn.Module):
 class MultitaskTransformer(GeneratorModel):
     """Encoder-decoder + emotion classifier; ParlAI TorchGeneratorModel interface."""
 
-    def __init__(self, vocab_size, padding_idx=0, start_idx=1, end_idx=2, size=TransformerSize(),
-                 words=None, n_speakers=2, cls_weight=1.0, response_weight=1.0, reference_tags=True):
+    def __init__(self, vocab_size, config: MultitaskConfig = MultitaskConfig(), words=None,
+                 padding_idx=0, start_idx=1, end_idx=2):
         super().__init__(padding_idx, start_idx, end_idx)
+        self.config = config
+        size = config.size
         words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
-        self.encoder = MultitaskEncoder(words, size, padding_idx, n_speakers, reference_tags=reference_tags)
+        self.encoder = MultitaskEncoder(words, size, padding_idx, config.n_speakers,
+                                        reference_tags=config.reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
-        self.cls_weight = cls_weight
-        self.response_weight = response_weight
+        self.cls_weight = config.cls_weight
+        self.response_weight = config.response_weight
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
     def extra_losses(self, encoder_states: EncoderStates, emotion: torch.Tensor):

@@ -89,7 +89,8 @@ NO_COPY = -1e4  # copy-switch logit of an example with nothing to copy from
 
 
 class EthreedConfig(NamedTuple):
-    """Sizes (paper: all 300), the reference's dropout and loss weights, and the ablations."""
+    """Sizes (paper: all 300), the reference's dropout and loss weights, and the ablations: the
+    one source of these defaults (``-m empathy/ethreed``'s options default to the fields here)."""
 
     hidden: int = 300
     dropout: float = 0.5

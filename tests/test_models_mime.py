@@ -211,7 +211,7 @@ def test_reference_tags_parametrise_ctx_and_speakers_as_the_reference_word_rows(
     assert 0.008 < embedding.ctx.std() < 0.012 and 0.008 < embedding.speakers.weight.std() < 0.012
     x, _ = embedding(torch.tensor([[5, 6]]), torch.tensor([[0, 1]]))
     assert torch.allclose(x[0, 0], embedding.ctx * 2 * 300 ** 0.5)
-    legacy = cls(50, config._replace(reference_tags=False),
+    legacy = cls(50, dataclasses.replace(config, reference_tags=False),
                  words=WordEmbedding(50, 300, scale=300 ** 0.5)).encoder.embedding
     assert legacy.ctx_scale == 1.0 and 0.9 < legacy.ctx.norm() < 1.1
     assert legacy.speakers.weight.std() > 0.05  # xavier-uniform of a 2 x 300 matrix: std 0.08

@@ -61,15 +61,15 @@ from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
+from parlai_empathy.models.generator_interface import EmotionTransformerConfig  # noqa: E402
 from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.models.mime import MimeReadout  # noqa: E402
-from parlai_empathy.models.multitask_transformer import MultitaskConfig  # noqa: E402
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
 from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
 
 USER, MODEL = 0, 1
 # the one source of the layer-size defaults (MIME's and Multi-TR's): the options default to its fields
-SIZE = TransformerSize()
+SIZE = EmotionTransformerConfig().size
 NOAM_PEAK_LR = SIZE.d_model ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
 
@@ -179,7 +179,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help="the reference's padding: encoder convolutions run over padded positions "
                            "and MIME's posterior averages them (ours by default: padding is zeroed and "
                            "skipped, so a token's features do not depend on its batch)")
-        group.add_argument('--emotion-loss-weight', type=float, default=MultitaskConfig().cls_weight,
+        group.add_argument('--emotion-loss-weight', type=float, default=EmotionTransformerConfig().cls_weight,
                            help='alpha: weight of the user-emotion classification loss')
         group.add_argument('--beam-stop', choices=['top', 'finished'], default='top',
                            help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
@@ -266,8 +266,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return size.d_model
 
     def common_config(self):
-        """The config fields MIME and Multi-TR share (``MimeConfig``, ``MultitaskConfig``), from
-        the options."""
+        """The :class:`EmotionTransformerConfig` fields MIME and Multi-TR share, from the options."""
         return dict(size=self.transformer_size(), cls_weight=self.opt['emotion_loss_weight'],
                     reference_tags=self._new_model_flag('reference_tags'))
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parlai_empathy.models.transformer_blocks import reorder_cache
+from parlai_empathy.models.transformer_blocks import TransformerSize, reorder_cache
 
 
 def _select_rows(value, indices):
@@ -74,6 +74,19 @@ class EncoderStates(NamedTuple):
     memory: torch.Tensor
     keep: torch.Tensor
     aux: Optional[ModelOutput] = None
+
+
+@dataclass(frozen=True)
+class EmotionTransformerConfig:
+    """What MIME and Multi-TR share: the layer sizes and the emotion-classifier side, the paper's by
+    default. The one source of these defaults: the agents' options default to these fields (and
+    to :class:`TransformerSize`'s); :class:`~parlai_empathy.models.mime.MimeConfig` adds MIME's."""
+
+    size: TransformerSize = TransformerSize()
+    cls_weight: float = 1.0  # alpha, the batch-mean emotion cross-entropy
+    response_weight: float = 1.0  # gamma, the response loss
+    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
+    n_speakers: int = 2
 
 
 class ResponseDecoder(nn.Module):

@@ -58,9 +58,8 @@ from torch import nn
 from parlai_empathy.data.emotions import NEGATIVE_IDS, NUM_EMOTIONS, POSITIVE_IDS, is_positive_by_id
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EmotionReadout, EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout, EmotionTransformerConfig, EncoderStates, GeneratorModel, build_response_side,
 )
-from parlai_empathy.models.transformer_blocks import TransformerSize
 
 POLARITIES = ('predicted', 'gold')
 
@@ -96,21 +95,16 @@ def seeded_normal(seeds: Sequence[int], shape, like: torch.Tensor) -> torch.Tens
     return torch.stack(rows).to(device=like.device, dtype=like.dtype)
 
 
-class MimeConfig(NamedTuple):
-    """MIME's settings: the paper's and the reference's by default. The one source of these
-    defaults: ``-m empathy/mime``'s options (``--latent-size``, ``--mimicry``, ...) default to the
-    fields here, and the layer sizes to :class:`TransformerSize`'s."""
+@dataclass(frozen=True)
+class MimeConfig(EmotionTransformerConfig):
+    """MIME's settings, the paper's and the reference's by default: the shared ones (sizes, alpha,
+    gamma, tags) and these; ``-m empathy/mime``'s options default to the fields."""
 
-    size: TransformerSize = TransformerSize()
     latent_dim: Optional[int] = 300  # each group's z_g (the reference: D_h); None: size.d_model
     mimicry: bool = True  # ablation: False
     grouping: bool = True  # ablation: False
     stochastic: bool = True  # ablation: False
-    cls_weight: float = 1.0  # alpha, the batch-mean emotion cross-entropy
     elbo_weight: float = 1.0  # beta, sum_g KL_g
-    response_weight: float = 1.0  # gamma, the response loss
-    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
-    n_speakers: int = 2
 
 
 @dataclass

@@ -8,7 +8,7 @@ Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with `
 response_weight * label-smoothed response loss summed over tokens + cls_weight * the batch-mean
 emotion cross-entropy.
 """
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,20 +17,12 @@ from torch import nn
 from parlai_empathy.data.emotions import NUM_EMOTIONS
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EmotionReadout, EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout, EmotionTransformerConfig, EncoderStates, GeneratorModel, build_response_side,
 )
-from parlai_empathy.models.transformer_blocks import TransformerSize
 
 
-class MultitaskConfig(NamedTuple):
-    """Multi-TR's settings (MIME's layer sizes, MoEL's loss weights); ``-m
-    empathy/multitask_transformer``'s options default to these fields and :class:`TransformerSize`'s."""
-
-    size: TransformerSize = TransformerSize()
-    cls_weight: float = 1.0  # the batch-mean emotion cross-entropy
-    response_weight: float = 1.0  # the response loss
-    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
-    n_speakers: int = 2
+class MultitaskConfig(EmotionTransformerConfig):
+    """Multi-TR's settings: the shared ones alone (MIME's layer sizes, MoEL's loss weights)."""
 
 
 class MultitaskEncoder(nn.Module):

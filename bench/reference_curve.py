@@ -334,14 +334,16 @@ def child_mime_curve(spec):
     rs.write_result(spec, {'updates': clock.get('updates', 0)})
 
 
-def main():
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--mime-repo', required=False)
     parser.add_argument('--ref-python', default=os.environ.get('PARLAI_EMPATHY_REF_PYTHON', sys.executable))
     parser.add_argument('--ed-dir', default=rs.DEFAULT_ED)
     parser.add_argument('--dict', help='our MIME dictionary (a model\'s .dict), for --init ours')
     parser.add_argument('--init', choices=['ours', 'reference'], default='ours')
-    parser.add_argument('--fill-std', default='0.01', type=glove_fill_std_arg,
+    # Read as text and checked by the parent only: the child runs in the reference's venv, which has
+    # no parlai_empathy to read it with (argparse converts even an unused default).
+    parser.add_argument('--fill-std', default='0.01',
                         help='--init ours: the std of the values GloVe 50d does not give, as our '
                         'agent\'s --glove-fill-std (0.01, the default, or "glove")')
     parser.add_argument('--steps', type=int, default=8000)
@@ -367,11 +369,20 @@ def main():
                         help='with --table: our runs (meta.json or a diagnostic curve.json)')
     parser.add_argument('--child', choices=['mime-curve'], help=argparse.SUPPRESS)
     parser.add_argument('--spec', help=argparse.SUPPRESS)
+    return parser
+
+
+def main():
+    parser = build_parser()
     args = parser.parse_args()
     if args.child:
         with open(args.spec) as handle:
             child_mime_curve(json.load(handle))
         return
+    try:
+        args.fill_std = glove_fill_std_arg(args.fill_std)
+    except argparse.ArgumentTypeError as error:
+        parser.error(f'argument --fill-std: {error}')
     if args.table:
         print(comparison_table(args.table, [tuple(item.split('=', 1)) for item in args.ours]))
         return

@@ -61,3 +61,16 @@ def test_fill_std_rejects_what_is_not_a_scale(option, tmp_path):
     assert done.returncode == 2, done.stderr
     assert '--fill-std' in done.stderr and 'non-negative number or "glove"' in done.stderr
     assert not (tmp_path / 'c.json').exists()
+
+
+def test_child_reads_its_arguments_without_our_package(tmp_path):
+    """The child process runs in the reference's own venv, where ``parlai_empathy`` is not
+    installed: reading its command line must not need it (a ``--fill-std`` type that imported it
+    stopped every run at its start)."""
+    code = ('import sys; sys.modules["parlai_empathy"] = None; '
+            f'sys.path.insert(0, {os.path.join(REPO, "bench")!r}); import reference_curve; '
+            'args = reference_curve.build_parser().parse_args(["--child", "mime-curve", "--spec", "s.json"]); '
+            'print(args.child, args.fill_std)')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ['mime-curve', '0.01']

@@ -379,13 +379,13 @@ def main():
         with open(args.spec) as handle:
             child_mime_curve(json.load(handle))
         return
+    if args.table:
+        print(comparison_table(args.table, [tuple(item.split('=', 1)) for item in args.ours]))
+        return
     try:
         args.fill_std = glove_fill_std_arg(args.fill_std)
     except argparse.ArgumentTypeError as error:
         parser.error(f'argument --fill-std: {error}')
-    if args.table:
-        print(comparison_table(args.table, [tuple(item.split('=', 1)) for item in args.ours]))
-        return
     if not (args.mime_repo and args.out):
         raise SystemExit('give --mime-repo DIR (a checkout of declare-lab/MIME) and --out FILE')
     if args.init == 'ours' and not args.dict:

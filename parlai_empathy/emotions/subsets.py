@@ -19,6 +19,8 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 
+from parlai_empathy.cache_lock import atomic_write
+
 from parlai_empathy.emotions.patterns import PatternParams, pattern_hits, select_patterns, transitions
 
 PRESETS = {
@@ -105,11 +107,7 @@ def manifest_name(manifest: Dict) -> str:
 def write_manifest(manifest: Dict, directory: str) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, manifest_name(manifest))
-    tmp = f'{path}.tmp-{os.getpid()}'
-    with open(tmp, 'w', encoding='utf-8') as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.write('\n')
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(json.dumps(manifest, indent=1, sort_keys=True) + '\n'), binary=False)
     return path
 
 

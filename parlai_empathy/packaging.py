@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from parlai_empathy.agents.safety import MODEL_DIR_PREFIX
+from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.data.ed_source import file_checksum
 from parlai_empathy.safe_loading import load_checkpoint
 
@@ -188,18 +189,20 @@ def write_archive(folder: str, archive: str) -> str:
         dirs.sort()
         rel = os.path.relpath(root, folder)
         names += [os.path.normpath(os.path.join(rel, n)) for n in sorted(files)]
-    tmp = f'{archive}.tmp{os.getpid()}'
-    with open(tmp, 'wb') as raw, gzip.GzipFile(fileobj=raw, mode='wb', mtime=0, filename='') as gz, \
-            tarfile.open(fileobj=gz, mode='w', format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
-            info = tar.gettarinfo(os.path.join(folder, name), arcname=name)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ''
-            info.mtime = 0
-            info.mode = 0o644
-            with open(os.path.join(folder, name), 'rb') as f:
-                tar.addfile(info, f)
-    os.replace(tmp, archive)
+
+    def write(raw):
+        with gzip.GzipFile(fileobj=raw, mode='wb', mtime=0, filename='') as gz, \
+                tarfile.open(fileobj=gz, mode='w', format=tarfile.PAX_FORMAT) as tar:
+            for name in names:
+                info = tar.gettarinfo(os.path.join(folder, name), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ''
+                info.mtime = 0
+                info.mode = 0o644
+                with open(os.path.join(folder, name), 'rb') as f:
+                    tar.addfile(info, f)
+
+    atomic_write(archive, write)  # a partial archive never stands at its name
     return archive
 
 

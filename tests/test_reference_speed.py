@@ -54,3 +54,45 @@ def test_reference_speed_smoke(tmp_path, ed_dir):
     assert ethreed_ours['decode_contexts'] == report['ethreed']['reference']['decode_contexts']
     # the checkouts are read, never written to
     assert {repo: git_status(repo) for repo in (mime, ethreed)} == before
+
+
+CURVE_NEEDED = ('PARLAI_EMPATHY_MIME_REPO', 'PARLAI_EMPATHY_REF_PYTHON')
+CURVE_MISSING = [name for name in CURVE_NEEDED if not os.environ.get(name)]
+
+
+@pytest.mark.skipif(bool(CURVE_MISSING), reason=f'reference checkout not given: set {", ".join(CURVE_MISSING)}')
+def test_reference_curve_smoke_and_resume(tmp_path):
+    """``bench/reference_curve.py`` end to end in the reference's own venv (which has no
+    parlai_empathy: a parent-only import in the child's argument parsing stopped every run at its
+    start, 2026-11-29), on the embedded ED sample: two updates, a validation on two batches,
+    the early-stopping path (counted from 0) with its test pass, then a rerun that resumes from the
+    checkpoint instead of starting again."""
+    mime = os.environ['PARLAI_EMPATHY_MIME_REPO']
+    before = git_status(mime)
+    words = tmp_path / 'model.dict'
+    words.write_text('__null__\t1000000003\nhappy\t120\nsad\t80\nzzqxnotaword\t3\n', encoding='utf-8')
+    out = tmp_path / 'curve.json'
+
+    def run(steps):
+        return subprocess.run(
+            [sys.executable, os.path.join(REPO, 'bench', 'reference_curve.py'), '--mime-repo', mime,
+             '--ref-python', os.environ['PARLAI_EMPATHY_REF_PYTHON'], '--dict', str(words),
+             '--ed-dir', os.path.join(REPO, 'parlai_empathy', 'data', 'sample'), '--steps', str(steps),
+             '--log-every', '1', '--save-every', '1', '--smoke-valid-batches', '2', '--count-after', '0',
+             '--initial-best-ppl', '1e30',
+             '--workdir', str(tmp_path / 'work'), '--out', str(out)],
+            cwd=REPO, capture_output=True, text=True, timeout=1800)
+
+    done = run(2)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    curve = json.loads(out.read_text())
+    assert curve['finished'] and curve['updates_done'] == 2
+    assert curve['word_table']['fill_std'] == 0.01 and curve['word_table']['words'] == 3
+    assert [p['updates'] for p in curve['train']] == [1, 2]
+    assert curve['valid'][-1]['updates'] == 2 and curve['test']['weights_of_updates'] == 2
+    assert os.path.isfile(f'{out}.checkpoint.pt')
+    done = run(3)  # the same command with one more update: resumes at 2
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    curve = json.loads(out.read_text())
+    assert [p['updates'] for p in curve['train']] == [1, 2, 3] and curve['updates_done'] == 3
+    assert git_status(mime) == before  # the checkout is read, never written to

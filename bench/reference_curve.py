@@ -70,16 +70,6 @@ class StopCurve(BaseException):
     """Raised after the last update (a BaseException: main.py catches KeyboardInterrupt only)."""
 
 
-def glove_fill_std_arg(text):
-    """``--fill-std``, read as our agents read ``--glove-fill-std``."""
-    from parlai_empathy.models.glove import glove_fill_std
-
-    try:
-        return glove_fill_std(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'a non-negative number or "glove", not {text!r}') from None
-
-
 def write_init_file(dict_path, path, dim=300, seed=0, fill_std=None):
     """Our MIME's initial word rows (see module doc), as a GloVe-style text file."""
     import torch
@@ -382,10 +372,12 @@ def main():
     if args.table:
         print(comparison_table(args.table, [tuple(item.split('=', 1)) for item in args.ours]))
         return
+    from parlai_empathy.models.glove import glove_fill_std  # the parent's venv has our package
+
     try:
-        args.fill_std = glove_fill_std_arg(args.fill_std)
-    except argparse.ArgumentTypeError as error:
-        parser.error(f'argument --fill-std: {error}')
+        args.fill_std = glove_fill_std(args.fill_std)  # read as our agents read --glove-fill-std
+    except ValueError:
+        parser.error(f'argument --fill-std: a non-negative number or "glove", not {args.fill_std!r}')
     if not (args.mime_repo and args.out):
         raise SystemExit('give --mime-repo DIR (a checkout of declare-lab/MIME) and --out FILE')
     if args.init == 'ours' and not args.dict:

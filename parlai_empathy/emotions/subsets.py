@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from parlai_empathy.cache_lock import atomic_write
-
 from parlai_empathy.emotions.patterns import PatternParams, pattern_hits, select_patterns, transitions
 
 PRESETS = {

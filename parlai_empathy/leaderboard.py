@@ -567,52 +567,189 @@ def _fmt(value) -> str:
     return f'{value:.4g}' if abs(value) < 1000 else f'{value:.0f}'
 
 
-# the headline figure of each family, on the scale a paper prints it
+@dataclass(frozen=True)
+class Headline:
+    """A headline metric: its report key, what it is, and the scale and unit the board shows it on
+    (``scale`` multiplies the report's figure: 100 turns the suite's fractions into percentages)."""
+    key: str
+    title: str
+    unit: str
+    scale: float = 1
+
+
+# the headline figure of each family, on the scale a paper prints it, in the board's reading order
 HEADLINE = [
-    (P100, 'P@1,100 % (consecutive blocks)', 100), (P100_SHUFFLED, 'P@1,100 % (shuffled blocks)', 100),
-    ('avg_bleu', 'AVG BLEU', 1), ('ppl_ex', 'PPL (per-response mean, as the reference codes)', 1),
-    ('emo_acc', 'emotion accuracy %', 100), ('dist-1', 'Dist-1 %', 100), ('dist-2', 'Dist-2 %', 100),
-    ('bertscore_f', 'BERTScore F1', 1), ('macro_f1', 'classifier macro-F1', 1), ('accuracy', 'classifier accuracy %', 100),
+    Headline(P100, 'P@1,100, consecutive blocks', '%', 100),
+    Headline(P100_SHUFFLED, 'P@1,100, shuffled blocks', '%', 100),
+    Headline('ppl_ex', 'PPL, per-response mean', 'perplexity'),
+    Headline('emo_acc', 'emotion accuracy', '%', 100),
+    Headline('avg_bleu', 'AVG BLEU, sacrebleu', 'BLEU 0-100'),
+    Headline('multi_bleu', 'BLEU-4, multi-bleu lowercased', 'BLEU 0-100'),
+    Headline('dist-1', 'Dist-1', '%', 100),
+    Headline('dist-2', 'Dist-2', '%', 100),
+    Headline('bertscore_f', 'BERTScore F1', '0-1'),
+    Headline('accuracy', 'classifier accuracy', '%', 100),
+    Headline('macro_f1', 'classifier macro-F1', '0-1'),
 ]
+# the figure's panels, three a row, so that panels of about as many bars share a row
+PLOT_ORDER = [P100, P100_SHUFFLED, 'accuracy', 'avg_bleu', 'multi_bleu', 'bertscore_f', 'dist-1', 'dist-2', 'ppl_ex',
+              'emo_acc', 'macro_f1']
 FAMILY_COLOURS = {'ranker': '#4C72B0', 'generator': '#DD8452', 'classifier': '#55A868'}
+OTHER_COLOUR = '#8172B3'
+LABEL_WIDTH = 24  # characters of a bar's label per line; a longer one wraps at '_' or '-'
 
 
-def plot_headline(results: List[Dict], path: str) -> None:
-    """One panel per headline metric, bars coloured by model family, only rows that have it."""
+@dataclass
+class Bar:
+    """One row's bar: ``value`` and the paper's figure ``paper`` both on the panel's scale."""
+    name: str  # the row's name on the board (``project/entry``)
+    label: str  # what the figure writes beside the bar (the entry; its project heads the group)
+    value: float
+    paper: Optional[float]
+    kind: Optional[str]
+
+
+@dataclass
+class Panel:
+    key: str
+    title: str
+    unit: str
+    scale: float
+    groups: List[Tuple[str, List[Bar]]]  # (project, its rows' bars), in the board's row order
+
+    @property
+    def bars(self) -> List[Bar]:
+        return [bar for _, bars in self.groups for bar in bars]
+
+    @property
+    def heading(self) -> str:
+        return f'{self.title} ({self.unit})'
+
+
+def split_name(name: str) -> Tuple[str, str]:
+    """``project/entry`` -> (project, entry); a name with no project is its own label."""
+    project, sep, entry = name.partition('/')
+    return (project, entry) if sep else ('', name)
+
+
+def short_label(text: str, width: int = LABEL_WIDTH) -> str:
+    """``text`` in lines of at most ``width`` characters, broken after '_' or '-' where it can be
+    (and mid-word only where a part is longer than a line)."""
+    parts, part = [], ''
+    for char in text:
+        part += char
+        if char in '_-':
+            parts.append(part)
+            part = ''
+    parts += [part] if part else []
+    lines, line = [], ''
+    for part in parts:
+        while len(part) > width:
+            if line:
+                lines.append(line)
+                line = ''
+            lines.append(part[:width])
+            part = part[width:]
+        if len(line) + len(part) > width:
+            lines.append(line)
+            line = ''
+        line += part
+    return '\n'.join(lines + ([line] if line else []))
+
+
+def headline_panels(results: List[Dict]) -> List[Panel]:
+    """The figure's data: one panel per headline metric (in :data:`PLOT_ORDER`) with the rows that
+    have it, grouped by project. A row's ``paper`` figures are on its report's scale (as its
+    ``values``: :func:`gather_artifacts`), so bar and paper marker take the same ``scale``."""
+    by_key = {h.key: h for h in HEADLINE}
+    panels = []
+    for key in PLOT_ORDER:
+        headline = by_key[key]
+        groups: List[Tuple[str, List[Bar]]] = []
+        for r in results:
+            if key not in r['values']:
+                continue
+            project, entry = split_name(r['name'])
+            paper = (r.get('paper') or {}).get(key)
+            bar = Bar(r['name'], short_label(entry), r['values'][key] * headline.scale,
+                      None if paper is None else paper * headline.scale, r.get('kind'))
+            if groups and groups[-1][0] == project:
+                groups[-1][1].append(bar)
+            else:
+                groups.append((project, [bar]))
+        if groups:
+            panels.append(Panel(key, headline.title, headline.unit, headline.scale, groups))
+    return panels
+
+
+def _slots(panel: Panel) -> List[Tuple[str, Optional[Bar]]]:
+    """The panel's y positions, top to bottom: a project's name (bold, no bar) above its rows."""
+    slots = []
+    for project, bars in panel.groups:
+        if project:
+            slots.append((project, None))
+        slots += [(bar.label, bar) for bar in bars]
+    return slots
+
+
+def draw_panels(panels: List[Panel], path: str) -> None:
+    """Draw :func:`headline_panels`' data: horizontal bars coloured by model family, the paper's
+    figure as a black tick on its row, each value (and the paper's) written beside its bar."""
     import matplotlib
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    panels = [(key, title, scale) for key, title, scale in HEADLINE if any(key in r['values'] for r in results)]
     cols = min(3, len(panels)) or 1
-    rows = max(1, math.ceil(len(panels) / cols))
-    heights = [sum(key in r['values'] for r in results) for key, _, _ in panels] or [1]
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 0.9 + 0.32 * max(heights) * rows + 0.9 * rows),
-                             squeeze=False)
-    for ax, (key, title, scale) in zip(axes.flat, panels):
-        shown = [r for r in results if key in r['values']]
-        names = [r['name'] for r in shown]
-        values = [r['values'][key] * scale for r in shown]
-        colours = [FAMILY_COLOURS.get(r.get('kind'), '#8172B3') for r in shown]
-        ax.barh(names, values, color=colours)
-        ax.set_title(title, fontsize=10)
-        ax.invert_yaxis()
-        ax.tick_params(labelsize=8)
-        for i, v in enumerate(values):
-            ax.text(v, i, f' {_fmt(v)}', va='center', fontsize=7)
-        paper = [r.get('paper', {}).get(key) for r in shown]
-        for i, p in enumerate(paper):
-            if p is not None:
-                ax.plot([p, p], [i - 0.4, i + 0.4], color='black', linewidth=1.5)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis('off')
+    grid = [panels[i:i + cols] for i in range(0, len(panels), cols)] or [[]]
+    # a row of panels is as tall as its longest panel, so bars are equally thick within a row
+    row_slots = [max([sum(s.count('\n') + 1 for s, _ in _slots(p)) for p in row] or [1]) for row in grid]
+    slot_inches = 0.2
+    fig = plt.figure(figsize=(5.4 * cols, 0.6 + sum(slot_inches * n + 0.75 for n in row_slots)))
+    spec = fig.add_gridspec(len(grid), cols, height_ratios=[slot_inches * n + 0.75 for n in row_slots])
+    for row, (line, slots_in_row) in enumerate(zip(grid, row_slots)):
+        for col, panel in enumerate(line):
+            ax = fig.add_subplot(spec[row, col])
+            _draw_panel(ax, panel, slots_in_row)
     handles = [matplotlib.patches.Patch(color=c, label=k) for k, c in FAMILY_COLOURS.items()]
-    handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure"))
-    fig.legend(handles=handles, loc='lower center', ncol=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure (same scale)"))
+    fig.legend(handles=handles, loc='upper center', ncol=len(handles), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=100, metadata={'Software': None})
     plt.close(fig)
+
+
+def _draw_panel(ax, panel: Panel, height: int) -> None:
+    slots = _slots(panel)
+    # a label of two lines takes the room of two slots
+    positions, y = [], 0.0
+    for label, _ in slots:
+        lines = label.count('\n') + 1
+        positions.append(y + (lines - 1) / 2)
+        y += lines
+    bars = [(pos, bar) for pos, (_, bar) in zip(positions, slots) if bar is not None]
+    ax.barh([pos for pos, _ in bars], [bar.value for _, bar in bars], height=0.8,
+            color=[FAMILY_COLOURS.get(bar.kind, OTHER_COLOUR) for _, bar in bars])
+    for pos, bar in bars:
+        if bar.paper is not None:
+            ax.plot([bar.paper, bar.paper], [pos - 0.4, pos + 0.4], color='black', linewidth=1.5)
+        text = f' {_fmt(bar.value)}' + ('' if bar.paper is None else f'  (paper {_fmt(bar.paper)})')
+        ax.text(max(bar.value, bar.paper or 0.0), pos, text, va='center', fontsize=7)
+    ax.set_yticks(positions, [label for label, _ in slots], fontsize=7.5)
+    for tick, (_, bar) in zip(ax.get_yticklabels(), slots):
+        if bar is None:
+            tick.set_fontweight('bold')
+    ax.set_ylim(height - 0.5, -0.5)
+    top = max(max(bar.value, bar.paper or 0.0) for _, bar in bars)
+    ax.set_xlim(0, top * 1.45 or 1)  # room for the values written beside the longest bar
+    ax.set_title(panel.heading, fontsize=10)
+    ax.set_xlabel(panel.unit, fontsize=8)
+    ax.tick_params(axis='x', labelsize=7.5)
+
+
+def plot_headline(results: List[Dict], path: str) -> None:
+    """One panel per headline metric, bars coloured by model family, only rows that have it."""
+    draw_panels(headline_panels(results), path)
 
 
 TABLE_START, TABLE_END = '<!-- leaderboard-table:start{} -->', '<!-- leaderboard-table:end{} -->'

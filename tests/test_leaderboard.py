@@ -132,3 +132,126 @@ def test_a_row_can_fill_a_column_from_its_own_key(tmp_path):
     del table['rows'][0]['keys']  # without it the column stays empty
     line = leaderboard.render_project_table(str(tmp_path), table, target).splitlines()[-1]
     assert line.split(' | ')[3] == ''
+
+
+# ----- the board's figure and tables, from the committed evidence ----------------------------------
+PROJECTS = os.path.join(REPO, 'projects')
+
+
+def _table_rows():
+    """(project, table metric key -> its scale, row) of every projects/*/table.json row."""
+    from parlai_empathy import leaderboard
+
+    for paper in sorted(os.listdir(PROJECTS)):
+        path = os.path.join(PROJECTS, paper, 'table.json')
+        if os.path.isfile(path):
+            with open(path) as f:
+                spec = json.load(f)
+            for table in leaderboard.project_tables(spec):
+                scales = {m['key']: m.get('scale', 1) for m in table['metrics']}
+                for row in table['rows']:
+                    yield paper, scales, row
+
+
+@pytest.fixture(scope='module')
+def board_results():
+    from parlai_empathy import leaderboard
+
+    return leaderboard.gather_artifacts(PROJECTS)
+
+
+def _drawn(results, tmp_path, monkeypatch):
+    """What the board's figure draws, read off its artists once it is drawn: per panel its title,
+    rows' y tick labels, bars (y centre, width) and paper markers (x, y centre)."""
+    import matplotlib.figure
+
+    from parlai_empathy import leaderboard
+
+    drawn = []
+    savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        savefig(fig, *args, **kwargs)
+        for ax in fig.axes:
+            if not ax.axison:
+                continue
+            bars = [(p.get_y() + p.get_height() / 2, p.get_width()) for p in ax.patches]
+            markers = [(float(line.get_xdata()[0]), float(sum(line.get_ydata()) / len(line.get_ydata())))
+                       for line in ax.lines]
+            labels = [t for t in ax.get_yticklabels() if t.get_fontweight() != 'bold']  # not a project's name
+            drawn.append({'title': ax.get_title(), 'labels': [t.get_text() for t in labels],
+                          'bars': bars, 'markers': markers})
+
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', spy)
+    leaderboard.plot_headline(results, str(tmp_path / 'board.png'))
+    return drawn
+
+
+def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels(board_results, tmp_path,
+                                                                                  monkeypatch):
+    """Read off the drawn figure (not its pixels): a paper's figure sits beside its own row's bar on
+    the bar's scale (the board once drew P@1,100 65.92 % at 0.66 beside bars in percent), every
+    panel's title names its unit, and no row label fills the panel (a project is named once, in
+    bold, above its rows)."""
+    drawn = _drawn(board_results, tmp_path, monkeypatch)
+    assert len(drawn) >= 10
+    markers = 0
+    for panel in drawn:
+        assert panel['title'].endswith(')'), f'{panel["title"]}: no unit'
+        assert all(len(line) <= 24 for label in panel['labels'] for line in label.split('\n')), panel['labels']
+        for x, y in panel['markers']:
+            width = [w for centre, w in panel['bars'] if abs(centre - y) < 1e-6]
+            assert len(width) == 1, f'{panel["title"]}: a paper marker at y={y} has no bar'
+            # ours and the paper's are the same quantity: never a factor of 100 apart
+            assert 1 / 3 < x / width[0] < 3, f'{panel["title"]}: paper {x} beside our {width[0]}'
+            markers += 1
+    assert markers >= 10
+
+
+def test_the_panels_hold_each_papers_figure_as_its_table_prints_it(board_results):
+    """Every paper figure of a table.json row with evidence is on the panel of its metric, equal to
+    the table's figure converted to the panel's unit (P@1,100 65.92 in a table in percent is 65.92
+    on the percent panel; emotion accuracy 0.34 in a table of fractions is 34 on the percent panel)."""
+    from parlai_empathy import leaderboard
+
+    panels = {p.key: p for p in leaderboard.headline_panels(board_results)}
+    bars = {(key, bar.name): bar for key, panel in panels.items() for bar in panel.bars}
+    expected = 0
+    for paper, scales, row in _table_rows():
+        if not os.path.isdir(os.path.join(PROJECTS, paper, row.get('artifacts') or '-')):
+            continue
+        for key, figure in row.get('paper', {}).items():
+            if key not in panels:
+                continue  # no headline panel for that metric (e.g. Dist on nltk tokens)
+            bar = bars[(key, f'{paper}/{row["entry"]}')]
+            assert bar.paper == pytest.approx(figure / scales[key] * panels[key].scale), (paper, row['entry'], key)
+            if scales[key] == panels[key].scale:
+                assert bar.paper == pytest.approx(figure)
+            expected += 1
+    assert expected >= 10
+    drawn = sum(bar.paper is not None for panel in panels.values() for bar in panel.bars)
+    assert drawn == expected, 'a paper marker that no table.json figure gives'
+    assert panels['p@1,100_shuffled'].unit == panels['emo_acc'].unit == '%'
+
+
+def test_each_panel_names_a_project_once_above_its_rows_short_labels(board_results):
+    from parlai_empathy import leaderboard
+
+    for panel in leaderboard.headline_panels(board_results):
+        projects = [project for project, _ in panel.groups]
+        assert len(projects) == len(set(projects)), f'{panel.key}: a project split into two groups'
+        for project, bars in panel.groups:
+            for bar in bars:
+                assert all(len(line) <= leaderboard.LABEL_WIDTH for line in bar.label.split('\n'))
+                assert f'{project}/{bar.label.replace(chr(10), "")}' == bar.name  # still identifies the row
+        names = [bar.name for bar in panel.bars]
+        assert names == [r['name'] for r in board_results if panel.key in r['values']]
+
+
+def test_a_long_label_wraps_at_underscores_and_keeps_every_character():
+    from parlai_empathy import leaderboard
+
+    label = leaderboard.short_label('ethreed_no_emotion_gru_and_no_party_and_no_kl', 24)
+    assert label.split('\n') == ['ethreed_no_emotion_gru_', 'and_no_party_and_no_kl']
+    assert leaderboard.short_label('x' * 30, 24).split('\n') == ['x' * 24, 'x' * 6]
+    assert leaderboard.short_label('mime', 24) == 'mime'

@@ -35,6 +35,9 @@ def namespace_leaves():
     # the modules / data files only, so `parlai empathy_*` and `-o empathy/<preset>` resolve.
     mapping['parlai.scripts'] = 'scripts'
     mapping['parlai.opt_presets.empathy'] = 'opt_presets/empathy'
+    # data only: the reproduction plans (table.json) and the committed rows' meta.json (the
+    # times `parlai empathy_reproduce` quotes), so a plan runs without a clone of the repository
+    mapping['parlai_empathy.projects'] = 'projects'
     return mapping
 
 
@@ -83,6 +86,7 @@ setup(
                            'humaneval/templates/*.html'],
         'parlai.opt_presets.empathy': ['*.opt'],
         'parlai.zoo.empathy': ['manifest.json'],
+        'parlai_empathy.projects': ['*/table.json', '*/runs/*/meta.json'],
     },
     cmdclass={'build_py': BuildWithStartupHook},
     install_requires=[

@@ -17,6 +17,9 @@ OURS = [
     'parlai/opt_presets/empathy/mime.opt',
     'parlai_empathy/compat.py',
     'parlai_empathy/data/sample/train.csv',
+    # the plans and the committed rows' times: `parlai empathy_reproduce` without a clone
+    'parlai_empathy/projects/majumder2020_mime/table.json',
+    'parlai_empathy/projects/majumder2020_mime/runs/mime/meta.json',
     'parlai_empathy_compat.pth',
 ]
 PARLAIS_OWN = [

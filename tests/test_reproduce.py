@@ -69,23 +69,78 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     spec_path.write_text(json.dumps(spec))
     args = ['empathy_reproduce', '--project', 'majumder2020_mime', '--projects-dir', projects, '--runs-dir',
             tmp_path / 'runs', '--rows', 'multitask_transformer', '--board', tmp_path / 'board']
+    readme_before = (projects / 'majumder2020_mime' / 'README.md').read_text()
+    # by default the evidence goes under the runs folder and the clone's committed rows stay as they are
     run_parlai(*args)
     model = tmp_path / 'runs' / 'majumder2020_mime' / 'multitask_transformer' / 'model'
+    ours = tmp_path / 'runs' / 'projects' / 'majumder2020_mime' / 'runs' / 'multitask_transformer'
+    assert model.exists() and sorted(os.listdir(ours)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
+    assert not (projects / 'majumder2020_mime' / 'runs').exists()
+    assert (projects / 'majumder2020_mime' / 'README.md').read_text() == readme_before
+    assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == \
+        ['majumder2020_mime/multitask_transformer']
+
+    # --write-projects: over the committed rows, and the project README is refilled (training is done)
+    trained_at = model.stat().st_mtime_ns
+    done = run_parlai(*args, '--write-projects')
+    assert done.stdout.count('done already') == 1
     row = projects / 'majumder2020_mime' / 'runs' / 'multitask_transformer'
-    assert model.exists() and sorted(os.listdir(row)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
+    assert sorted(os.listdir(row)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
     report = json.loads((row / 'report.json').read_text())
     meta = json.loads((row / 'meta.json').read_text())
     assert meta['plan']['commands'][0].startswith('parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/')
     assert meta['examples'] == report['exs']['ppl'] > 0
     line = next(l for l in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines() if l.startswith('| Multi-TR'))
     assert f'{report["values"]["ppl"]:.4g}' in line and '[runs/multitask_transformer](runs/multitask_transformer)' in line
-    assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == \
-        ['majumder2020_mime/multitask_transformer']
 
-    trained_at = model.stat().st_mtime_ns
-    again = run_parlai(*args)
+    again = run_parlai(*args, '--write-projects')
     assert again.stdout.count('done already') == 2
     assert model.stat().st_mtime_ns == trained_at  # not trained again
+
+
+def test_a_dry_run_works_from_any_directory_and_says_how_long_each_step_took(run_parlai, tmp_path):
+    """Outside a clone (the working directory is a fresh folder) the plans installed with the
+    package are used; each step says what it took in the committed row, on which machine, and
+    the total; the evidence would go under the runs folder, not over the committed rows."""
+    done = run_parlai('empathy_reproduce', '--project', 'majumder2020_mime', '--rows', 'mime', '--dry-run')
+    meta = json.loads(open(os.path.join(PROJECTS, 'majumder2020_mime', 'runs', 'mime', 'meta.json')).read())
+    train, evaluate = meta['training']['train_time'], meta['evaluation_seconds']
+    machine = reproduce.machine_words(meta['machine'])
+    assert machine.startswith('2 CPU cores')
+    lines = done.stdout.splitlines()
+    assert f'# majumder2020_mime/mime train: about {reproduce.duration_words(train)} on {machine}, ' \
+           'as the committed row took' in lines, done.stdout
+    assert f'# majumder2020_mime/mime evaluate: about {reproduce.duration_words(evaluate)} on {machine}, ' \
+           'as the committed row took' in lines
+    assert f'# cpu plan, the steps to run in all: about {reproduce.duration_words(train + evaluate)} on {machine}, ' \
+           'as the committed row took' in lines
+    commands = [line for line in lines if line.startswith('parlai ')]
+    assert len(commands) == 2 and f'-mf {tmp_path}/runs/majumder2020_mime/mime/model' in commands[0]
+    assert f'--artifacts {tmp_path}/runs/projects/majumder2020_mime/runs ' in commands[1]
+    assert not os.path.exists(tmp_path / 'runs')  # a dry run writes nothing
+    # and a row measured with the other profile says so instead of guessing
+    done = run_parlai('empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows', 'bert_ft',
+                      '--dry-run')
+    assert 'not timed: the committed row ran its gpu plan in ' in done.stdout and 'NVIDIA H200' in done.stdout
+    # the installed copy is no clone: nothing is written into it
+    done = run_parlai('empathy_reproduce', '--project', 'majumder2020_mime', '--rows', 'mime', '--write-projects',
+                      check=False)
+    assert done.returncode != 0 and 'run from a clone of parlai-empathy' in done.stderr
+    assert 'Traceback' not in done.stderr
+
+
+def test_the_plans_are_found_from_a_subfolder_of_a_clone_or_by_the_environment(tmp_path, monkeypatch):
+    (tmp_path / 'clone' / 'projects' / 'p').mkdir(parents=True)
+    (tmp_path / 'clone' / 'projects' / 'p' / 'table.json').write_text('{}')
+    (tmp_path / 'clone' / 'deep' / 'er').mkdir(parents=True)
+    monkeypatch.delenv(reproduce.PROJECTS_ENV, raising=False)
+    monkeypatch.chdir(tmp_path / 'clone' / 'deep' / 'er')
+    assert reproduce.find_projects_dir('p') == str(tmp_path / 'clone' / 'projects')
+    # a project the clone lacks comes from the installed copy
+    assert reproduce.find_projects_dir('majumder2020_mime') == reproduce.packaged_projects_dir()
+    monkeypatch.setenv(reproduce.PROJECTS_ENV, str(tmp_path / 'elsewhere'))
+    assert reproduce.find_projects_dir('p') == str(tmp_path / 'elsewhere')
+    assert reproduce.find_projects_dir('p', explicit='given') == 'given'
 
 
 def test_unknown_project_or_row_is_named(run_parlai):

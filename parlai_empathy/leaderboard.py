@@ -533,10 +533,17 @@ def write_entry_artifacts(result: Dict, row_dir: str, eval_command: str) -> Dict
 
 
 # ----- boards --------------------------------------------------------------------------------------
-def write_outputs(results: List[Dict], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:
-    os.makedirs(outdir, exist_ok=True)
+def board_columns(results: List[Dict]) -> List[str]:
+    """Every figure any row has, in the CSV's order (the suite's headline columns first)."""
     columns = [c for c in SHOWN + CLASSIFIER_COLUMNS if any(c in r['values'] for r in results)]
-    columns += [c for c in COLUMNS if c not in columns and any(c in r['values'] for r in results)]
+    return columns + [c for c in COLUMNS if c not in columns and any(c in r['values'] for r in results)]
+
+
+def write_outputs(results: List[Dict], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:
+    """results.json and leaderboard.csv hold every figure; leaderboard.md the headline table (and
+    the other figures by model family); leaderboard.png the headline panels."""
+    os.makedirs(outdir, exist_ok=True)
+    columns = board_columns(results)
     paths = {name: os.path.join(outdir, name) for name in ('results.json', 'leaderboard.md', 'leaderboard.csv', 'leaderboard.png')}
     serializable = [{k: v for k, v in r.items() if k != 'outputs'} for r in results]
     evidence.write_json(paths['results.json'], {'results': serializable, 'notes': notes})
@@ -545,20 +552,51 @@ def write_outputs(results: List[Dict], outdir: str, notes: Dict[str, str]) -> Di
         writer.writerow(['model'] + columns)
         for r in results:
             writer.writerow([r['name']] + [r['values'].get(c, '') for c in columns])
-    lines = ['| model | ' + ' | '.join(columns) + ' |', '|---' * (len(columns) + 1) + '|']
-    for r in results:
-        cells = [_fmt(r['values'].get(c)) for c in columns]
-        lines.append(f'| {r["name"]} | ' + ' | '.join(cells) + ' |')
-    lines.append('')
+    with open(paths['leaderboard.md'], 'w') as f:
+        f.write(markdown_board(results, notes))
+    plot_headline(results, paths['leaderboard.png'])
+    return paths
+
+
+def _md_table(header: List[str], rows: List[List[str]]) -> List[str]:
+    return (['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
+            + ['| ' + ' | '.join(cells) + ' |' for cells in rows])
+
+
+FAMILIES = [('ranker', 'Response rankers'), ('generator', 'Response generators'), ('classifier', 'Emotion classifiers'),
+            (None, 'Other rows')]
+
+
+def markdown_board(results: List[Dict], notes: Dict[str, str]) -> str:
+    """leaderboard.md: the headline metrics of every row in one table, on the scale the figure
+    shows them; then, for each model family, its rows' other figures as the suite reports them
+    (so every figure of the CSV is in one of the tables); the settings notes; the commands."""
+    headlines = [h for h in HEADLINE if any(h.key in r['values'] for r in results)]
+    lines = _md_table(['model'] + [h.column for h in headlines],
+                      [[r['name']] + [_fmt(r['values'][h.key] * h.scale) if h.key in r['values'] else ''
+                                      for h in headlines] for r in results])
+    lines += ['', 'Columns (the `leaderboard.csv` column, times the factor the table shows it at):', '']
+    lines += [f'- **{h.column}** = `{h.key}`' + (f' × {h.scale:g}' if h.scale != 1 else '') + f': {h.title} ({h.unit})'
+              + (f'; {h.note}' if h.note and any(h.note_key in r['values'] for r in results) else '')
+              for h in headlines]
+    lines += ['', 'Every figure of every row, unrounded, is in `leaderboard.csv` and `results.json`; the tables '
+              "below give each family's other figures as the suite reports them (rates as fractions)."]
+    shown = {h.key for h in headlines}
+    known = {kind for kind, _ in FAMILIES}
+    for kind, title in FAMILIES:
+        rows = [r for r in results if (r.get('kind') if r.get('kind') in known else None) == kind]
+        columns = [c for c in board_columns(rows) if c not in shown]
+        if rows and columns:
+            lines += ['', f'### {title}: other figures', '']
+            lines += _md_table(['model'] + columns, [[r['name']] + [_fmt(r['values'].get(c)) for c in columns]
+                                                     for r in rows])
+    lines += ['', '### Settings', '']
     lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]
-    lines.append('')
+    lines += ['', '### Commands', '']
     for r in results:
         for command in r.get('commands', []):
             lines.append(f'- `{r["name"]}`: `{command}`')
-    with open(paths['leaderboard.md'], 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-    plot_headline(results, paths['leaderboard.png'])
-    return paths
+    return '\n'.join(lines) + '\n'
 
 
 def _fmt(value) -> str:
@@ -569,27 +607,33 @@ def _fmt(value) -> str:
 
 @dataclass(frozen=True)
 class Headline:
-    """A headline metric: its report key, what it is, and the scale and unit the board shows it on
-    (``scale`` multiplies the report's figure: 100 turns the suite's fractions into percentages)."""
+    """A headline metric: its report key, what it is, the scale and unit the board shows it on
+    (``scale`` multiplies the report's figure: 100 turns the suite's fractions into percentages)
+    and its header in the markdown table."""
     key: str
     title: str
     unit: str
-    scale: float = 1
+    scale: float
+    column: str
+    note: str = ''  # said under the table where a row has ``note_key``
+    note_key: str = ''
 
 
-# the headline figure of each family, on the scale a paper prints it, in the board's reading order
+# the headline figure of each family, on the scale a paper prints it, in the markdown table's order
 HEADLINE = [
-    Headline(P100, 'P@1,100, consecutive blocks', '%', 100),
-    Headline(P100_SHUFFLED, 'P@1,100, shuffled blocks', '%', 100),
-    Headline('ppl_ex', 'PPL, per-response mean', 'perplexity'),
-    Headline('emo_acc', 'emotion accuracy', '%', 100),
-    Headline('avg_bleu', 'AVG BLEU, sacrebleu', 'BLEU 0-100'),
-    Headline('multi_bleu', 'BLEU-4, multi-bleu lowercased', 'BLEU 0-100'),
-    Headline('dist-1', 'Dist-1', '%', 100),
-    Headline('dist-2', 'Dist-2', '%', 100),
-    Headline('bertscore_f', 'BERTScore F1', '0-1'),
-    Headline('accuracy', 'classifier accuracy', '%', 100),
-    Headline('macro_f1', 'classifier macro-F1', '0-1'),
+    Headline(P100, 'P@1,100, consecutive blocks', '%', 100, 'P@1,100 consecutive %'),
+    Headline(P100_SHUFFLED, 'P@1,100, shuffled blocks', '%', 100, 'P@1,100 shuffled %'),
+    Headline('ppl_ex', 'PPL, per-response mean', 'perplexity', 1, 'PPL',
+             "MIME's reference definition is `ppl_ex_gold` (with the gold polarity), in the generators' table",
+             'ppl_ex_gold'),
+    Headline('emo_acc', 'emotion accuracy', '%', 100, 'emotion acc. %'),
+    Headline('avg_bleu', 'AVG BLEU, sacrebleu', 'BLEU 0-100', 1, 'AVG BLEU'),
+    Headline('multi_bleu', 'BLEU-4, multi-bleu lowercased', 'BLEU 0-100', 1, 'multi-BLEU'),
+    Headline('dist-1', 'Dist-1', '%', 100, 'Dist-1 %'),
+    Headline('dist-2', 'Dist-2', '%', 100, 'Dist-2 %'),
+    Headline('bertscore_f', 'BERTScore F1', '0-1', 1, 'BERTScore F1'),
+    Headline('accuracy', 'classifier accuracy', '%', 100, 'classifier acc. %'),
+    Headline('macro_f1', 'classifier macro-F1', '0-1', 1, 'classifier macro-F1'),
 ]
 # the figure's panels, three a row, so that panels of about as many bars share a row
 PLOT_ORDER = [P100, P100_SHUFFLED, 'accuracy', 'avg_bleu', 'multi_bleu', 'bertscore_f', 'dist-1', 'dist-2', 'ppl_ex',

@@ -255,3 +255,52 @@ def test_a_long_label_wraps_at_underscores_and_keeps_every_character():
     assert label.split('\n') == ['ethreed_no_emotion_gru_', 'and_no_party_and_no_kl']
     assert leaderboard.short_label('x' * 30, 24).split('\n') == ['x' * 24, 'x' * 6]
     assert leaderboard.short_label('mime', 24) == 'mime'
+
+
+def _md_tables(text):
+    """The markdown tables of ``text``: each a list of rows, each row its cells (header first, no rule)."""
+    tables, table = [], []
+    for line in text.splitlines() + ['']:
+        if line.startswith('|'):
+            if not line.startswith('|---'):
+                table.append([cell.strip() for cell in line.strip().strip('|').split('|')])
+        elif table:
+            tables.append(table)
+            table = []
+    return tables
+
+
+def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(board_results, tmp_path,
+                                                                                 monkeypatch):
+    """The main table holds the metrics a researcher compares, on the figure's scale; each family's
+    other figures follow in tables of their own (raw, as the CSV has them): no table is 29 columns
+    wide, and every figure of the CSV is in exactly one markdown cell."""
+    from parlai_empathy import leaderboard
+
+    monkeypatch.setattr(leaderboard, 'plot_headline', lambda results, path: None)
+    paths = leaderboard.write_outputs(board_results, str(tmp_path), leaderboard.board_notes(board_results))
+    with open(paths['leaderboard.md']) as f:
+        tables = _md_tables(f.read())
+    with open(paths['leaderboard.csv']) as f:
+        csv_rows = list(csv.DictReader(f))
+    assert len(csv_rows[0]) >= 25  # the CSV keeps every column
+    main = tables[0]
+    assert len(main[0]) <= 13 and all(len(t[0]) <= 16 for t in tables), [len(t[0]) for t in tables]
+    for wanted in ('P@1,100', 'PPL', 'emotion acc', 'AVG BLEU', 'Dist-1', 'Dist-2', 'BERTScore', 'macro-F1'):
+        assert any(wanted in header for header in main[0][1:]), wanted
+    headlines = {h.column: h for h in leaderboard.HEADLINE}
+    assert [row[0] for row in main[1:]] == [row['model'] for row in csv_rows]
+    seen = set()
+    for table in tables:
+        header = table[0]
+        for row in table[1:]:
+            for column, cell in zip(header[1:], row[1:]):
+                if not cell:
+                    continue
+                key, scale = (headlines[column].key, headlines[column].scale) if table is main else (column, 1)
+                assert (row[0], key) not in seen, f'{row[0]} {key} is in two tables'
+                seen.add((row[0], key))
+                assert float(cell) == pytest.approx(float(csv_rows[[r['model'] for r in csv_rows].index(row[0])][key])
+                                                    * scale, rel=1e-3), (row[0], key)
+    in_csv = {(r['model'], key) for r in csv_rows for key, value in r.items() if key != 'model' and value}
+    assert seen == in_csv

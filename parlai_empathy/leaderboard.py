@@ -755,8 +755,12 @@ def draw_panels(panels: List[Panel], path: str) -> None:
         for col, panel in enumerate(line):
             ax = fig.add_subplot(spec[row, col])
             _draw_panel(ax, panel, slots_in_row)
-    handles = [matplotlib.patches.Patch(color=c, label=k) for k, c in FAMILY_COLOURS.items()]
-    handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure (same scale)"))
+    kinds = {bar.kind for panel in panels for bar in panel.bars}
+    handles = [matplotlib.patches.Patch(color=c, label=k) for k, c in FAMILY_COLOURS.items() if k in kinds]
+    if kinds - set(FAMILY_COLOURS):
+        handles.append(matplotlib.patches.Patch(color=OTHER_COLOUR, label='other'))
+    if any(bar.paper is not None for panel in panels for bar in panel.bars):
+        handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure (same scale)"))
     fig.legend(handles=handles, loc='upper center', ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=100, metadata={'Software': None})

@@ -162,7 +162,7 @@ def board_results():
 
 def _drawn(results, tmp_path, monkeypatch):
     """What the board's figure draws, read off its artists once it is drawn: per panel its title,
-    rows' y tick labels, bars (y centre, width) and paper markers (x, y centre)."""
+    rows' y tick labels, bars (y centre, width) and paper markers (x, y centre); and the legend's labels."""
     import matplotlib.figure
 
     from parlai_empathy import leaderboard
@@ -172,6 +172,7 @@ def _drawn(results, tmp_path, monkeypatch):
 
     def spy(fig, *args, **kwargs):
         savefig(fig, *args, **kwargs)
+        drawn.append({'legend': [t.get_text() for legend in fig.legends for t in legend.get_texts()]})
         for ax in fig.axes:
             if not ax.axison:
                 continue
@@ -184,7 +185,7 @@ def _drawn(results, tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', spy)
     leaderboard.plot_headline(results, str(tmp_path / 'board.png'))
-    return drawn
+    return drawn[0]['legend'], drawn[1:]
 
 
 def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels(board_results, tmp_path,
@@ -193,7 +194,7 @@ def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels
     the bar's scale (the board once drew P@1,100 65.92 % at 0.66 beside bars in percent), every
     panel's title names its unit, and no row label fills the panel (a project is named once, in
     bold, above its rows)."""
-    drawn = _drawn(board_results, tmp_path, monkeypatch)
+    _, drawn = _drawn(board_results, tmp_path, monkeypatch)
     assert len(drawn) >= 10
     markers = 0
     for panel in drawn:
@@ -206,6 +207,14 @@ def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels
             assert 1 / 3 < x / width[0] < 3, f'{panel["title"]}: paper {x} beside our {width[0]}'
             markers += 1
     assert markers >= 10
+
+
+def test_the_legend_names_only_what_the_figure_draws(board_results, tmp_path, monkeypatch):
+    rankers = [r for r in board_results if r['kind'] == 'ranker']
+    legend, _ = _drawn(rankers, tmp_path, monkeypatch)
+    assert legend == ['ranker', "paper's figure (same scale)"]
+    legend, _ = _drawn([dict(r, paper={}) for r in rankers], tmp_path, monkeypatch)
+    assert legend == ['ranker']
 
 
 def test_the_panels_hold_each_papers_figure_as_its_table_prints_it(board_results):

@@ -37,6 +37,11 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   (ParlAI sets it after, so two runs with the same seed started from different weights).
 * ``parlai.core.agents.compare_init_model_opts`` crashes on a saved list option that is None now
   (a classifier's ``--classes``): it compares without the unset options.
+* ``parlai <command> --help`` listed every option twice (the superscript copies a script's options
+  into the subcommand's own group and appends the script's groups too), and a command with a
+  required option ended its help in "Parse Error" with exit status 2 (``add_extra_args`` parses
+  without ``--help`` first, and that parse enforced the required options): each option is listed
+  once, and only the real parse enforces required options.
 
 The repairs are applied by :func:`apply` (every teacher, agent and script of ours imports this
 module) and, through the ``parlai_empathy_compat.pth`` start-up hook the wheel installs
@@ -337,6 +342,61 @@ def _repair_compare_init_model_opts(module):
 
     compare_init_model_opts._empathy_none_safe = True
     module.compare_init_model_opts = compare_init_model_opts
+
+
+@_repairs_for('parlai.core.params')
+def _repair_help_with_required_options(module):
+    """``ParlaiParser.add_extra_args`` first parses the command line without ``--help`` (only to
+    find the task and model whose options to add); a script with a required option (``-mf``)
+    then stops there with "Parse Error: the following arguments are required" under its help,
+    exit status 2. That first parse no longer enforces required options; the real parse after
+    it still does, so a missing one is reported as before."""
+    parser_class = module.ParlaiParser
+    real = parser_class.parse_known_args
+    if getattr(real, '_empathy_help_ok', False):
+        return
+
+    def parse_known_args(self, args=None, namespace=None, nohelp=False):
+        if not nohelp:
+            return real(self, args, namespace, nohelp)
+        required = [action for action in self._actions if action.required]
+        for action in required:
+            action.required = False
+        try:
+            return real(self, args, namespace, nohelp)
+        finally:
+            for action in required:
+                action.required = True
+
+    parse_known_args._empathy_help_ok = True
+    parser_class.parse_known_args = parse_known_args
+
+
+@_repairs_for('parlai.core.script')
+def _repair_subcommand_help(module):
+    """``parlai <command> --help`` listed every option twice: the super-command copies each of the
+    script's options into the subcommand's own option group *and* appends the script's groups,
+    which hold them too. The subcommand's own groups now show only what no script group shows."""
+    parser_class = module._SubcommandParser
+    real = parser_class.format_help
+    if getattr(real, '_empathy_once', False):
+        return
+
+    def format_help(self):
+        own = [group for group in (self._positionals, self._optionals) if group in self._action_groups]
+        shown = {id(action) for group in self._action_groups if group not in own
+                 for action in group._group_actions}
+        kept = [(group, group._group_actions) for group in own]
+        try:
+            for group in own:
+                group._group_actions = [a for a in group._group_actions if id(a) not in shown]
+            return real(self)
+        finally:
+            for group, actions in kept:
+                group._group_actions = actions
+
+    format_help._empathy_once = True
+    parser_class.format_help = format_help
 
 
 def pkg_resources_stand_in():

@@ -24,7 +24,7 @@ class EmpathyChat(ParlaiScript):
         parser.add_argument('-mf', '--model-file', required=True, help='model file, or zoo:empathy/<name>/model')
         parser.add_argument('--host', default='127.0.0.1',
                             help='interface to listen on (default 127.0.0.1: this machine only)')
-        parser.add_argument('--port', type=int, default=8080)
+        parser.add_argument('--port', type=int, default=8080, help='port to listen on')
         return parser
 
     def run(self):

@@ -16,7 +16,8 @@ class EmpathyCleanReport(ParlaiScript):
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Print the EmpatheticDialogues cleaning report')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for the empathy_ed_clean teacher')
-        parser.add_argument('--splits', type=str, default='train,valid,test')
+        parser.add_argument('--splits', type=str, default='train,valid,test',
+                            help='comma-separated ED splits to report on')
         parser.add_argument('--json', type='bool', default=False, help='print the JSON report instead')
         return parser
 

@@ -31,7 +31,8 @@ class HumanEvalBuild(ParlaiScript):
     @classmethod
     def setup_args(cls):
         p = _parser(cls.__doc__)
-        p.add_argument('--mode', choices=['likert', 'ab'], default='likert')
+        p.add_argument('--mode', choices=['likert', 'ab'], default='likert',
+                       help='likert: rate each response; ab: pick the better of two')
         p.add_argument('--world-logs', nargs='+', default=[],
                        help='eval_model --world-logs files, as name=path or path (name = stem)')
         p.add_argument('--pairings', default=None, help='ACUTE-Eval pairings JSONL (A/B only)')
@@ -40,19 +41,19 @@ class HumanEvalBuild(ParlaiScript):
         p.add_argument('--num-items', type=int, default=0,
                        help='uniform sample size (0 = every item shared by all models)')
         p.add_argument('--annotators', type=int, default=3, help='ratings wanted per unit')
-        p.add_argument('--items-per-assignment', type=int, default=10)
-        p.add_argument('--checks-per-assignment', type=int, default=1)
+        p.add_argument('--items-per-assignment', type=int, default=10, help='items one worker rates per assignment')
+        p.add_argument('--checks-per-assignment', type=int, default=1, help='attention-check items per assignment')
         p.add_argument('--aspects', default=None,
                        help='comma-separated, default empathy,relevance,fluency (Likert) or '
                        'overall (A/B)')
-        p.add_argument('--seed', type=int, default=0)
+        p.add_argument('--seed', type=int, default=0, help='seed of the item sample and its order')
         p.add_argument('--lease-seconds', type=int, default=3600,
                        help='unfinished assignments stop reserving their items after this')
         p.add_argument('--completion-url', default='',
                        help='generic provider: URL shown at the end, {code} = completion code')
         p.add_argument('--acute-pairings-out', default=None,
                        help='A/B: also write the units as ACUTE-Eval pairings JSONL')
-        p.add_argument('--overwrite', type='bool', default=False)
+        p.add_argument('--overwrite', type='bool', default=False, help='replace an existing task database')
         return p
 
     def run(self):
@@ -79,8 +80,8 @@ class HumanEvalLinks(ParlaiScript):
     @classmethod
     def setup_args(cls):
         p = _parser(cls.__doc__)
-        p.add_argument('--base-url', default='http://127.0.0.1:8000')
-        p.add_argument('-n', '--num-workers', type=int, default=1)
+        p.add_argument('--base-url', default='http://127.0.0.1:8000', help='address the links point at (the server)')
+        p.add_argument('-n', '--num-workers', type=int, default=1, help='workers (links) to create')
         p.add_argument('--admin-token', type='bool', default=False,
                        help='also print the admin token (the password of /admin)')
         return p
@@ -101,8 +102,8 @@ class HumanEvalServe(ParlaiScript):
     @classmethod
     def setup_args(cls):
         p = _parser(cls.__doc__)
-        p.add_argument('--host', default='127.0.0.1')
-        p.add_argument('--port', type=int, default=8000)
+        p.add_argument('--host', default='127.0.0.1', help='interface to listen on (127.0.0.1: this machine only)')
+        p.add_argument('--port', type=int, default=8000, help='port to listen on')
         return p
 
     def run(self):
@@ -126,20 +127,21 @@ class HumanEvalMTurk(ParlaiScript):
     def setup_args(cls):
         p = _parser(cls.__doc__)
         p.add_argument('--task-url', required=True, help='public https:// URL of the server')
-        p.add_argument('--environment', choices=['sandbox', 'live'], default='sandbox')
+        p.add_argument('--environment', choices=['sandbox', 'live'], default='sandbox',
+                       help='MTurk sandbox (free, for tests) or live (paid)')
         p.add_argument('--dry-run', type='bool', default=False,
                        help='print the CreateHIT requests without sending them')
         p.add_argument('--num-hits', type=int, default=0, help='0 = enough to cover the task')
         p.add_argument('--reward', default='1.00', help='USD per HIT, e.g. 1.00')
-        p.add_argument('--title', default='Rate responses in short conversations')
+        p.add_argument('--title', default='Rate responses in short conversations', help='HIT title shown to workers')
         p.add_argument('--description', default='Read short conversations about personal '
-                       'experiences and rate the responses.')
-        p.add_argument('--keywords', default='dialogue, rating, conversation')
-        p.add_argument('--minutes-per-assignment', type=int, default=30)
-        p.add_argument('--lifetime-hours', type=int, default=72)
-        p.add_argument('--min-approval', type=int, default=95)
+                       'experiences and rate the responses.', help='HIT description shown to workers')
+        p.add_argument('--keywords', default='dialogue, rating, conversation', help='HIT search keywords')
+        p.add_argument('--minutes-per-assignment', type=int, default=30, help='time a worker has for one assignment')
+        p.add_argument('--lifetime-hours', type=int, default=72, help='how long the HITs stay available')
+        p.add_argument('--min-approval', type=int, default=95, help='lowest approval rate (%%) a worker must have')
         p.add_argument('--locales', default='US', help="comma-separated countries, '' = any")
-        p.add_argument('--aws-profile', default=None)
+        p.add_argument('--aws-profile', default=None, help='AWS credentials profile (default: boto3\'s own lookup)')
         return p
 
     def run(self):
@@ -161,7 +163,7 @@ class HumanEvalAnalyze(ParlaiScript):
     @classmethod
     def setup_args(cls):
         p = _parser(cls.__doc__)
-        p.add_argument('--outdir', required=True)
+        p.add_argument('--outdir', required=True, help='folder the tables and plots are written to')
         p.add_argument('--keep-failed', type='bool', default=False,
                        help='keep workers who failed an attention check')
         return p

@@ -41,9 +41,11 @@ def setup_args():
     group.add_argument('--from-artifacts', default=None,
                        help='evaluate nothing: gather the artifacts of every row of PROJECTS/*/table.json into '
                        'the board and rewrite the README tables')
-    group.add_argument('--eval-task', default='empathy_ed_clean', choices=['empathy_ed_clean', 'empathy_ed'])
+    group.add_argument('--eval-task', default='empathy_ed_clean', choices=['empathy_ed_clean', 'empathy_ed'],
+                       help='the ED teacher whose test split every model is evaluated on')
     group.add_argument('--ed-datapath', default=None, help='as for the ED teachers')
-    group.add_argument('--outdir', default='leaderboard')
+    group.add_argument('--outdir', default='leaderboard',
+                       help='where leaderboard.md/.csv/.png and results.json are written')
     group.add_argument('--pool', default=None, help='retrieval pool for rankers; default: built from ED train')
     group.add_argument('--pool-max-tokens', type=int, default=20, help="Rashkin's filter; <= 0 keeps all")
     group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
@@ -53,7 +55,7 @@ def setup_args():
     group.add_argument('--p100-shuffled', type='bool', default=True,
                        help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
                        '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
-    group.add_argument('--progress', type='bool', default=True)
+    group.add_argument('--progress', type='bool', default=True, help='show a progress bar per evaluation')
     group.add_argument('--eval-workers', type=int, default=1,
                        help='shard each evaluation over this many processes, as parlai multiprocessing_eval '
                             '(the same figures; beam search is bound by one CPU thread per process)')

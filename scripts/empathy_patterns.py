@@ -28,8 +28,8 @@ class EmpathyPatterns(ParlaiScript):
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Emotion-interaction patterns of GoEmotions-tagged ED')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
-        parser.add_argument('--report-dir', type=str, required=True)
-        parser.add_argument('--split', type=str, default='train')
+        parser.add_argument('--report-dir', type=str, required=True, help='folder the pattern report is written to')
+        parser.add_argument('--split', type=str, default='train', help='ED split whose conversations the patterns are mined from')
         parser.add_argument('--usage-split', type=str, default='test',
                             help='also count, per label, the utterances of this split that carry it '
                             '(label_usage.csv: a label at 0 is never predicted there)')

@@ -40,7 +40,7 @@ def setup_args(parser=None):
         '--bertscore-layer', type=int, default=None,
         help="layer to match; default: bert-score's choice for hub models (required for local directories)",
     )
-    group.add_argument('--bertscore-batch-size', type=int, default=64)
+    group.add_argument('--bertscore-batch-size', type=int, default=64, help='sentence pairs per BERTScore batch')
     group.add_argument('--json-out', default=None, help='also write the report here as JSON')
     return parser
 

@@ -30,10 +30,13 @@ def add_pattern_args(parser):
                        help=f"a number, or '{MIN_LIFT_AUTO}': the lowest lift (grid 1.00..3.00, step 0.05) at "
                        f'which at most {MAX_PATTERN_FRACTION * 100:.0f}%% of train conversations show a pattern '
                        "(so that Table 2's 43%% subsets both fit)")
-    group.add_argument('--pattern-min-support', type=int, default=defaults.min_support)
-    group.add_argument('--pattern-include-neutral', type='bool', default=not defaults.exclude_neutral)
-    group.add_argument('--pattern-exclude-mirroring', type='bool', default=defaults.exclude_mirroring)
-    group.add_argument('--pattern-seed', type=int, default=0)
+    group.add_argument('--pattern-min-support', type=int, default=defaults.min_support,
+                       help='turn pairs (Speaker label a, Listener label b) a transition needs at least to be a pattern')
+    group.add_argument('--pattern-include-neutral', type='bool', default=not defaults.exclude_neutral,
+                       help='let transitions from or to the neutral label be patterns')
+    group.add_argument('--pattern-exclude-mirroring', type='bool', default=defaults.exclude_mirroring,
+                       help='leave out same-label transitions (emotional mirroring)')
+    group.add_argument('--pattern-seed', type=int, default=0, help='seed of the random order that breaks ties when pattern subsets are drawn')
     return group
 
 

@@ -1,5 +1,6 @@
 """Human evaluation: inputs, sampling, assignment, votes, kappa, DB rules and analysis."""
 import json
+import os
 import random
 import statistics
 
@@ -51,6 +52,126 @@ def test_world_log_conv_id_fields_and_errors(tmp_path):
     bad.write_text('{"dialog": 3}\n')
     with pytest.raises(inputs.InputError, match="bad.jsonl:1: field 'dialog'"):
         inputs.read_world_log(str(bad))
+
+
+# Every shape of world log the project's teachers and ParlAI's own write, from real eval_model
+# runs (repeat_label: the log's shape depends on the teacher, not on the model):
+# name -> eval_model arguments, and whether to drop our teachers' extra fields afterwards
+SHAPES = {
+    'episodes': (['-t', 'empathy_ed_clean', '--ed-history-length', '0'], False),
+    'flat_mime': (['-t', 'empathy_ed_clean', '--ed-history-length', '1000'], False),
+    'flat_ed_paper': (['-t', 'empathy_ed_clean', '--ed-history-length', '4'], False),
+    'episodes_bare': (['-t', 'empathy_ed_clean', '--ed-history-length', '0'], True),
+    'flat_bare': (['-t', 'empathy_ed_clean', '--ed-history-length', '1000'], True),
+    'train_both_sides': (['-t', 'empathy_ed_clean', '-dt', 'train:evalmode'], False),
+    'parlai_ed': (['-t', 'empathetic_dialogues'], False),
+}
+EXTRA_FIELDS = ('context_utterances', 'context_roles', 'conv_id', 'turn', 'label_role')
+
+
+@pytest.fixture(scope='module')
+def shaped_logs(tmp_path_factory):
+    """{shape: world log path}, each written by ParlAI's eval_model on the embedded ED sample."""
+    from parlai.scripts.eval_model import EvalModel
+    import parlai.core.build_data as build_data
+    from parlai_empathy.data import ed_source
+
+    root = tmp_path_factory.mktemp('shaped_logs')
+    datapath = root / 'parlai_data'
+    ed = datapath / 'empatheticdialogues'
+    (ed / 'empatheticdialogues').mkdir(parents=True)
+    for split in ('train', 'valid', 'test'):  # ParlAI's own ED teacher on the same sample
+        (ed / 'empatheticdialogues' / f'{split}.csv').symlink_to(
+            os.path.join(ed_source.sample_dir(), f'{split}.csv'))
+    build_data.mark_done(str(ed), version_string='1.0')
+    paths = {}
+    for shape, (args, bare) in SHAPES.items():
+        path = str(root / f'{shape}.jsonl')
+        ours = ['--ed-datapath', 'sample'] if args[1].startswith('empathy_') else []
+        dt = [] if '-dt' in args else ['-dt', 'test']
+        EvalModel.main('-m', 'repeat_label', '--datapath', str(datapath), '--world-logs', path,
+                       *ours, *dt, *args)
+        if bare:
+            rows = [json.loads(line) for line in open(path, encoding='utf-8')]
+            for row in rows:
+                for teacher, _reply in row['dialog']:
+                    for key in EXTRA_FIELDS:
+                        teacher.pop(key, None)
+            with open(path, 'w', encoding='utf-8') as f:
+                f.writelines(json.dumps(row) + '\n' for row in rows)
+        paths[shape] = path
+    return paths
+
+
+def _conversations_so_far(split, datapath):
+    """{(first turn, gold reply), normalised: [(role, normalised text), ...]}: each Listener
+    reply's context as the data has it, read straight from the teacher."""
+    from conftest import ed_teacher_examples
+    from parlai_empathy.tasks.ed import CleanTeacher
+
+    def norm(text):  # ParlAI's own teacher keeps the doubled spaces our cleaned one removes
+        return ' '.join(text.split())
+
+    examples = ed_teacher_examples(CleanTeacher, split, datapath, '--ed-datapath', 'sample')
+    truth = {}
+    for m in examples:
+        if m['label_role'] == 'listener':
+            gold = (m.get('labels') or m['eval_labels'])[0]
+            key = (norm(m['context_utterances'][0]), norm(gold))
+            truth[key] = [(r, norm(u)) for r, u in zip(m['context_roles'], m['context_utterances'])]
+    return norm, truth
+
+
+@pytest.mark.parametrize('shape', list(SHAPES))
+def test_world_log_context_shows_each_turn_once_in_order_with_its_role(shaped_logs, shape,
+                                                                        tmp_path):
+    args = SHAPES[shape][0]
+    norm, truth = _conversations_so_far('train' if 'train:evalmode' in args else 'test', tmp_path)
+    out = inputs.read_world_log(shaped_logs[shape])
+    assert len(out.items) == len(truth)  # one item per Listener reply, the Speaker's skipped
+    for item in out.items.values():
+        key = (norm(item.context[0][1]), norm(item.gold))
+        assert [(r, norm(t)) for r, t in item.context] == truth[key], item.item_id
+        assert out.responses[item.item_id] == item.gold  # repeat_label
+    assert any(len(i.context) >= 5 for i in out.items.values())
+
+
+def test_world_log_context_fields_are_checked(shaped_logs, tmp_path):
+    row = json.loads(open(shaped_logs['flat_mime'], encoding='utf-8').readline())
+    teacher = row['dialog'][0][0]
+    cases = [
+        ('context_roles', ['speaker'] * (len(teacher['context_utterances']) + 1),
+         "'context_roles' must give 'speaker' or 'listener' for each of"),
+        ('context_utterances', [], "'context_utterances' must be a non-empty list"),
+        ('text', 'something else', "'text' does not end with the last of its "
+         "'context_utterances'"),
+    ]
+    for key, value, message in cases:
+        bad = json.loads(json.dumps(row))
+        bad['dialog'][0][0][key] = value
+        path = tmp_path / 'bad.jsonl'
+        path.write_text('\n' + json.dumps(bad) + '\n')
+        with pytest.raises(inputs.InputError, match=r"bad.jsonl:2: 'dialog'\[0\] teacher field "
+                           + message.replace('[', r'\[')):
+            inputs.read_world_log(str(path))
+
+
+def test_world_log_without_generated_replies_says_how_to_fix_it(tmp_path):
+    # what eval_model --world-logs writes for a generator whose saved options say
+    # skip_generation true: the reply carries metrics and readouts, no text
+    teacher = {'text': 'I lost my job.', 'eval_labels': ['Oh no!'], 'emotion': 'sad',
+               'conv_id': 'hit:1_conv:2', 'turn': 2, 'episode_done': True}
+    reply = {'id': 'Mime', 'episode_done': False, 'predicted_emotion': 'sad',
+             'metrics': {'ppl': 3.0}}
+    path = tmp_path / 'mime_test.jsonl'
+    path.write_text(json.dumps({'dialog': [[teacher, reply]]}) + '\n')
+    with pytest.raises(inputs.InputError) as err:
+        inputs.read_world_log(str(path))
+    message = str(err.value)
+    assert '\n' not in message
+    assert message.startswith(f"{path}:1: 'dialog'[0] model message (Mime) has no 'text': "
+                              'the log holds no generated replies')
+    assert message.endswith('rerun parlai eval_model with --skip-generation false')
 
 
 def test_pairings_roundtrip_and_units(logs, tmp_path):

@@ -5,6 +5,14 @@
   "metadata_path": ...}``. The teacher message carries the speaker's utterance, the gold reply in
   ``eval_labels`` (or ``labels``) and ED's ``emotion``/``situation``; the model message carries
   the reply being judged in ``text``.
+
+  Each context turn is shown once, in order, with the data's roles, whatever the log's shape:
+  ParlAI episodes (``--ed-history-length 0``: the teacher's text is the previous utterance and the
+  agent keeps the history), or one example per episode whose text is the history joined by
+  newlines (``--ed-history-length N``, the MIME/Multi-TR default), with or without our teachers'
+  ``context_utterances``/``context_roles`` (which already hold the last Speaker turn). Examples
+  where the Speaker responds (``label_role`` speaker, only in train with both sides) are skipped:
+  the task rates Listener replies.
 * ACUTE-Eval pairings JSONL: ``{"is_onboarding", "speakers_to_eval": [m1, m2], "dialogue_ids",
   "dialogue_dicts": [{"speakers", "dialogue": [{"id", "text"}, ...]}, ...]}``.
 
@@ -62,6 +70,63 @@ def _where(path, lineno, what):
     return f'{path}:{lineno}: {what}'
 
 
+def _alternating_roles(n: int, last: str) -> List[str]:
+    """ED's turns alternate: the roles of ``n`` turns, back from the ``last`` one's."""
+    other = LISTENER if last == SPEAKER else SPEAKER
+    return [last if (n - 1 - i) % 2 == 0 else other for i in range(n)]
+
+
+def _reply_role(teacher: dict) -> str:
+    """Who the gold reply speaks for: the Listener unless our teachers say otherwise."""
+    return SPEAKER if teacher.get('label_role') == SPEAKER else LISTENER
+
+
+def _context(teacher: dict, history: List[Tuple[str, str]], where) -> List[Tuple[str, str]]:
+    """The turns before the reply, each once and in order, as (role, text).
+
+    ``context_utterances`` (our teachers) hold the whole context, the teacher's text included.
+    Without them the text is new turns after ``history`` (what this episode said so far): one
+    utterance in ParlAI's episodes, or several joined by newlines, ParlAI's turn delimiter, in
+    flat examples (one per episode) or in teachers that repeat the whole history every turn.
+    """
+    last = LISTENER if _reply_role(teacher) == SPEAKER else SPEAKER
+    utterances = teacher.get('context_utterances')
+    if utterances is not None:
+        if not (isinstance(utterances, list) and utterances
+                and all(isinstance(u, str) for u in utterances)):
+            raise InputError(where("teacher field 'context_utterances' must be a non-empty list "
+                                   'of strings'))
+        roles = teacher.get('context_roles')
+        if roles is None:
+            roles = _alternating_roles(len(utterances), last)
+        elif not (isinstance(roles, list) and len(roles) == len(utterances)
+                  and all(r in (SPEAKER, LISTENER) for r in roles)):
+            raise InputError(where(
+                f"teacher field 'context_roles' must give '{SPEAKER}' or '{LISTENER}' for each of "
+                f"the {len(utterances)} 'context_utterances'"))
+        # the text is the context's tail (its last turn, or its last turns joined by newlines);
+        # if it were not, raters would see a context other than the one the model answered
+        if teacher['text'].split('\n')[-1].strip() != utterances[-1].strip():
+            raise InputError(where(
+                "teacher field 'text' does not end with the last of its 'context_utterances'"))
+        return list(zip(roles, utterances))
+    lines = teacher['text'].split('\n')
+    said = [text for _, text in history]
+    if history and len(lines) > len(said) and lines[:len(said)] == said:
+        lines = lines[len(said):]  # the whole history again, then the new turn
+    return history + list(zip(_alternating_roles(len(lines), last), lines))
+
+
+def _no_reply_text(loc: str, reply) -> str:
+    """Why a model message has no reply, and the fix when it is the usual cause."""
+    if isinstance(reply, dict) and 'text' not in reply:
+        model = f" ({reply['id']})" if isinstance(reply.get('id'), str) else ''
+        return (f"{loc} model message{model} has no 'text': the log holds no generated replies "
+                '(the model ran with skip_generation true, as its saved options may say); rerun '
+                'parlai eval_model with --skip-generation false')
+    return f"{loc} model message has no string 'text'"
+
+
 def model_name_from_path(path: str) -> str:
     """``runs/mime_test.jsonl`` -> ``mime_test``."""
     return os.path.splitext(os.path.basename(path))[0]
@@ -89,25 +154,23 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
                         _where(path, lineno, f'{loc} must be [teacher message, model message]')
                     )
                 teacher, reply = turn[0], turn[1]
-                for name, msg in (('teacher', teacher), ('model', reply)):
-                    if not isinstance(msg, dict) or not isinstance(msg.get('text'), str):
-                        raise InputError(
-                            _where(path, lineno, f"{loc} {name} message has no string 'text'")
-                        )
+                if not isinstance(teacher, dict) or not isinstance(teacher.get('text'), str):
+                    raise InputError(
+                        _where(path, lineno, f"{loc} teacher message has no string 'text'")
+                    )
+                if not isinstance(reply, dict) or not isinstance(reply.get('text'), str):
+                    raise InputError(_where(path, lineno, _no_reply_text(loc, reply)))
                 gold = _first_label(teacher)
                 if gold is None:
                     raise InputError(
                         _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
                     )
-                if isinstance(teacher.get('context_utterances'), list):
-                    roles = teacher.get('context_roles') or []
-                    context = [
-                        (roles[i] if i < len(roles) else (SPEAKER if i % 2 == 0 else LISTENER), u)
-                        for i, u in enumerate(teacher['context_utterances'])
-                    ]
-                else:
-                    context = list(history)
-                context.append((SPEAKER, teacher['text']))
+                context = _context(teacher, history,
+                                   lambda what: _where(path, lineno, f'{loc} {what}'))
+                # ParlAI's agents add the gold reply, not their own, to the history they keep
+                history = context + [(_reply_role(teacher), gold)]
+                if _reply_role(teacher) == SPEAKER:
+                    continue
                 situation = str(teacher.get('situation', ''))
                 if teacher.get('conv_id'):
                     turn_no = teacher.get('turn', turn_idx)
@@ -124,7 +187,6 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
                     gold=gold,
                 )
                 out.responses[item_id] = reply['text']
-                history = context + [(LISTENER, gold)]
     if not out.items:
         raise InputError(f'{path}: no conversations found')
     return out

@@ -181,9 +181,13 @@ def test_pairings_roundtrip_and_units(logs, tmp_path):
     assert len(pairs) == 6 and all(p.models == ('echo', 'gold') for p in pairs)
     assert pairs[0].dialogues[1][-1]['id'] == 'gold'
     units = sampling.ab_units_from_pairings(pairs, 3, seed=1)
+    items = inputs.read_world_log(logs['gold']).items
+    assert any(len(items[p.dialogue_ids[0].rsplit(':', 1)[0]].context) > 1 for p in pairs)
     for unit, pair in zip(units, pairs):
-        # the shared context is shown once; each candidate is that model's final turn
-        assert unit.display['context'] == [['speaker', t['text']] for t in pair.dialogues[0][:-1]]
+        # the shared context is shown once, with the data's roles; each candidate is that
+        # model's final turn
+        item = items[pair.dialogue_ids[0].rsplit(':', 1)[0]]
+        assert unit.display['context'] == [list(turn) for turn in item.context]
         for model, cand in zip(unit.models, unit.display['candidates']):
             assert cand == [['listener', pair.dialogues[pair.models.index(model)][-1]['text']]]
 

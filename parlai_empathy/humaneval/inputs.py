@@ -26,6 +26,8 @@ from typing import Dict, List, Optional, Tuple
 
 SPEAKER = 'speaker'
 LISTENER = 'listener'
+# the ids of the dataset's turns in the ACUTE-Eval dialogues we write
+HUMAN_SPEAKER, HUMAN_LISTENER = 'human_speaker', 'human_listener'
 
 
 class InputError(ValueError):
@@ -266,7 +268,7 @@ def read_pairings(path: str) -> List[Pairing]:
 def acute_dialogue(item: Item, model: str, response: str) -> dict:
     """One item as an ACUTE-Eval dialogue dict; only the final turn is the model's."""
     turns = [
-        {'id': 'human_speaker' if role == SPEAKER else 'human_listener', 'text': text}
+        {'id': HUMAN_SPEAKER if role == SPEAKER else HUMAN_LISTENER, 'text': text}
         for role, text in item.context
     ]
     turns.append({'id': model, 'text': response})

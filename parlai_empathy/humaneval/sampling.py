@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from parlai_empathy.humaneval.inputs import LISTENER, Item, Pairing
+from parlai_empathy.humaneval.inputs import HUMAN_LISTENER, LISTENER, SPEAKER, Item, Pairing
 
 LIKERT = 'likert'
 LIKERT_RATINGS = (1, 2, 3, 4, 5)  # Rashkin et al.: 1 (not at all) .. 5 (very much)
@@ -126,16 +126,19 @@ def ab_units_from_pairings(pairings: Sequence[Pairing], annotators: int, seed: i
         shared, rest_a, rest_b = _split_shared_prefix(*pairing.dialogues)
         rests = (rest_a, rest_b)
 
-        def turns(ts, model):
-            return [[LISTENER if t['id'] == model else 'speaker', t['text']] for t in ts]
+        def turns(ts, models):
+            # the evaluated models and the human Listener (acute_dialogue's id) speak for the
+            # Listener; everyone else for the Speaker
+            return [[LISTENER if t['id'] in models or t['id'] == HUMAN_LISTENER else SPEAKER,
+                     t['text']] for t in ts]
 
         units.append(
             UnitSpec(
                 item_id=f'pairing:{idx}',
                 models=tuple(pairing.models[i] for i in order),
                 display={
-                    'context': turns(shared, None),
-                    'candidates': [turns(rests[i], pairing.models[i]) for i in order],
+                    'context': turns(shared, pairing.models),
+                    'candidates': [turns(rests[i], (pairing.models[i],)) for i in order],
                 },
                 needed=annotators,
                 extra={'pairing_index': idx},

@@ -11,10 +11,12 @@ With ``artifacts`` each evaluated entry leaves its evidence in ``<artifacts>/<en
 (:mod:`parlai_empathy.evidence`); :func:`gather_artifacts` rebuilds the boards and the project
 tables from those folders alone.
 
-Outputs: ``results.json`` (figures, example counts, the commands behind each figure),
-``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png``. :func:`fill_project_tables`
-writes the figures into ``projects/<paper>/README.md`` tables described by
-``projects/<paper>/table.json``.
+Outputs: ``results.json`` (figures, example counts, the commands behind each figure) and
+``leaderboard.csv`` hold every figure; ``leaderboard.md`` the headline metrics in one table (then
+each model family's other figures); ``leaderboard.png`` one panel per headline metric, the
+paper's figure on the bars' scale (:func:`headline_panels` gives its data, :func:`draw_panels`
+draws it). :func:`fill_project_tables` writes the figures into ``projects/<paper>/README.md``
+tables described by ``projects/<paper>/table.json``.
 """
 import csv
 import datetime
@@ -701,26 +703,23 @@ def short_label(text: str, width: int = LABEL_WIDTH) -> str:
 
 def headline_panels(results: List[Dict]) -> List[Panel]:
     """The figure's data: one panel per headline metric (in :data:`PLOT_ORDER`) with the rows that
-    have it, grouped by project. A row's ``paper`` figures are on its report's scale (as its
+    have it, grouped by project (each named once). A row's ``paper`` figures are on its report's scale (as its
     ``values``: :func:`gather_artifacts`), so bar and paper marker take the same ``scale``."""
     by_key = {h.key: h for h in HEADLINE}
     panels = []
     for key in PLOT_ORDER:
         headline = by_key[key]
-        groups: List[Tuple[str, List[Bar]]] = []
+        groups: Dict[str, List[Bar]] = {}  # in the order projects first appear
         for r in results:
             if key not in r['values']:
                 continue
             project, entry = split_name(r['name'])
             paper = (r.get('paper') or {}).get(key)
-            bar = Bar(r['name'], short_label(entry), r['values'][key] * headline.scale,
-                      None if paper is None else paper * headline.scale, r.get('kind'))
-            if groups and groups[-1][0] == project:
-                groups[-1][1].append(bar)
-            else:
-                groups.append((project, [bar]))
+            groups.setdefault(project, []).append(Bar(
+                r['name'], short_label(entry), r['values'][key] * headline.scale,
+                None if paper is None else paper * headline.scale, r.get('kind')))
         if groups:
-            panels.append(Panel(key, headline.title, headline.unit, headline.scale, groups))
+            panels.append(Panel(key, headline.title, headline.unit, headline.scale, list(groups.items())))
     return panels
 
 
@@ -728,8 +727,8 @@ def _slots(panel: Panel) -> List[Tuple[str, Optional[Bar]]]:
     """The panel's y positions, top to bottom: a project's name (bold, no bar) above its rows."""
     slots = []
     for project, bars in panel.groups:
-        if project:
-            slots.append((project, None))
+        if project or len(panel.groups) > 1:  # rows with no project are not left under another's name
+            slots.append((project or '(no project)', None))
         slots += [(bar.label, bar) for bar in bars]
     return slots
 

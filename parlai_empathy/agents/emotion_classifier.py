@@ -73,7 +73,7 @@ class EmotionClassifierDictionary(HFTokenizerDictionary):
 
     @staticmethod
     def tokenizer_source(opt) -> str:
-        return saved_hf_dir(opt) or resolve_encoder(opt['encoder'])
+        return saved_hf_dir(opt) or resolve_encoder(opt['encoder'], option='--encoder')
 
 
 class F1Metric(Metric):
@@ -192,8 +192,8 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
 
             model = EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel, self.opt['pooling'])
         else:
-            model = EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder']), num_classes, multilabel,
-                                                      self.opt['pooling'])
+            model = EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder'], option='--encoder'),
+                                                      num_classes, multilabel, self.opt['pooling'])
         model.encoder.bf16 = bool(self.opt.get('bf16'))
         return model
 

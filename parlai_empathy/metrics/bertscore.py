@@ -12,9 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from parlai_empathy.offline_models import minilm_dir  # noqa: F401  (re-exported)
+from parlai_empathy.offline_models import hub_model, minilm_dir  # noqa: F401  (minilm_dir: re-exported)
 
 DEFAULT_MODEL = 'roberta-large'
+HUB_CHOICES = ('--bertscore-model minilm (all-MiniLM-L6-v2 from PyPI, layer 6), --bertscore-model none '
+               '(no BERTScore) or --bertscore-model DIR --bertscore-layer N (a local model folder)')
 METRIC = 'bertscore_f'
 
 
@@ -72,8 +74,11 @@ class BertScore:
         self.config = config
         if os.path.isdir(config.model) and not os.path.isfile(os.path.join(config.model, 'config.json')):
             raise FileNotFoundError(f'BERTScore model directory {config.model} has no config.json')
+        model = config.model
+        if not os.path.isdir(model):  # a hub name: fail at once when neither cached nor reachable
+            model = hub_model(model, '--bertscore-model', HUB_CHOICES)
         self._scorer = BERTScorer(
-            model_type=_neutral_model_path(config.model),
+            model_type=_neutral_model_path(model),
             num_layers=config.layer(),
             batch_size=config.batch_size,
             lang='en',

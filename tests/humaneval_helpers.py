@@ -5,6 +5,7 @@ split read by ParlAI's own ``empathetic_dialogues`` teacher: "gold" is ParlAI's 
 agent (replies with the reference) and "echo" its repeat_query agent (parrots the speaker).
 """
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -116,3 +117,34 @@ def cached_world_logs(tmp_path_factory) -> dict:
             make_world_logs(str(root))
             done.write_text('ok')
     return {name: str(root / f'{name}.jsonl') for name in ('gold', 'echo')}
+
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+CHROMEDRIVER = shutil.which('chromedriver') or '/usr/bin/chromedriver'
+BROWSER_MISSING = 'chromium not installed (apt-get install chromium chromium-driver, or make browser)'
+BROWSER_REQUIRED = os.environ.get('PARLAI_EMPATHY_REQUIRE_BROWSER') == '1'
+
+
+def headless_chromium(profile_dir):
+    """A headless Chromium driven by selenium, or a skip (a failure where
+    ``PARLAI_EMPATHY_REQUIRE_BROWSER=1``, as in CI) when Debian's chromium is absent."""
+    import pytest
+
+    if CHROMIUM is None:
+        if BROWSER_REQUIRED:
+            pytest.fail(f'{BROWSER_MISSING}; PARLAI_EMPATHY_REQUIRE_BROWSER=1 forbids skipping '
+                        'this test', pytrace=False)
+        pytest.skip(BROWSER_MISSING)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ('--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+                 '--disable-component-update', '--disable-sync', '--no-first-run',
+                 '--disable-dev-shm-usage', f'--user-data-dir={profile_dir}',
+                 '--window-size=1000,1100'):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(300)
+    return driver

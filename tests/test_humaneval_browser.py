@@ -8,23 +8,17 @@ there a missing browser fails the run.
 """
 import json
 import os
-import shutil
 import sqlite3
 import tempfile
 
 import pytest
 
-from humaneval_helpers import Server, cached_world_logs
+from humaneval_helpers import Server, cached_world_logs, headless_chromium
 from parlai_empathy.humaneval import providers
 from parlai_empathy.humaneval.build import build_task
 
-CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
-CHROMEDRIVER = shutil.which('chromedriver') or '/usr/bin/chromedriver'
 SHOTS = {mode: os.path.join(tempfile.gettempdir(), f'parlai_empathy_humaneval_{mode}.png')
          for mode in ('likert', 'ab')}
-
-MISSING = 'chromium not installed (apt-get install chromium chromium-driver)'
-REQUIRED = os.environ.get('PARLAI_EMPATHY_REQUIRE_BROWSER') == '1'
 
 # Untrusted model replies: if either were inserted as markup, it would set window.__xss and open
 # an alert (which selenium reports as UnexpectedAlertPresentException on the next command).
@@ -42,23 +36,7 @@ def logs(tmp_path_factory):
 
 @pytest.fixture()
 def browser(tmp_path):
-    if CHROMIUM is None:
-        if REQUIRED:
-            pytest.fail(f'{MISSING}; PARLAI_EMPATHY_REQUIRE_BROWSER=1 forbids skipping this test',
-                        pytrace=False)
-        pytest.skip(MISSING)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ('--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-                 '--disable-component-update', '--disable-sync', '--no-first-run',
-                 '--disable-dev-shm-usage', f'--user-data-dir={tmp_path / "profile"}',
-                 '--window-size=1000,1100'):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(300)
+    driver = headless_chromium(tmp_path / 'profile')
     yield driver
     driver.quit()
 

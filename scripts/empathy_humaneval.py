@@ -60,11 +60,16 @@ class HumanEvalBuild(ParlaiScript):
         from parlai_empathy.humaneval.build import build_task
 
         o = self.opt
-        db = build_task(
-            o['db'], o['mode'], o['world_logs'], o['pairings'], o['per_emotion'], o['num_items'],
-            o['annotators'], o['items_per_assignment'], o['checks_per_assignment'], o['seed'],
-            o['lease_seconds'], o['completion_url'], o['acute_pairings_out'], o['overwrite'],
-            o['aspects'].split(',') if o['aspects'] else None)
+        try:
+            db = build_task(
+                o['db'], o['mode'], o['world_logs'], o['pairings'], o['per_emotion'],
+                o['num_items'], o['annotators'], o['items_per_assignment'],
+                o['checks_per_assignment'], o['seed'], o['lease_seconds'], o['completion_url'],
+                o['acute_pairings_out'], o['overwrite'],
+                o['aspects'].split(',') if o['aspects'] else None)
+        except (ValueError, OSError) as err:
+            # bad inputs (their messages name file, line and field), not bugs: no traceback
+            raise SystemExit(f'parlai empathy_humaneval_build: {err}') from None
         progress = db.progress()
         print(f"Built {o['mode']} task in {o['db']}: models {db.config['models']}")
         for p in progress:

@@ -22,6 +22,7 @@ import os  # noqa: E402
 
 import torch  # noqa: E402
 from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
+import parlai.utils.logging as logging  # noqa: E402
 
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
@@ -54,6 +55,17 @@ def set_amsgrad(optimizer, amsgrad):
                 state['max_exp_avg_sq'] = state['exp_avg_sq'].clone()
 
 
+def warn_world_logs_without_replies(opt):
+    """A world log asked for while generation is skipped would hold no replies: ParlAI's
+    TorchGeneratorAgent then answers with metrics only, and the human evaluation built from the log
+    stops. Our generators default to ``skip_generation`` true (and save it), so say so at once."""
+    if opt.get('world_logs') and opt.get('skip_generation'):
+        logging.warning(
+            f"--world-logs {opt['world_logs']} will hold no generated replies: skip_generation is "
+            'true (the default of this agent, kept in the options saved with its models); add '
+            '--skip-generation false to write them')
+
+
 class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
     """``add_readout_fields(output, aux)`` is what a subclass writes into its replies."""
 
@@ -71,6 +83,8 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         # one holder for an agent and its shared copies: they share the model, and its hook
         self._readout = shared['encoder_readout'] if shared is not None else {}
         super().__init__(opt, shared)
+        if shared is None:
+            warn_world_logs_without_replies(self.opt)
         if shared is None and self.model is not None:
             readout = self._readout
             self.core_model.encoder.register_forward_hook(

@@ -12,7 +12,13 @@ FastAPI/uvicorn stack as the human-evaluation pages, bound to 127.0.0.1 by defau
   no script at all;
 * each browser gets its own conversation (a cookie), with its own copy of the agent sharing the
   one loaded model; ``POST /api/chat`` ({"text": ...} -> the reply and its fields as JSON) serves
-  scripts.
+  scripts;
+* an empty or blank message gets the answer it gets at ``parlai interactive``: every agent of
+  ours replies with one short request to say something, without running the model
+  (``parlai_empathy.agents.safety.EMPTY_INPUT_REPLY``); a malformed request (no JSON, no string
+  ``"text"``) is refused with 400, a message over ``MAX_MESSAGE_CHARS`` with 400 (413 for a body
+  too large to read);
+* the page names the model by its agent (and zoo name), never by its path on the server.
 """
 import collections
 import html
@@ -66,6 +72,13 @@ def emotion_badges(reply: Dict) -> List[tuple]:
     return badges
 
 
+def model_title(agent_name: str, model_file: str) -> str:
+    """What the page calls the model: its agent, and a zoo model's name; a local file's path
+    stays on the server (the page may be shown to other people)."""
+    model_file = str(model_file)
+    return f'{agent_name} ({model_file})' if model_file.startswith('zoo:') else agent_name
+
+
 class ChatModel:
     """One loaded model; a copy of its agent (own history, shared weights) per conversation."""
 
@@ -83,7 +96,7 @@ class ChatModel:
 
         opts = {'interactive_mode': True, 'skip_generation': False, **(overrides or {})}
         agent = create_agent_from_model_file(model_file, opts)
-        return cls(agent, f'{agent.opt.get("model")} from {model_file}')
+        return cls(agent, model_title(agent.opt.get('model') or type(agent).__name__, model_file))
 
     def session(self, token: Optional[str]) -> tuple:
         """(token, conversation) for a cookie value; a new conversation for an unknown one."""
@@ -116,9 +129,7 @@ TOO_LONG = f'That message is too long: at most {MAX_MESSAGE_CHARS:,} characters 
 
 
 def check_message(text: str) -> Optional[str]:
-    """Why a message cannot be sent, or None."""
-    if not text.strip():
-        return 'Please type a message first.'
+    """Why a message cannot be sent, or None. An empty one can: the agent answers it."""
     if len(text) > MAX_MESSAGE_CHARS:
         return TOO_LONG
     return None
@@ -142,7 +153,7 @@ def render_page(title: str, turns: List[dict], note: str = '') -> str:
         f'<h1>Empathetic chat</h1><p class="model" id="model">{esc(title)}</p>'
         f'<section id="conversation">{"".join(rows)}</section>{note_html}'
         '<form method="post" action="/say" id="chat-form" accept-charset="utf-8">'
-        '<input type="text" name="text" id="message" autocomplete="off" autofocus required '
+        '<input type="text" name="text" id="message" autocomplete="off" autofocus '
         f'maxlength="{MAX_MESSAGE_CHARS}" placeholder="Tell the model how you feel...">'
         '<button type="submit" id="send">Send</button></form>'
         '<form method="post" action="/reset"><button type="submit" id="reset">New conversation</button></form>'
@@ -222,5 +233,5 @@ def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides:
     import uvicorn
 
     model = ChatModel.load(model_file, overrides)
-    print(f'Chat with {model.title} on http://{host}:{port}/  (Ctrl-C stops)', flush=True)
+    print(f'Chat with {model.title} ({model_file}) on http://{host}:{port}/  (Ctrl-C stops)', flush=True)
     uvicorn.run(make_app(model), host=host, port=port, log_level='warning')

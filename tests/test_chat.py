@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from local_server import LocalServer
+from parlai_empathy.agents.safety import EMPTY_INPUT_REPLY
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from test_humaneval_browser import browser  # noqa: F401  (the shared Chromium fixture: skips or fails)
 from tiny_models import PARLAI, cached_tiny_model
@@ -51,7 +52,8 @@ def listening_addresses(port):
 
 
 def test_api_replies_carry_the_predicted_emotion_on_127_0_0_1(tmp_path_factory, tmp_path):
-    server = chat_server(cached_tiny_model(tmp_path_factory, 'mime'), tmp_path)
+    model_file = cached_tiny_model(tmp_path_factory, 'mime')
+    server = chat_server(model_file, tmp_path)
     try:
         if os.path.exists('/proc/net/tcp'):
             assert listening_addresses(server.port) == ['0100007F'], 'the chat listens on 127.0.0.1 only'
@@ -61,12 +63,23 @@ def test_api_replies_carry_the_predicted_emotion_on_127_0_0_1(tmp_path_factory, 
         status, reply, _ = post_json(server.url + '/api/chat', {'text': 'and I start on Monday'},
                                      cookie.split(';')[0])
         assert status == 200 and reply['text'].strip()
-        status, error, _ = post_json(server.url + '/api/chat', {'text': '   '})
-        assert status == 400 and 'type a message' in error['error']
+        # an empty message gets the answer every agent gives it at the prompt, not an error
+        for empty in ('', '   '):
+            status, reply, _ = post_json(server.url + '/api/chat', {'text': empty})
+            assert status == 200 and reply == {'text': EMPTY_INPUT_REPLY}
+        status, reply, _ = post_json(server.url + '/api/chat', {'text': 'so happy today'})
+        assert status == 200 and reply['text'] != EMPTY_INPUT_REPLY and reply['predicted_emotion'] in ED_EMOTIONS
+        status, error, _ = post_json(server.url + '/api/chat', {'text': 7})
+        assert status == 400 and '"text"' in error['error']
         status, error, _ = post_json(server.url + '/api/chat', {'text': 'a' * 100_001})
         assert status == 400 and 'too long' in error['error']
         status, error, _ = post_json(server.url + '/api/chat', {'message': 'hi'})
         assert status == 400 and '"text"' in error['error']
+        with urllib.request.urlopen(server.url + '/', timeout=3600) as response:
+            page = response.read().decode('utf-8')
+        # the page names the model, never the server's path to it
+        assert '<p class="model" id="model">empathy/mime</p>' in page
+        assert os.path.dirname(model_file) not in page and str(tmp_path_factory.getbasetemp()) not in page
     finally:
         server.stop()
 

@@ -285,6 +285,8 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         return self._multilabel_step(batch, train=True)
 
     def eval_step(self, batch):
-        if not self.multilabel:
-            return super().eval_step(batch)
-        return self._multilabel_step(batch, train=False)
+        output = super().eval_step(batch) if not self.multilabel else self._multilabel_step(batch, train=False)
+        if output is not None and output.get('text'):
+            # the field every agent of ours names its emotion by (parlai interactive, the web chat)
+            output['predicted_emotion'] = list(output['text'])
+        return output

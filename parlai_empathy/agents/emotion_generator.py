@@ -57,6 +57,7 @@ from parlai.utils.misc import warn_once  # noqa: E402
 
 from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
+from parlai_empathy.agents.safety import is_blank_chat_message  # noqa: E402
 from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
@@ -130,6 +131,8 @@ def utterance_speakers(history_vecs, delimiter_len, total_len):
 
 class EmotionGeneratorAgent(EncoderReadoutAgent):
     """Base agent; subclasses define ``build_model`` with :meth:`build_generator`."""
+
+    display_fields = ('predicted_emotion', 'emotion_polarity')  # shown by parlai interactive
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
@@ -376,6 +379,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         output['emotion_polarity'] = ['positive' if flag else 'negative' for flag in positive]
 
     def observe(self, observation):
-        if 'text' in observation and not str(observation.get('text') or '').strip():
+        # in chat an empty message is answered without the model (SafeAgentMixin)
+        if ('text' in observation and not str(observation.get('text') or '').strip()
+                and not is_blank_chat_message(self.opt, observation)):
             warn_once(f'{self.id}: empty message; answering from the CTX token alone')
         return super().observe(observation)

@@ -30,7 +30,8 @@ The model is ``parlai_empathy.models.ethreed.Ethreed``. What this agent adds:
 * Every reply carries ``predicted_emotion`` (the speaker emotion tracked over the turns),
   ``predicted_listener_emotion`` (the policy's planned emotion for the reply, through the
   classifier) and ``emotion_scores`` (speaker label -> probability).
-* An empty turn, or a conversation of one utterance, is answered.
+* An empty turn (in evaluation; in chat one gets the short request of ``SafeAgentMixin``), or a
+  conversation of one utterance, is answered.
 
 The paper's and reference's setup is the default (``parser.set_defaults`` below): hidden and
 embedding sizes 300, dropout 0.5, plain Adam 5e-4 (not ParlAI's AMSGrad: ``--amsgrad``), gradient
@@ -57,6 +58,7 @@ from parlai_empathy.agents.emotion_generator import (  # noqa: E402
     MoelDictionaryAgent, record_response_metrics,
 )
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
+from parlai_empathy.agents.safety import is_blank_chat_message  # noqa: E402
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
 from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
@@ -145,6 +147,9 @@ def parse_milestones(value):
 
 @register_agent('empathy/ethreed')
 class EthreedAgent(EncoderReadoutAgent):
+    # parlai interactive shows the tracked speaker emotion and the planned reply emotion
+    display_fields = ('predicted_emotion', 'predicted_listener_emotion')
+
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
@@ -211,8 +216,6 @@ class EthreedAgent(EncoderReadoutAgent):
             lr_scheduler_decay=0.3, num_epochs=7, validation_every_n_epochs=1,
             validation_metric='ppl', validation_metric_mode='min', skip_generation=True,
             inference='greedy',
-            # parlai interactive shows the tracked speaker emotion and the planned reply emotion
-            display_add_fields='predicted_emotion,predicted_listener_emotion',
         )
         training_defaults(parser, partial_opt, 16)
         return parser
@@ -514,6 +517,8 @@ class EthreedAgent(EncoderReadoutAgent):
         ]
 
     def observe(self, observation):
-        if 'text' in observation and not str(observation.get('text') or '').strip():
+        # in chat an empty message is answered without the model (SafeAgentMixin)
+        if ('text' in observation and not str(observation.get('text') or '').strip()
+                and not is_blank_chat_message(self.opt, observation)):
             warn_once(f'{self.id}: empty message; answering from the dialogue state alone')
         return super().observe(observation)

@@ -10,7 +10,12 @@
   the files it packs beside the weights: candidate pool, encoder, classifier) are resolved
   against the model file's folder, so a packaged model works wherever it is unpacked;
 * in ``parlai interactive``, a line of invalid UTF-8 reaches the agent with U+FFFD in place of
-  the bad bytes instead of crashing ParlAI's prompt.
+  the bad bytes instead of crashing ParlAI's prompt;
+* in chat (``interactive_mode``: ``parlai interactive``, ``parlai empathy_chat``), an empty or
+  blank message is answered with :data:`EMPTY_INPUT_REPLY` without running the model, and leaves
+  no trace in the dialogue history (a message with a label, as in evaluation, is scored as usual);
+* ``parlai interactive``, ``eval_model -d`` and ``display_model`` show the emotion fields of the
+  replies (``display_fields``: ``--display-add-fields`` by default; a given value replaces it).
 """
 import os
 import sys
@@ -18,6 +23,7 @@ import sys
 from parlai_empathy.safe_loading import ModelFileError, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
+EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
 
 
 def resolve_model_dir_paths(opt) -> None:
@@ -35,15 +41,37 @@ def resolve_model_dir_paths(opt) -> None:
 def tolerate_undecodable_stdin() -> None:
     """Interactive input with invalid UTF-8 must reach the agent (as U+FFFD), not crash input()."""
     stdin = sys.stdin
-    if hasattr(stdin, 'reconfigure') and getattr(stdin, 'errors', 'strict') == 'strict':
+    # under the C / C.UTF-8 locale Python reads stdin with surrogateescape: the bad bytes would
+    # reach the agent as lone surrogates, which HuggingFace tokenizers refuse (a TypeError)
+    if hasattr(stdin, 'reconfigure') and getattr(stdin, 'errors', 'strict') in ('strict', 'surrogateescape'):
         try:
             stdin.reconfigure(errors='replace')
         except (ValueError, OSError):  # pragma: no cover - detached or unusual stdin
             pass
 
 
+def is_blank_chat_message(opt, observation) -> bool:
+    """A chat message (interactive mode, no label) whose text is empty or only white space."""
+    if not opt.get('interactive_mode') or observation is None or 'text' not in observation:
+        return False
+    if 'labels' in observation or 'eval_labels' in observation:
+        return False
+    return not str(observation.get('text') or '').strip()
+
+
 class SafeAgentMixin:
     """Mixed into every ParlAI agent of the project, before its ParlAI base class."""
+
+    # the reply fields shown by default; an agent whose replies carry others names them
+    display_fields = ('predicted_emotion',)
+
+    @classmethod
+    def add_cmdline_args(cls, parser, partial_opt=None):
+        result = super().add_cmdline_args(parser, partial_opt=partial_opt)
+        # one default for every agent of ours: replies show what the model read (a field a reply
+        # lacks is not shown, so a ranker without an emotion classifier shows its text alone)
+        parser.set_defaults(display_add_fields=','.join(cls.display_fields))
+        return result if result is not None else parser
 
     def __new__(cls, opt, shared=None):
         # before any __init__ of the agent's classes, which may open those files already
@@ -52,6 +80,26 @@ class SafeAgentMixin:
             if opt.get('interactive_mode'):
                 tolerate_undecodable_stdin()
         return super().__new__(cls)
+
+    def observe(self, observation):
+        if is_blank_chat_message(self.opt, observation):
+            # kept out of the history: the model never sees the empty turn, nor its answer
+            from parlai.core.message import Message
+
+            self.observation = Message(observation)
+            return self.observation
+        return super().observe(observation)
+
+    def act(self):
+        observation = self.observation
+        if not is_blank_chat_message(self.opt, observation):
+            return super().act()
+        if observation.get('episode_done'):  # [DONE] on an empty line still ends the episode
+            self.history.reset()
+        self.observation = None
+        from parlai.core.message import Message
+
+        return Message({'id': self.getID(), 'text': EMPTY_INPUT_REPLY, 'episode_done': False})
 
     def load(self, path):
         """ParlAI's ``TorchAgent.load``, without unpickling anything but weights."""

@@ -103,8 +103,8 @@ class EmpathyReproduce(ParlaiScript):
         if board is None:
             board = (os.path.join(os.path.dirname(os.path.abspath(projects_dir)), 'bench', 'leaderboard')
                      if opt['write_projects'] else os.path.join(os.path.abspath(opt['runs_dir']), 'board'))
-        if board:
-            results = leaderboard.gather_artifacts(evidence_dir)
+        results = leaderboard.gather_artifacts(evidence_dir) if board else []
+        if results:  # a plan without an evaluation step (a classifier's) leaves no row for a board
             leaderboard.write_outputs(results, board, leaderboard.board_notes(results))
             print(f'[reproduce] leaderboard: {board}')
 

@@ -13,18 +13,26 @@ module, ``zoo/empathy/<name>.py``) and calling its ``download(datapath)``, then 
   checksum or download leaves nothing installed.
 * ``parlai empathy_package_model ... --install-zoo`` installs a locally built archive in the same
   place (marked ``local:<sha256>``); a local build is used as it is.
-* Without a mirror and without a local build, the error says which two commands build the model.
+* Without a mirror and without a local build, the error says which two commands build the model
+  (:func:`build_commands`: the row's ``parlai empathy_reproduce`` plan, then ``parlai
+  empathy_package_model ... --install-zoo``) and how long that took for the committed row.
+  ParlAI calls ``download`` while it parses the command line, so the zoo modules end the
+  command there with that message (:func:`download_or_exit`), not with a traceback.
+* An entry has a ``sha256`` only while a mirror can serve that exact archive: nothing is fetched
+  for an entry without one, and a locally built archive is installed all the same.
 """
 import contextlib
 import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 ZOO_URL_ENV = 'PARLAI_EMPATHY_ZOO_URL'
 MANIFEST_ENV = 'PARLAI_EMPATHY_ZOO_MANIFEST'  # another manifest, e.g. a private mirror's
@@ -57,7 +65,6 @@ class ZooEntry:
     version: str
     project: str
     row: str
-    reproduce_args: str = ''
     description: str = ''
 
     @property
@@ -69,11 +76,44 @@ class ZooEntry:
         """What ``mark_done`` records: a new archive (another checksum) is fetched again."""
         return f'{self.version} {self.sha256}'
 
-    def build_commands(self) -> str:
-        extra = f' {self.reproduce_args}' if self.reproduce_args else ''
-        return (f'  parlai empathy_reproduce --project {self.project} --rows {self.row}{extra}\n'
-                f'  parlai empathy_package_model -mf runs/{self.project}/{self.row}/model '
-                f'--name {self.name} --install-zoo')
+    def build_argvs(self, datapath: Optional[str] = None, runs_dir: str = 'runs',
+                    profile: str = 'cpu') -> List[List[str]]:
+        """The two ``parlai`` command lines (without ``parlai``) that build and install this
+        entry: the row's plan, then the package of the model it leaves, installed where
+        ``zoo:`` looks (``datapath``: ParlAI's ``--datapath``, named when it is not the default)."""
+        reproduce = ['empathy_reproduce', '--project', self.project, '--rows', self.row]
+        if runs_dir != 'runs':
+            reproduce += ['--runs-dir', runs_dir]
+        if profile != 'cpu':
+            reproduce += ['--profile', profile]
+        package = ['empathy_package_model', '-mf', os.path.join(runs_dir, self.project, self.row, 'model'),
+                   '--name', self.name, '--version', self.version, '--project', self.project, '--row', self.row,
+                   '--install-zoo']
+        if datapath and os.path.abspath(datapath) != os.path.abspath(_default_datapath()):
+            package += ['--datapath', datapath]
+        return [reproduce, package]
+
+    def build_commands(self, datapath: Optional[str] = None) -> str:
+        return '\n'.join('  parlai ' + shlex.join(argv) for argv in self.build_argvs(datapath))
+
+    def build_time(self, profile: str = 'cpu') -> str:
+        """What the row's plan (the rows it needs included) took when the committed row was made."""
+        from parlai_empathy import reproduce
+
+        try:
+            projects = reproduce.find_projects_dir(self.project)
+            plans = reproduce.ordered_plans(projects, self.project, [self.row], 'runs', profile)
+        except (reproduce.ReproduceSpecError, OSError) as err:
+            return f'its time is unknown: {err}'
+        return reproduce.plans_estimate(plans, include_done=False)
+
+
+def _default_datapath() -> str:
+    """ParlAI's own default ``--datapath`` (``<parlai_home>/data``). Not ``$PARLAI_DATAPATH``:
+    ParlAI copies ``--datapath`` into it while parsing, so it cannot tell the two apart."""
+    import parlai
+
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(parlai.__file__))), 'data')
 
 
 def default_manifest_path() -> str:
@@ -138,8 +178,7 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
         if (sha256 is None) != (size is None):
             raise bad('sha256' if sha256 is None else 'size', 'sha256 and size are published together')
         entries[name] = ZooEntry(name, fields['file'], sha256, size, fields['card'], fields['version'],
-                                 fields['project'], fields['row'], fields.get('reproduce_args', ''),
-                                 fields.get('description', ''))
+                                 fields['project'], fields['row'], fields.get('description', ''))
     return entries
 
 
@@ -259,12 +298,25 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
         logging.warning(f'{entry.zoo_path}: using the installed {version!r} in {folder}; the manifest '
                         f'lists {entry.done_version!r}, set {ZOO_URL_ENV} to fetch it')
         return folder
-    why = (f'no mirror is set ({ZOO_URL_ENV})' if not base_url else
-           f'the manifest has no published checksum for it yet, so nothing is downloaded from {base_url}')
+    if not entry.sha256:
+        why = f'no release of it is published (the manifest has no sha256 for {entry.file})'
+    else:
+        why = f'no mirror is set (${ZOO_URL_ENV}: a release mirror that serves {entry.file})'
     raise ZooModelUnavailable(
-        f'{entry.zoo_path} is not installed in {folder} and {why}.\n'
-        f'Set {ZOO_URL_ENV} to a release mirror that serves {entry.file}, or build the model '
-        f'locally (it is then installed where zoo: finds it):\n{entry.build_commands()}')
+        f'{entry.zoo_path} is not installed in {folder}, and {why}.\n'
+        f'Build it here ({entry.build_time()}), then run your command again:\n'
+        f'{entry.build_commands(datapath)}')
+
+
+def download_or_exit(datapath: str, name: str) -> str:
+    """:func:`download` for the zoo modules ParlAI imports: ParlAI calls them while it parses the
+    command line, where an exception becomes a traceback around the message; a zoo model that
+    cannot be installed ends the command with the message alone (exit status 1)."""
+    try:
+        return download(datapath, name)
+    except ZooError as err:
+        print(f'{err}', file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 def describe(name: str, manifest: Optional[str] = None) -> ZooEntry:

@@ -4,6 +4,7 @@ archive is refused and leaves nothing installed; without a mirror the error says
 """
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from local_server import LocalServer
 from parlai_empathy import model_zoo
 from parlai_empathy.data.ed_source import file_checksum
-from tiny_models import PARLAI, cached_tiny_model
+from tiny_models import PARLAI, cached_tiny_model, train_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,30 +106,120 @@ def test_a_tampered_archive_is_refused_and_nothing_is_installed(release, tmp_pat
                       check=False)
     finally:
         server.stop()
-    assert done.returncode != 0
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
     assert 'was refused: its sha256 does not match the manifest entry' in done.stderr, done.stderr[-3000:]
     zoo_dir = datapath / 'models' / 'empathy'
     left = [p.name for p in zoo_dir.iterdir() if not p.name.endswith('.lock')] if zoo_dir.exists() else []
     assert left == [], f'left behind: {left}'
 
 
-def test_without_a_mirror_the_error_names_the_build_commands_which_work(tmp_path_factory, tmp_path):
+def printed_commands(message):
+    """The ``parlai ...`` lines of a zoo message, as argument lists (without ``parlai``)."""
+    return [shlex.split(line.strip())[1:] for line in message.splitlines() if line.startswith('  parlai ')]
+
+
+def test_without_a_mirror_the_message_names_the_build_commands_which_work(tmp_path_factory, tmp_path):
     env = {model_zoo.ZOO_URL_ENV: ''}
     datapath = tmp_path / 'data'
     done = parlai('interactive', '-mf', 'zoo:empathy/minilm_ranker/model', '--datapath', datapath,
-                  input='hi\n[EXIT]\n', env=env, check=False)
-    assert done.returncode != 0
-    assert 'parlai empathy_reproduce --project rashkin2019_empatheticdialogues --rows bert_ft --bert offline-minilm' \
-        in done.stderr, done.stderr[-3000:]
-    assert '--name minilm_ranker --install-zoo' in done.stderr
-    # the second command, as the message gives it, makes zoo: find the model (a tiny ranker here)
-    ranker = cached_tiny_model(tmp_path_factory, 'bert_ranker')
-    parlai('empathy_package_model', '-mf', ranker, '--name', 'minilm_ranker', '--install-zoo',
-           '--datapath', datapath, '--outdir', tmp_path / 'release', cwd=tmp_path)
+                  input='hi\n[EXIT]\n', env=env, check=False, cwd=tmp_path)
+    assert done.returncode == 1
+    assert 'Traceback' not in done.stderr, done.stderr[-3000:]  # the message alone
+    entry = model_zoo.describe('minilm_ranker')
+    assert f'Build it here ({entry.build_time()}), then run your command again:' in done.stderr, done.stderr
+    reproduce_args, package_args = printed_commands(done.stderr)
+    assert reproduce_args == ['empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows', 'bert_ft']
+    assert package_args[-2:] == ['--datapath', str(datapath)]  # installed where this command looks
+    # the first command, as printed, from a folder outside any clone (a dry run: the real one trains for hours)
+    planned = parlai(*reproduce_args, '--dry-run', cwd=tmp_path)
+    assert f'-mf {tmp_path}/runs/rashkin2019_empatheticdialogues/bert_ft/model' in planned.stdout
+    # the second, as printed, on the model the first leaves there (a tiny ranker here), makes zoo: find it
+    row_dir = tmp_path / 'runs' / 'rashkin2019_empatheticdialogues' / 'bert_ft'
+    row_dir.parent.mkdir(parents=True)
+    row_dir.symlink_to(os.path.dirname(cached_tiny_model(tmp_path_factory, 'bert_ranker')))
+    parlai(*package_args, cwd=tmp_path)
     done = parlai('interactive', '-mf', 'zoo:empathy/minilm_ranker/model', '--datapath', datapath,
                   input='My dog ran away this morning.\n[EXIT]\n', env=env, cwd=tmp_path)
     replies = [line for line in done.stdout.splitlines() if '[BertRanker]:' in line]
     assert len(replies) == 1 and replies[0].split(']:', 1)[1].strip(), done.stdout[-3000:]
+
+
+def test_every_entrys_build_commands_parse_and_say_what_the_row_took(tmp_path):
+    """Each printed command goes through its real ParlAI parser (no made-up flag), and the time is
+    the committed row's, from its meta.json, with the machine it was measured on."""
+    from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
+
+    from parlai_empathy import reproduce
+
+    setup_script_registry()
+    entries = model_zoo.load_manifest()
+    assert sorted(entries) == ['ethreed', 'mime', 'minilm_ranker']
+    for name in entries:
+        with pytest.raises(model_zoo.ZooModelUnavailable) as err:
+            model_zoo.download(str(tmp_path / 'data'), name)
+        commands = printed_commands(str(err.value))
+        assert [c[0] for c in commands] == ['empathy_reproduce', 'empathy_package_model'], str(err.value)
+        for argv in commands:
+            SCRIPT_REGISTRY[argv[0]].klass.setup_args().parse_args(argv[1:])
+    meta = json.loads(open(os.path.join(REPO, 'projects', 'majumder2020_mime', 'runs', 'mime', 'meta.json')).read())
+    took = reproduce.duration_words(meta['training']['train_time'] + meta['evaluation_seconds'])
+    with pytest.raises(model_zoo.ZooModelUnavailable) as err:
+        model_zoo.download(str(tmp_path / 'data'), 'mime')
+    assert f'(about {took} on {reproduce.machine_words(meta["machine"])}, as the committed row took)' in str(err.value)
+    assert 'on 2 CPU cores' in str(err.value)
+
+
+def test_the_committed_manifest_publishes_no_checksum_nobody_can_download():
+    """No mirror serves any archive yet (the mime-v2 archive whose sha256 the manifest held was
+    lost): a release adds its sha256 and size together with the mirror that serves it."""
+    published = {name: e.file for name, e in model_zoo.load_manifest(
+        os.path.join(REPO, 'zoo', 'empathy', 'manifest.json')).items() if e.sha256}
+    assert published == {}
+
+
+def test_an_entry_without_a_checksum_is_not_fetched_from_a_mirror(release, tmp_path):
+    """A mirror serving the archive is not enough: without the manifest's sha256 nothing could
+    vouch for the file, so nothing is requested and the message says how to build it."""
+    manifest = tmp_path / 'manifest.json'
+    data = json.loads(open(release['manifest']).read())
+    data['models']['mime'].update(sha256=None, size=None)
+    manifest.write_text(json.dumps(data))
+    server = mirror(release['root'] / 'mirror')
+    try:
+        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', tmp_path / 'data',
+                      input='hi\n[EXIT]\n', check=False, cwd=tmp_path,
+                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: str(manifest)})
+        log = server.output()
+    finally:
+        server.stop()
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
+    assert f'no release of it is published (the manifest has no sha256 for {release["entry"].file})' in done.stderr
+    assert 'parlai empathy_reproduce --project majumder2020_mime --rows mime' in done.stderr
+    assert release['entry'].file not in log  # never requested
+
+
+def test_a_zoo_entry_is_built_from_its_rows_plan_in_one_command(tmp_path_factory, tmp_path):
+    """``parlai empathy_package_model --zoo-entry mime`` runs the two printed commands: the row's
+    plan (here a tiny MIME in place of the real one) and the package, installed for zoo:."""
+    projects = tmp_path / 'projects'
+    shutil.copytree(os.path.join(REPO, 'projects', 'majumder2020_mime'), projects / 'majumder2020_mime',
+                    ignore=shutil.ignore_patterns('runs', '*.png'))
+    spec_path = projects / 'majumder2020_mime' / 'table.json'
+    spec = json.loads(spec_path.read_text())
+    spec['reproduce']['rows']['mime']['cpu'] = [{'name': 'train', 'parlai': [
+        str(a) for a in train_args('mime', '{model}')]}]
+    spec_path.write_text(json.dumps(spec))
+    env = {'PARLAI_EMPATHY_PROJECTS_DIR': str(projects), model_zoo.ZOO_URL_ENV: ''}
+    datapath = tmp_path / 'data'
+    planned = parlai('empathy_package_model', '--zoo-entry', 'mime', '--datapath', datapath, '--dry-run',
+                     env=env, cwd=tmp_path)
+    assert 'no committed run' in planned.stdout  # this copy has no runs/ to time it by
+    built = parlai('empathy_package_model', '--zoo-entry', 'mime', '--datapath', datapath, env=env, cwd=tmp_path)
+    assert 'parlai empathy_reproduce --project majumder2020_mime --rows mime\n' in built.stdout
+    assert f'installed in {datapath}/models/empathy/mime' in built.stdout
+    done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath,
+                  input='I lost my wallet today.\n[EXIT]\n', env=env, cwd=tmp_path)
+    assert '[Mime]:' in done.stdout, done.stdout[-3000:]
 
 
 def test_manifest_errors_name_file_line_and_field(tmp_path):

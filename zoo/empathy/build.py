@@ -1,7 +1,11 @@
 """ParlAI's fallback for a ``zoo:empathy/<name>`` that has no module: list the real entries."""
-from parlai_empathy.model_zoo import ZooModelUnavailable, load_manifest
+import sys
+
+from parlai_empathy.model_zoo import load_manifest
 
 
 def download(datapath):
+    # ParlAI calls this while parsing the command line: the message alone, not a traceback
     entries = ', '.join(f'zoo:empathy/{name}/model' for name in sorted(load_manifest()))
-    raise ZooModelUnavailable(f'not a parlai-empathy zoo model; the entries are: {entries}')
+    print(f'not a parlai-empathy zoo model; the entries are: {entries}', file=sys.stderr, flush=True)
+    raise SystemExit(1)

@@ -1,6 +1,6 @@
 """``zoo:empathy/ethreed/model``: ETHREED (Li et al.), trained on EmpatheticDialogues (see manifest.json)."""
-from parlai_empathy.model_zoo import download as _download
+from parlai_empathy.model_zoo import download_or_exit
 
 
 def download(datapath):
-    _download(datapath, 'ethreed')
+    download_or_exit(datapath, 'ethreed')

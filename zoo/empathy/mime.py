@@ -1,6 +1,6 @@
 """``zoo:empathy/mime/model``: MIME (Majumder et al., 2020), trained on EmpatheticDialogues (see manifest.json)."""
-from parlai_empathy.model_zoo import download as _download
+from parlai_empathy.model_zoo import download_or_exit
 
 
 def download(datapath):
-    _download(datapath, 'mime')
+    download_or_exit(datapath, 'mime')

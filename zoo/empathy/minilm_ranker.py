@@ -1,6 +1,6 @@
 """``zoo:empathy/minilm_ranker/model``: Rashkin et al.'s bi-encoder ranker on all-MiniLM-L6-v2, trained on EmpatheticDialogues (see manifest.json)."""
-from parlai_empathy.model_zoo import download as _download
+from parlai_empathy.model_zoo import download_or_exit
 
 
 def download(datapath):
-    _download(datapath, 'minilm_ranker')
+    download_or_exit(datapath, 'minilm_ranker')

@@ -21,7 +21,8 @@ repairing the *ParlAI* modules that break. torch, numpy and setuptools are never
   ``parley``, out of which the linear learning-rate schedule ends training by an exception).
   Its ``validate`` is wrapped for ``--count-validations-after N`` (an option of our generators):
   a validation at or before N updates runs as usual (logged, the model saved) but then forgets
-  the best valid figure and the impatience, so neither counts until after N updates, as the
+  the best valid figure and the impatience (its log line says so, in place of ParlAI's "new
+  best ... saving best valid model"), so neither counts until after N updates, as the
   MIME reference's training loop does (it skips its best-PPL and patience bookkeeping for the
   validations before 10,000 updates). Without the option nothing changes. A run resumed under
   another ``--validation-metric`` than it was saved with gets its best figure and impatience
@@ -142,16 +143,28 @@ def _repair_train_loop(module):
     real_validate = loop.validate
 
     def validate(self):
-        stop = real_validate(self)
         after = self.opt.get('count_validations_after') or 0
-        if self._train_steps <= after:
-            # not counted: the next validation is compared with nothing (so it is a new best and
-            # saves the model), as the reference's first counted one is; patience starts from 0
-            module.logging.info(f'validation at {self._train_steps} updates not counted for the best '
-                                f'model or patience (--count-validations-after {after})')
-            self.best_valid, self.impatience = None, 0
-            return False
-        return stop
+        if self._train_steps > after:
+            return real_validate(self)
+        # not counted: ParlAI compares it with nothing (best_valid is None), so it would announce
+        # a "new best" and save "the best valid model"; it logs what happens instead
+        real_logging = module.logging
+        module.logging = _UncountedValidationLog(real_logging)
+        try:
+            real_validate(self)
+        finally:
+            module.logging = real_logging
+        metric = self.opt.get('validation_metric')
+        value = _metric_value(self.valid_reports[-1].get(metric)) if self.valid_reports else None
+        figure = f'{metric} {value:.4g}' if isinstance(value, (int, float)) else str(metric)
+        saved = f'; its weights are saved to {self.opt["model_file"]} until a counted validation ' \
+            'replaces them' if self.opt.get('model_file') else ''
+        real_logging.info(f'validation at {self._train_steps} updates not counted for the best model or '
+                          f'patience (--count-validations-after {after}): {figure}{saved}')
+        # the next validation is compared with nothing (so it saves the model), as the reference's
+        # first counted one is; patience starts from 0
+        self.best_valid, self.impatience = None, 0
+        return False
 
     loop.validate = validate
 
@@ -189,6 +202,24 @@ def _repair_train_loop(module):
             world.parley = real_parley
 
     loop.train_steps = train_steps
+
+
+_HIDDEN_WHEN_UNCOUNTED = ('new best ', 'saving best valid model', 'task solved!')
+
+
+class _UncountedValidationLog(_ModuleView):
+    """``parlai.utils.logging`` for ``train_model`` during a validation that is not counted
+    (``--count-validations-after``): without ParlAI's lines that announce a new best, the saving of
+    the best model and a solved task, which would contradict the line logged instead."""
+
+    def __init__(self, logging):
+        def quiet(log):
+            def filtered(msg, *args, **kwargs):
+                if not str(msg).startswith(_HIDDEN_WHEN_UNCOUNTED):
+                    log(msg, *args, **kwargs)
+            return filtered
+
+        super().__init__(logging, success=quiet(logging.success), info=quiet(logging.info))
 
 
 def _validate_the_schedule_end(loop, logging, stop_exception, ended=False):

@@ -284,6 +284,11 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
     steps, log = train('--count-validations-after', 4)
     assert steps == [2, 4, 6, 8] and 'ran out of patience' in log
     assert 'validation at 4 updates not counted' in log and 'validation at 6 updates not counted' not in log
+    # an uncounted validation says what it does, and never announces a new best: only 6 does
+    assert ('validation at 2 updates not counted for the best model or patience (--count-validations-after 4): '
+            f'exs 8; its weights are saved to {model_file} until a counted validation replaces them') in log
+    assert log.count('new best exs') == 1 and log.count('saving best valid model') == 1, log[-6000:]
+    assert log.index('validation at 4 updates not counted') < log.index('new best exs')
     for name in os.listdir(tmp_path):
         if name.startswith('model'):
             os.remove(tmp_path / name)

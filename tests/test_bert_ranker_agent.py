@@ -353,6 +353,32 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
     assert agent.candidate_cache_key(pool_file)['vectorizer'] != one.candidate_cache_key(pool_file)['vectorizer']
 
 
+def test_replies_carry_the_emotion_of_their_context(tiny_bert, pool_file, emotion_classifier, tmp_path):
+    """With a classifier, every reply carries the top emotion of the context it answered; with
+    --emo-prepend-k 0 nothing is prepended and the candidates are neither classified nor re-keyed."""
+    from parlai_empathy.emotions import classifier_files, inference
+
+    classes = ['sad', 'happy', 'angry', 'afraid']
+    clf = classifier_files.load_classifier(emotion_classifier)
+    top = classes[int(inference.predict_all(clf, ['I lost my job.'])[0][0].argmax())]
+    base = ['--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
+            '--fixed-candidates-path', pool_file]
+    plain = make_agent(*base)
+    shown = make_agent(*base, '--emo-classifier-file', emotion_classifier)
+    prepended = make_agent(*base, '--emo-prepend-k', 2, '--emo-classifier-file', emotion_classifier)
+    for agent in (shown, prepended):
+        agent.observe({'text': 'I lost my job.', 'episode_done': True})
+        reply = agent.act()
+        assert reply['predicted_emotion'] == top and reply['text'] in agent.fixed_candidates
+    # shown only: the same vectors and candidate encodings as without a classifier
+    obs = plain.observe({'text': 'I lost my job.', 'episode_done': True})
+    assert 'predicted_emotion' not in plain.act()
+    shown.reset()
+    assert torch.equal(shown.observe({'text': 'I lost my job.', 'episode_done': True})['text_vec'], obs['text_vec'])
+    assert torch.equal(shown.fixed_candidate_vecs, plain.fixed_candidate_vecs)
+    assert shown.candidate_cache_key(pool_file)['vectorizer'] == plain.candidate_cache_key(pool_file)['vectorizer']
+
+
 def test_emo_prepend_k_above_the_class_count_is_refused(tiny_bert, emotion_classifier, tmp_path):
     with pytest.raises(ValueError, match='exceeds the 4 classes'):
         make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 5,

@@ -185,7 +185,9 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                            help='EmoPrepend-k: prepend the top-k predicted emotion labels to contexts '
                            'and candidates (the paper: 1); needs --emo-classifier-file')
         group.add_argument('--emo-classifier-file', type=str, default=None,
-                           help='model file of a trained empathy/emotion_classifier')
+                           help='model file of a trained empathy/emotion_classifier: with --emo-prepend-k '
+                           'K its labels are prepended; either way replies carry the predicted_emotion '
+                           'of their context')
         parser.set_defaults(
             candidates='batch',
             eval_candidates='batch',  # validation on the in-batch loss, as the reference
@@ -228,11 +230,15 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             resolve_bf16_option(opt)
         # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
         self.emo_classifier = None
-        if opt.get('emo_prepend_k', 0) > 0:
+        # with a classifier but k = 0 nothing is prepended: replies only show its emotion
+        self._prepending = opt.get('emo_prepend_k', 0) > 0
+        if self._prepending or opt.get('emo_classifier_file'):
             self.emo_classifier = shared['emo_classifier'] if shared else self._load_emotion_classifier(opt)
         # one memo for the agent and all its batch copies: ParlAI vectorizes each example in the
         # copy that observed it, and a P@1,100 block's candidates must be classified only once
         self._emotion_prefix_ids: Dict[str, List[int]] = shared['emotion_prefix_ids'] if shared else {}
+        # the same texts' top-1 emotion names: a reply shows the emotion its context was ranked with
+        self._emotion_names: Dict[str, str] = shared['emotion_names'] if shared else {}
         self._gradient_cache = None  # both sides of the batch being trained with --negatives-chunk
         super().__init__(opt, shared)
 
@@ -240,6 +246,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         shared = super().share()
         shared['emo_classifier'] = self.emo_classifier
         shared['emotion_prefix_ids'] = self._emotion_prefix_ids
+        shared['emotion_names'] = self._emotion_names
         return shared
 
     # ----------------------------------------------------------------------------- building
@@ -308,9 +315,9 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         path, k = opt.get('emo_classifier_file'), opt['emo_prepend_k']
         if not path or not os.path.exists(path):
             raise FileNotFoundError(
-                f'--emo-prepend-k {k} needs a trained emotion classifier, but '
-                f'--emo-classifier-file {path!r} does not exist. Train one first, e.g.\n'
-                '  parlai train_model -t empathy_ed_clean -m empathy/emotion_classifier '
+                (f'--emo-prepend-k {k} needs a trained emotion classifier, but ' if k else '')
+                + f'--emo-classifier-file {path!r} does not exist. Train one first, e.g.\n'
+                '  parlai train_model -t empathy_ed_emotion -m empathy/emotion_classifier --encoder offline-minilm '
                 '-mf /path/to/emoclf\n'
                 'then pass --emo-classifier-file /path/to/emoclf.'
             )
@@ -320,7 +327,8 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                 f'--emo-prepend-k {k} exceeds the {len(classifier.classes)} classes of the emotion '
                 f'classifier {path!r}.'
             )
-        logging.info(f'EmoPrepend-{k} with the {len(classifier.classes)}-class emotion classifier {path}')
+        use = f'EmoPrepend-{k}' if k else 'Replies show the emotion detected'
+        logging.info(f'{use} with the {len(classifier.classes)}-class emotion classifier {path}')
         return classifier
 
     # ------------------------------------------------------------------------ vectorization
@@ -349,12 +357,12 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         return vec, original, original > len(vec)
 
     def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None, truncate_left=True):
-        prefix = self._emotion_prefixes([text])[0]
+        prefix = self._emotion_prefixes([text])[0] if self._prepending else []
         return self._truncated_vec(self.dict.txt2vec(text), prefix, add_start, add_end, truncate, truncate_left)
 
     def vectorize_fixed_candidates(self, cands_batch, add_start=True, add_end=True):
         """Exactly like labels ([CLS] ... [SEP], label truncation), tokenized as one batch."""
-        prefixes = self._emotion_prefixes(cands_batch)
+        prefixes = self._emotion_prefixes(cands_batch) if self._prepending else [[] for _ in cands_batch]
         return [
             self._bert_vec(ids, True, True, self.label_truncate, False, prefix)
             for ids, prefix in zip(self.dict.batch_txt2vec(cands_batch), prefixes)
@@ -363,7 +371,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def vectorize(self, obs, history, *args, **kwargs):
         """With EmoPrepend, classify the example's labels and inline candidates in one batch
         first; vectorizing them one by one then finds their emotions in the memo."""
-        if self.emo_classifier is not None:
+        if self._prepending:
             texts = list(obs.get('labels', obs.get('eval_labels', None)) or [])
             source = self.opt['candidates' if 'labels' in obs else 'eval_candidates']
             if source in ('inline', 'batch-all-cands') and 'label_candidates_vecs' not in obs:
@@ -376,15 +384,18 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def _top_emotions(self, texts: List[str]) -> torch.LongTensor:
         """Class indices ``[len(texts), k]`` of each text's k most probable emotions."""
         probs, _ = inference.predict_all(self.emo_classifier, texts)
-        return torch.from_numpy(probs).topk(self.opt['emo_prepend_k'], dim=1).indices
+        return torch.from_numpy(probs).topk(max(self.opt['emo_prepend_k'], 1), dim=1).indices
 
     def _remember_emotions(self, texts: List[str], top: torch.LongTensor):
         if len(self._emotion_prefix_ids) + len(texts) > EMOTION_MEMO_SIZE:
             self._emotion_prefix_ids.clear()
+            self._emotion_names.clear()
         classes = self.emo_classifier.classes
         names = [' '.join(classes[i] for i in row) for row in top.tolist()]
-        for text, ids in zip(texts, self.dict.batch_txt2vec(names)):
+        prefixes = self.dict.batch_txt2vec(names) if self._prepending else [[] for _ in names]
+        for text, name, ids in zip(texts, names, prefixes):
             self._emotion_prefix_ids[text] = ids
+            self._emotion_names[text] = name
 
     def _emotion_prefixes(self, texts: List[str]) -> List[List[int]]:
         """Word pieces of each text's top-k emotion names ("sad anxious"); [] without EmoPrepend.
@@ -451,6 +462,23 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         obs.force_set('context_truncated_length', max(original - len(vec), 0))
         obs['text_vec'] = vec
         return obs
+
+    def batchify(self, obs_batch, sort=False):
+        batch = super().batchify(obs_batch, sort)
+        if self.emo_classifier is not None and batch.valid_indices is not None:
+            # ParlAI keeps the observations in a batch only in debug mode
+            batch['emotion_contexts'] = [obs_batch[i].get('full_text', '') for i in batch.valid_indices]
+        return batch
+
+    def eval_step(self, batch):
+        """With EmoPrepend, each reply carries ``predicted_emotion``: the classifier's top label
+        for the context it was ranked with (the first of the prefix's k labels)."""
+        output = super().eval_step(batch)
+        contexts = batch.get('emotion_contexts')
+        if output is None or contexts is None:
+            return output
+        output['predicted_emotion'] = [self._emotion_names.get(c, '').split(' ')[0] for c in contexts]
+        return output
 
     # ------------------------------------------------------------------------------ scoring
     def score_candidates(self, batch, cand_vecs, cand_encs=None):
@@ -549,7 +577,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         logging.info(f'Loaded {len(cands)} fixed candidates from {path}')
         self.fixed_candidates = cands
         self.num_fixed_candidates = len(cands)
-        if self.emo_classifier is not None:
+        if self._prepending:
             self._cached_candidate_emotions(path, cands)
         self.fixed_candidate_vecs = self._make_candidate_vecs(cands)
         if self.use_cuda:  # on the model's device before they are encoded
@@ -570,7 +598,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                 + ('' if self.opt.get('add_special_tokens', True) else ';no_special_tokens')
                 + (';bf16' if self.opt.get('bf16') else '')
                 + (';cosine' if self.bi_encoder.similarity == 'cosine' else '')
-                + (f';emo_classifier={self.emo_classifier.key}' if self.emo_classifier is not None else '')
+                + (f';emo_classifier={self.emo_classifier.key}' if self._prepending else '')
             ),
         }
 

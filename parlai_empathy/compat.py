@@ -172,6 +172,9 @@ def _repair_train_loop(module):
 
     def _get_time(self, world):
         times = real_get_time(self, world)
+        # ParlAI counts the examples right after this call; the validation below records them, and
+        # at a run's first update (--max-train-steps 1) they did not exist yet (AttributeError)
+        self._total_exs = int(module.np.round(self._total_epochs * world.num_examples()))
         _validate_the_schedule_end(self, module.logging, module.StopTrainException)
         return times
 

@@ -63,6 +63,7 @@ from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  #
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
 from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
 from parlai_empathy.models.generator_interface import EmotionTransformerConfig  # noqa: E402
+from parlai_empathy.models import glove  # noqa: E402
 from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
 from parlai_empathy.models.mime import MimeReadout  # noqa: E402
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
@@ -73,6 +74,28 @@ USER, MODEL = 0, 1
 SIZE = EmotionTransformerConfig().size
 NOAM_PEAK_LR = SIZE.d_model ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
+PAPER_GLOVE_DIM = 300
+
+
+def warn_unless_papers_word_table(model, paper_file, glove_path, glove_dim, d_model, glove_fit='pad'):
+    """One start-up warning when a fresh word table starts from other vectors than the paper's
+    (GloVe of ``paper_file``, 300-d): which file, its width against the embedding size, and the
+    option that gives the paper's. The offline default (6B 50d, padded to 300 with random
+    columns) trains, but is not "the paper's settings" however every other option is set."""
+    if glove_dim == PAPER_GLOVE_DIM:
+        return
+    if glove_fit == 'project':
+        fit = f'mapped to the {d_model}-d embedding by a learned projection'
+    elif glove_dim < d_model:
+        fit = f'padded to the {d_model}-d embedding: {d_model - glove_dim} of its {d_model} columns start random'
+    elif glove_dim > d_model:
+        fit = f'cut to the {d_model}-d embedding'
+    else:
+        fit = f'as wide as the {d_model}-d embedding'
+    warn_once(f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
+              f'({paper_file}); this run from {glove.source_name(glove_path)}: {glove_dim}-d vectors, '
+              f'{fit}. For the paper\'s word table pass --glove-path /path/to/{paper_file} (any '
+              f'{PAPER_GLOVE_DIM}-d GloVe text file, with --embedding-size {PAPER_GLOVE_DIM}).')
 
 
 class MoelDictionaryAgent(DictionaryAgent):
@@ -133,6 +156,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
     """Base agent; subclasses define ``build_model`` with :meth:`build_generator`."""
 
     display_fields = ('predicted_emotion', 'emotion_polarity')  # shown by parlai interactive
+    paper_glove = 'glove.6B.300d.txt'  # MIME's config.py default, for Multi-TR too
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
@@ -252,6 +276,9 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                                                    self.opt.get('glove_path'), self.opt['glove_fit'], scale,
                                                    fill_std=fill_std_value(self.opt.get('glove_fill_std')))
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
+        warn_unless_papers_word_table(self.opt.get('model') or type(self).__name__, self.paper_glove,
+                                      self.opt.get('glove_path'), words.glove_dim, size.d_model,
+                                      self.opt['glove_fit'])
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim
         return words

@@ -55,7 +55,7 @@ from parlai.utils.misc import warn_once  # noqa: E402
 from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
 from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
 from parlai_empathy.agents.emotion_generator import (  # noqa: E402
-    MoelDictionaryAgent, record_response_metrics,
+    MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
 )
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
 from parlai_empathy.agents.safety import is_blank_chat_message  # noqa: E402
@@ -287,6 +287,8 @@ class EthreedAgent(EncoderReadoutAgent):
                                                        opt.get('glove_path'), glove_fit='pad',
                                                        fill_std=fill_std_value(opt.get('glove_fill_std')))
             print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
+            warn_unless_papers_word_table(opt.get('model') or type(self).__name__, 'glove.840B.300d.txt',
+                                          opt.get('glove_path'), words.glove_dim, opt['embedding_size'])
         else:
             words = WordEmbedding(len(vocab), opt['embedding_size'], self.NULL_IDX)
         config = EthreedConfig(  # (the .get fallbacks: what models saved before the option had)

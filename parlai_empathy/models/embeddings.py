@@ -53,6 +53,7 @@ class WordEmbedding(nn.Module):
             else:
                 module.table.weight.copy_(glove.fit_to_dim(matrix, hit, d_model, fill_std=fill_std))
             module.table.weight[padding_idx].zero_()
+        module.glove_dim = matrix.shape[1]  # what the vectors gave, for the agents' start-up log
         return module, float(hit.float().mean())
 
     @property

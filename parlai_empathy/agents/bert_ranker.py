@@ -66,7 +66,6 @@ from typing import Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
 from parlai.core.loader import register_agent  # noqa: E402
-from parlai.core.message import Message  # noqa: E402
 from parlai.core.opt import Opt  # noqa: E402
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.torch_agent import History  # noqa: E402
@@ -91,7 +90,6 @@ NO_SEPARATOR = ('', 'none')  # --turn-separator values that join turns as text (
 # what a model saved before these options existed did: upgrade_opt gives them to its options
 EARLIER_BEHAVIOUR = {'add_special_tokens': True, 'truncate_side': 'left', 'turn_separator': 'none',
                      'freeze_word_embeddings': False}
-EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
 EMOTION_MEMO_SIZE = 200_000  # texts whose EmoPrepend prefix is kept in memory (the ED pool: ~60k)
 
 
@@ -533,14 +531,6 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         restored = torch.empty_like(encs)
         restored[order] = encs
         return restored
-
-    # ---------------------------------------------------------------------- interactive use
-    def act(self):
-        obs = self.observation
-        if self.opt.get('interactive_mode') and obs is not None and not str(obs.get('text', '')).strip():
-            if not obs.get('episode_done') and 'labels' not in obs and 'eval_labels' not in obs:
-                return Message({'id': self.getID(), 'text': EMPTY_INPUT_REPLY, 'episode_done': False})
-        return super().act()
 
     # ---------------------------------------------------------------------- fixed candidates
     def get_task_candidates_path(self):

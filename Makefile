@@ -32,28 +32,49 @@ reinstall: $(VENV)/.deps-installed
 install: reinstall
 
 # The main job on the embedded ED sample (offline, a few minutes on 2 CPU cores): train a tiny MIME
-# with plain -m empathy/mime, fine-tune a tiny MiniLM ranker, evaluate both into a two-row
-# leaderboard, then one scripted exchange at the prompt. `make demo-run` skips the install.
+# with plain -m empathy/mime (a toy: 60 updates of a tiny model), fine-tune a ranker on the
+# pretrained all-MiniLM-L6-v2 sentence encoder, used as it was pretrained (one shared encoder, mean
+# pooling, cosine scores), evaluate both into a two-row leaderboard, then chat with the ranker:
+# it retrieves human replies from the sample and shows the emotion an ED classifier, trained on
+# the sample's situations, read in each message. `make demo-run` skips the install.
 DEMO_MIME := --embedding-size 32 --attention-size 16 --ffn-size 32 --latent-size 16 --n-heads 2
 DEMO_ED := -t empathy_ed_clean --ed-datapath sample
 DEMO_VALID := -vme 100000 --short-final-eval true --validation-max-exs 32
+DEMO_RANKER := --bert-model offline-minilm --share-encoders true --projection-dim 0 --pooling mean \
+  --similarity cosine --add-special-tokens true --turn-separator none --truncate-side left
+DEMO_CHAT := 'I finally passed my driving test after three tries!\n[DONE]\nMy dog died last week and I miss him so much.\n[DONE]\nSomeone stole my bike from the garage.\n[EXIT]\n'
 
 demo: install
 	$(MAKE) --no-print-directory demo-run
 
 demo-run:
+	@echo "== demo 1/6: the cleaned ED teacher on the embedded sample"
 	$(PARLAI) display_data $(DEMO_ED) -dt valid -n 2
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	@echo "== demo 2/6: a tiny MIME, 60 updates (a toy generator: its replies are not meant to be good)"
 	$(PARLAI) train_model $(DEMO_ED) -m empathy/mime $(DEMO_MIME) -mf $(DEMO_DIR)/mime/model \
 	  -bs 16 --max-train-steps 60 -lr 1e-3 -vmt ppl -vmm min --skip-generation true $(DEMO_VALID)
-	$(PARLAI) train_model $(DEMO_ED) -m empathy/bert_ranker --bert-model offline-minilm --pooling mean \
-	  --similarity cosine -mf $(DEMO_DIR)/ranker/model -bs 16 --max-train-steps 8 \
+	@echo "== demo 3/6: an ED 32-emotion classifier on the sample's situations (all-MiniLM-L6-v2)"
+	$(PARLAI) train_model -t empathy_ed_emotion --ed-datapath sample -m empathy/emotion_classifier \
+	  --encoder offline-minilm --pooling mean -mf $(DEMO_DIR)/emotion/model -bs 16 --num-epochs 10 -lr 1e-4 \
+	  -vmt accuracy -vmm max -vme 100000 --short-final-eval true
+	@echo "== demo 4/6: a bi-encoder ranker on all-MiniLM-L6-v2, 8 updates, showing the classifier's emotion"
+	$(PARLAI) train_model $(DEMO_ED) -m empathy/bert_ranker $(DEMO_RANKER) \
+	  --emo-classifier-file $(DEMO_DIR)/emotion/model -mf $(DEMO_DIR)/ranker/model -bs 16 --max-train-steps 8 \
 	  --eval-candidates batch -vmt hits@1 -vmm max $(DEMO_VALID)
+	@echo "== demo 5/6: both models on one leaderboard ($(DEMO_DIR)/leaderboard/leaderboard.md)"
 	$(PARLAI) empathy_leaderboard --entries mime=$(DEMO_DIR)/mime/model ranker=$(DEMO_DIR)/ranker/model \
 	  --ed-datapath sample --outdir $(DEMO_DIR)/leaderboard --bertscore-model none --p100-shuffled false \
 	  --eval-args "-bs 32" --progress false
-	printf 'I finally passed my driving test after three tries!\n[EXIT]\n' | $(PARLAI) interactive \
-	  -mf $(DEMO_DIR)/mime/model --display-add-fields predicted_emotion,emotion_polarity
+	@echo "== demo 6/6: a chat with the ranker (replies retrieved from the sample's listener turns)"
+	printf $(DEMO_CHAT) | $(PARLAI) interactive -mf $(DEMO_DIR)/ranker/model
+
+# Every zoo entry built from its row's plan and installed where -mf zoo:empathy/<name>/model finds it
+# (hours on 2 CPU cores: `$(PARLAI) empathy_package_model --zoo-entry all --dry-run` lists commands and times).
+ZOO_ENTRIES ?= all
+.PHONY: zoo
+zoo: install
+	$(PARLAI) empathy_package_model --zoo-entry $(ZOO_ENTRIES)
 
 # The human-evaluation browser test drives Debian's headless Chromium.
 browser:

@@ -1,8 +1,13 @@
 """``make demo`` shows the main job: what it prints and leaves, run exactly as the Makefile says
 (``make demo-run``: the demo without the install step, against this venv)."""
+import csv
 import json
 import os
+import re
 import subprocess
+
+from parlai_empathy.data.ed_source import sample_dir
+from parlai_empathy.data.emotions import ED_EMOTIONS
 
 from tiny_models import PARLAI
 
@@ -23,4 +28,24 @@ def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
     assert rows['ranker']['kind'] == 'ranker' and 'p@1,100' in rows['ranker']['values']
     table = (demo_dir / 'leaderboard' / 'leaderboard.md').read_text()
     assert '| mime |' in table and '| ranker |' in table
-    assert '[Mime]:' in done.stdout and '[predicted_emotion]:' in done.stdout and '[emotion_polarity]:' in done.stdout
+    assert 'a toy generator' in done.stdout  # the tiny MIME is labelled as such
+
+    # the demo ends with the ranker: each of the three messages gets a human reply retrieved from
+    # the sample's listener turns and the emotion the classifier read in it
+    chat = done.stdout[done.stdout.index('demo 6/6'):]
+    replies = re.findall(r'^\[BertRanker\]: (.+)$', chat, flags=re.M)
+    emotions = re.findall(r'\[predicted_emotion\]: (\S+)$', chat, flags=re.M)  # may follow the prompt
+    assert len(replies) == 3 and len(emotions) == 3, chat[-3000:]
+    assert set(emotions) <= set(ED_EMOTIONS)
+    pools = list((demo_dir / 'ranker').glob('ed_train_listener_*.cands'))
+    assert len(pools) == 1
+    pool = set(pools[0].read_text(encoding='utf-8').splitlines())
+    assert 300 < len(pool) <= len(listener_replies(os.path.join(sample_dir(), 'train.csv')))
+    assert set(replies) <= pool, replies
+
+
+def listener_replies(path):
+    """The sample's listener turns as the pool holds them (ED's _comma_ decoded, stripped)."""
+    with open(path, newline='', encoding='utf-8') as f:
+        rows = list(csv.DictReader(f))
+    return [r['utterance'].replace('_comma_', ',').strip() for r in rows if int(r['utterance_idx']) % 2 == 0]

@@ -98,6 +98,7 @@ setup(
         'PyYAML',
         'nltk',
         'transformers>=4.40',
+        'huggingface-hub',  # its cache and offline flags: a missing hub model fails at once, naming the offline choices
         'sacrebleu>=2.3',
         'bert-score>=0.3.13',
         'pandas',

@@ -148,3 +148,24 @@ def headless_chromium(profile_dir):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(300)
     return driver
+
+
+def click_and_wait(driver, element_id, timeout=300):
+    """Click ``element_id`` and wait for the next page to replace this one before looking at it."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, 'main')
+    driver.find_element(By.ID, element_id).click()
+
+    def replaced(_):
+        # the old page is gone; chromedriver reports that either as a stale element or as
+        # "node does not belong to the document" (the latter escapes staleness_of)
+        try:
+            old.is_enabled()
+            return False
+        except WebDriverException:
+            return True
+
+    WebDriverWait(driver, timeout).until(replaced)

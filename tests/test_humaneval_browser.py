@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from humaneval_helpers import Server, cached_world_logs, headless_chromium
+from humaneval_helpers import Server, cached_world_logs, click_and_wait, headless_chromium
 from parlai_empathy.humaneval import providers
 from parlai_empathy.humaneval.build import build_task
 
@@ -46,28 +46,10 @@ def _walk(driver, link, choose, screenshot, on_item=lambda _driver: None):
     (one per question, in order), calling ``on_item(driver)`` on each item page; return the
     number of items and the completion code shown at the end."""
     from selenium.webdriver.common.by import By
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.support.wait import WebDriverWait
-
-    def click_and_wait(element_id):
-        # wait for the next page to replace this one before looking at it
-        old = driver.find_element(By.TAG_NAME, 'main')
-        driver.find_element(By.ID, element_id).click()
-
-        def replaced(_):
-            # the old page is gone; chromedriver reports that either as a stale element or as
-            # "node does not belong to the document" (the latter escapes staleness_of)
-            try:
-                old.is_enabled()
-                return False
-            except WebDriverException:
-                return True
-
-        WebDriverWait(driver, 300).until(replaced)
 
     driver.get(link)
     assert driver.find_element(By.ID, 'instructions').is_displayed()
-    click_and_wait('start')
+    click_and_wait(driver, 'start')
     seen = 0
     while driver.find_elements(By.ID, 'answer-form'):
         seen += 1
@@ -80,7 +62,7 @@ def _walk(driver, link, choose, screenshot, on_item=lambda _driver: None):
         fieldsets = driver.find_elements(By.TAG_NAME, 'fieldset')
         for fieldset, value in zip(fieldsets, choose(driver.page_source)):
             fieldset.find_element(By.CSS_SELECTOR, f'input[value="{value}"]').click()
-        click_and_wait('next')
+        click_and_wait(driver, 'next')
     return seen, driver.find_element(By.ID, 'completion-code').text
 
 

@@ -24,7 +24,7 @@ import tempfile
 import pytest
 
 from conftest import ed_teacher_examples
-from humaneval_helpers import headless_chromium
+from humaneval_helpers import click_and_wait, headless_chromium
 from local_server import LocalServer
 from tiny_models import cached_tiny_model
 
@@ -197,25 +197,10 @@ def _check_page(driver, journey, n_candidates):
 
 def _walk(driver, link, journey, answers, n_candidates, screenshot):
     """Rate one assignment; screenshot the page with the longest context. Returns the items."""
-    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.wait import WebDriverWait
-
-    def click_and_wait(element_id):
-        old = driver.find_element(By.TAG_NAME, 'main')
-        driver.find_element(By.ID, element_id).click()
-
-        def replaced(_):
-            try:
-                old.is_enabled()
-                return False
-            except WebDriverException:
-                return True
-
-        WebDriverWait(driver, 300).until(replaced)
 
     driver.get(link)
-    click_and_wait('start')
+    click_and_wait(driver, 'start')
     seen, longest = [], 0
     while driver.find_elements(By.ID, 'answer-form'):
         item, length = _check_page(driver, journey, n_candidates)
@@ -225,7 +210,7 @@ def _walk(driver, link, journey, answers, n_candidates, screenshot):
             driver.save_screenshot(screenshot)
         for fieldset, value in zip(driver.find_elements(By.TAG_NAME, 'fieldset'), answers):
             fieldset.find_element(By.CSS_SELECTOR, f'input[value="{value}"]').click()
-        click_and_wait('next')
+        click_and_wait(driver, 'next')
     assert driver.find_element(By.ID, 'completion-code').text
     assert longest >= 3  # a page with history: Speaker, Listener, Speaker at least
     return seen

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from parlai_empathy.data import ed_episodes, ed_raw, ed_source
+from parlai_empathy.data.file_errors import DataFileExit
 from parlai_empathy.tasks.ed import CleanTeacher, FaithfulTeacher
 
 from conftest import ed_teacher_examples
@@ -243,8 +244,10 @@ def test_the_faithful_teacher_shows_the_error_not_an_assert(tmp_path):
     folder.mkdir()
     for split in ed_source.SPLITS:
         (folder / (split + '.csv')).write_bytes(open(QUIRKS, 'rb').read())
-    with pytest.raises(ed_raw.EDFormatError, match='line 6'):
+    # through a teacher the error ends the command with its message alone, the reader's error kept
+    with pytest.raises(DataFileExit, match='line 6') as exited:
         ed_teacher_examples(FaithfulTeacher, 'valid', tmp_path, '--ed-datapath', folder)
+    assert isinstance(exited.value.error, ed_raw.EDFormatError) and exited.value.error.line_no == 6
     # candidates without the gold: ParlAI's teacher dies on a bare RuntimeError; ours names the line
     lacking = _write(tmp_path, 'cands.csv', [
         'hit:1_conv:2,1,sad,p,1,My dog died,5|5|5_5|5|5,',
@@ -252,7 +255,7 @@ def test_the_faithful_teacher_shows_the_error_not_an_assert(tmp_path):
     ])
     for split in ed_source.SPLITS:
         (folder / (split + '.csv')).write_bytes(open(lacking, 'rb').read())
-    with pytest.raises(ed_raw.EDFormatError, match=r"line 3, field 'candidates'"):
+    with pytest.raises(DataFileExit, match=r"line 3, field 'candidates'"):
         ed_teacher_examples(FaithfulTeacher, 'valid', tmp_path, '--ed-datapath', folder)
     assert ed_teacher_examples(FaithfulTeacher, 'valid', tmp_path, '--ed-datapath', folder, '--ed-candidates', 'none')
     for split in ed_source.SPLITS:
@@ -429,3 +432,122 @@ def test_candidate_modes_on_a_tiny_split():
     for example in ed_episodes._flat(ed_episodes.attach_random_candidates(episodes, seed=1)):
         # the gold and every other distinct response, once each, even though 'same' repeats
         assert sorted(example.label_candidates) == sorted({'same', 'c', 'e', 'f'} | {example.label})
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile files: every way a file can fail names the file and the line; none yields 0 examples
+# ----------------------------------------------------------------------------------------------
+
+HEADER_LINE = (','.join(ed_raw.HEADER) + '\n').encode()
+ROW_1 = b'hit:1_conv:2,1,sad,My dog died,1,I lost my dog,5|5|5_5|5|5,\n'
+ROW_2 = b'hit:1_conv:2,2,sad,My dog died,2,So sorry to hear that,5|5|5_5|5|5,\n'
+GOOD = HEADER_LINE + ROW_1 + ROW_2
+# random bytes, the same in every run: what a corrupt download or a wrong file looks like
+GARBAGE = __import__('random').Random(7).randbytes(3000)
+OVERSIZED = HEADER_LINE + b'hit:1_conv:2,1,sad,p,1,' + b'x' * (1 << 20) + b',,\n'
+
+# case -> (content, the faithful reader's error: (line, field, words), the clean reader's error)
+HOSTILE_ED = {
+    'empty': (b'', (None, None, 'no examples (empty file)'), 'no examples (empty file)'),
+    'header only': (HEADER_LINE, (None, None, 'no examples (header only)'), 'no examples (header only)'),
+    'header and blank lines': (HEADER_LINE + b'\n\n', (2, 'line', 'has 1 comma-separated fields'),
+                               'no examples (header only)'),
+    'binary garbage': (GARBAGE, (1, 'conv_id', 'not UTF-8: byte 0x'), 'no examples (not UTF-8 text: '),
+    'not UTF-8 at line 3': (HEADER_LINE + ROW_1 + ROW_2.replace(b'So sorry', b'So \xff sorry'),
+                            (3, 'utterance', 'not UTF-8: byte 0xff at column 37'), None),
+    'wrong header': (b'text\tids\tid\nhello\t1\tab\n', (1, 'conv_id', 'is not the EmpatheticDialogues header'),
+                     'no examples (none of its 2 rows can be read; the first, line 1, field conv_id'),
+    'wrong field count': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,p\n',
+                          (3, 'line', 'has 4 comma-separated fields'), None),
+    'every row unreadable': (HEADER_LINE + b'nonsense,1,2\nmore,3,4\n', (2, 'line', 'has 3 comma-separated fields'),
+                             'no examples (none of its 2 rows can be read; the first, line 2, field conv_id'),
+    'oversized line': (OVERSIZED, (2, None, f'no line break within {1 << 20} bytes'),
+                       f'line 2: no line break within {1 << 20} bytes'),
+    'NUL bytes': (HEADER_LINE + ROW_1.replace(b'lost', b'lo\0st') + ROW_2,
+                  (2, 'utterance', 'NUL byte at column 38'), None),
+    'UTF-16': (GOOD.decode().encode('utf-16'), (1, None, 'UTF-16 text'), 'line 1: UTF-16 text'),
+    'CRLF line ends': (GOOD.replace(b'\n', b'\r\n'), None, None),
+    'UTF-8 byte order mark': (b'\xef\xbb\xbf' + GOOD, None, None),
+}
+
+
+@pytest.mark.parametrize('case', list(HOSTILE_ED))
+def test_hostile_ed_files_name_file_and_line(tmp_path, case):
+    content, faithful_error, clean_error = HOSTILE_ED[case]
+    path = tmp_path / 'valid.csv'
+    path.write_bytes(content)
+    good = tmp_path / 'good.csv'
+    good.write_bytes(GOOD)
+    if faithful_error is None:
+        assert _texts(ed_raw.read_faithful(str(path))) == _texts(ed_raw.read_faithful(str(good)))
+    else:
+        line_no, field, words = faithful_error
+        with pytest.raises(ed_raw.DataFileError) as err:
+            ed_raw.read_faithful(str(path))
+        assert (err.value.line_no, err.value.field) == (line_no, field), str(err.value)
+        assert str(err.value).startswith(str(path)) and words in str(err.value)
+    if clean_error is None:
+        conversations, report = ed_raw.read_clean(str(path))
+        assert conversations and report.rows_kept >= 1
+        if case in ('not UTF-8 at line 3', 'NUL bytes'):
+            kind = 'invalid_utf8' if 'UTF' in case else 'nul_byte'
+            assert report.fixes[kind]['example_lines'] == [3 if 'UTF' in case else 2]
+        elif case == 'wrong field count':
+            assert [bad['line'] for bad in report.unrecoverable] == [3]
+        else:
+            assert _texts(conversations) == _texts(ed_raw.read_clean(str(good))[0]) and not report.fixes
+    else:
+        with pytest.raises(ed_raw.DataFileError) as err:
+            ed_raw.read_clean(str(path))
+        assert str(err.value).startswith(f'{path}, ' if clean_error.startswith('line ') else f'{path}: ')
+        assert clean_error in str(err.value), str(err.value)
+
+
+def _texts(conversations):
+    return [(c.conv_id, c.emotion, c.situation, [u.text for u in c.utterances]) for c in conversations]
+
+
+def test_a_file_of_one_utterance_conversations_yields_no_examples(tmp_path):
+    folder = tmp_path / 'ed'
+    folder.mkdir()
+    for split in ed_source.SPLITS:
+        (folder / (split + '.csv')).write_bytes(HEADER_LINE + ROW_1)
+    with pytest.raises(DataFileExit, match=r'valid.csv: no examples \(1 conversations, none with a reply'):
+        ed_teacher_examples(CleanTeacher, 'valid', tmp_path, '--ed-datapath', folder)
+
+
+def _ed_folder(tmp_path, name, valid=None, **others):
+    """An ED folder whose valid.csv holds ``valid`` (train and test a good file), or lacks a split."""
+    folder = tmp_path / name
+    folder.mkdir()
+    for split in ed_source.SPLITS:
+        content = valid if split == 'valid' else others.get(split, GOOD)
+        if content is not None:
+            (folder / (split + '.csv')).write_bytes(content)
+    return folder
+
+
+@pytest.mark.parametrize('task, case, expected', [
+    ('empathy_ed', 'empty', '{valid}: no examples (empty file)'),
+    ('empathy_ed_clean', 'header only', '{valid}: no examples (header only)'),
+    ('empathy_ed_clean', 'binary garbage', "{valid}: no examples (not UTF-8 text: 16 of its 16 lines are not UTF-8, the "
+                                           "first at line 1, field 'conv_id': byte 0xb4 at column 2; a binary file?; "
+                                           "line 1 is not the EmpatheticDialogues header "
+                                           "'conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags')"),
+    ('empathy_ed', 'not UTF-8 at line 3', "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
+                                          "(invalid start byte); the file must be UTF-8 text"),
+    ('empathy_ed', 'missing split', "--ed-datapath points at '{folder}', which lacks valid.csv. It must be a folder "
+                                    "holding EmpatheticDialogues' train.csv, valid.csv and test.csv (as unpacked from "
+                                    "empatheticdialogues.tar.gz)."),
+])
+def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, tmp_path, task, case, expected):
+    """What a user types and sees: the one message naming the file, no traceback, exit status 1."""
+    content = None if case == 'missing split' else HOSTILE_ED[case][0]
+    folder = _ed_folder(tmp_path, 'ed', content)
+    if case == 'binary garbage':
+        assert GARBAGE.count(b'\n') == 15  # 16 lines, as the message says
+    done = run_parlai('display_data', '-t', task, '-dt', 'valid', '--ed-datapath', folder,
+                      '--datapath', tmp_path / 'dp', check=False, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert 'Traceback' not in done.stdout + done.stderr
+    assert done.stderr.strip() == expected.format(valid=folder / 'valid.csv', folder=folder)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from parlai_empathy.cache_lock import atomic_write, build_lock
+from parlai_empathy.data.file_errors import (
+    DataFileError, DataNotFound, column_of, decode_line, field_at, no_examples, read_lines,
+)
 
 HEADER = ['conv_id', 'utterance_idx', 'context', 'prompt', 'speaker_idx', 'utterance', 'selfeval', 'tags']
 CONV_ID_RE = re.compile(r'^hit:\d+_conv:\d+$')
@@ -25,12 +28,17 @@ SELFEVAL_RE = re.compile(r'^\d\|\d\|\d_.*\|\d$|^.*_\d\|\d\|\d$')
 MAX_EXAMPLE_LINES = 10
 
 
-class EDFormatError(ValueError):
-    """A raw ED line that cannot be read; the message names file, line and field."""
+# the 9th field, when a row has one, holds the inline candidates
+FIELDS = HEADER + ['candidates']
+KIND = 'EmpatheticDialogues CSV'
+
+
+class EDFormatError(DataFileError):
+    """A raw ED file or line that cannot be read; the message names file, line and field."""
 
     def __init__(self, path, line_no, field_name, problem):
-        self.path, self.line_no, self.field_name, self.problem = path, line_no, field_name, problem
-        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+        super().__init__(path, line_no, field_name, problem)
+        self.field_name = field_name
 
 
 @dataclass
@@ -61,12 +69,23 @@ def unescape_candidate(text: str) -> str:
 
 
 def _lines(path):
-    """(line number, text) for every line after the header, newline removed."""
+    """(line number, raw bytes) for every line, the header included (a UTF-8 BOM dropped)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f'EmpatheticDialogues file not found: {path}')
-    with open(path, 'rb') as f:
-        for line_no, raw in enumerate(f, start=1):
-            yield line_no, raw
+        raise DataNotFound(f'EmpatheticDialogues file not found: {path}')
+    return read_lines(path, KIND)
+
+
+def _check_header(path, line: str) -> None:
+    found = line.strip().split(',')
+    if found != HEADER:
+        for position, (name, got) in enumerate(zip(HEADER, found + [''] * len(HEADER))):
+            if name != got:
+                break
+        raise EDFormatError(
+            path, 1, HEADER[position],
+            f'the first line is not the EmpatheticDialogues header {",".join(HEADER)!r} '
+            f'(found {line.strip()[:80]!r}): not an ED file?',
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,13 +97,13 @@ def read_faithful(path: str) -> List[Conversation]:
     """Conversations exactly as ParlAI 1.7.2's teacher sees them (split on ',', 8 or 9 fields)."""
     conversations: List[Conversation] = []
     current: Optional[Conversation] = None
+    lines = 0
     for line_no, raw in _lines(path):
+        lines = line_no
+        line = decode_line(raw, path, line_no, b',', FIELDS)
         if line_no == 1:
+            _check_header(path, line)
             continue
-        try:
-            line = raw.decode('utf-8')
-        except UnicodeDecodeError as err:
-            raise EDFormatError(path, line_no, 'line', f'not UTF-8 ({err.reason} at byte {err.start})')
         parts = line.strip().split(',')
         if len(parts) not in (8, 9):
             raise EDFormatError(
@@ -117,6 +136,8 @@ def read_faithful(path: str) -> List[Conversation]:
                 )
             current = Conversation(parts[0], parts[2], unescape(parts[3]), [utt])
             conversations.append(current)
+    if not conversations:
+        raise no_examples(path, 'empty file' if lines == 0 else 'header only')
     return conversations
 
 
@@ -127,6 +148,7 @@ def read_faithful(path: str) -> List[Conversation]:
 FIX_DESCRIPTIONS = OrderedDict(
     [
         ('invalid_utf8', 'bytes that are not UTF-8 were replaced by U+FFFD'),
+        ('nul_byte', 'NUL bytes removed'),
         ('blank_line', 'blank line skipped'),
         ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right (EmpatheticDialogues issue #40) - realigned'),
         ('unescaped_comma', 'raw commas inside a text field split it; fields re-joined'),
@@ -274,14 +296,23 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
     report = report or CleaningReport(path)
     rows: List[Tuple[Dict, Utterance]] = []
     last_conv_id = last_raw_situation = situation = None
+    lines, has_header, first_not_utf8 = 0, False, None
     for line_no, raw in _lines(path):
+        lines = line_no
         try:
             line = raw.decode('utf-8')
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as err:
             line = raw.decode('utf-8', errors='replace')
             report.fix('invalid_utf8', line_no)
+            if first_not_utf8 is None:
+                first_not_utf8 = (f'line {line_no}, field {field_at(raw, err.start, b",", FIELDS)!r}: byte '
+                                  f'0x{raw[err.start]:02x} at column {column_of(raw, err.start)}')
+        if '\0' in line:
+            line = line.replace('\0', '')
+            report.fix('nul_byte', line_no)
         line = line.rstrip('\r\n')
         if line_no == 1 and line.startswith('conv_id,'):
+            has_header = True
             continue
         report.rows_read += 1
         if not line.strip():
@@ -324,10 +355,33 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
         utt = Utterance(text, utterance_idx, line_no, parts[4].strip(), selfeval, tags, candidates)
         rows.append((meta, utt))
 
+    if not rows:
+        raise _nothing_readable(path, report, lines, has_header, first_not_utf8)
     conversations = _group_and_renumber(rows, report)
     report.rows_kept = sum(len(c.utterances) for c in conversations)
     report.conversations = len(conversations)
     return conversations, report
+
+
+def _nothing_readable(path, report: CleaningReport, lines: int, has_header: bool, first_not_utf8) -> DataFileError:
+    """The error for a file that yields no row: why, and the first line where reading failed."""
+    if lines == 0:
+        return no_examples(path, 'empty file')
+    if report.rows_read == report.count('blank_line'):
+        return no_examples(path, 'header only' if has_header else 'only blank lines')
+    if not report.unrecoverable:
+        lines_seen = report.fixes.get('empty_utterance', {}).get('example_lines', [])
+        return no_examples(path, f'every row has an empty utterance, e.g. lines {", ".join(map(str, lines_seen))}')
+    not_utf8 = report.count('invalid_utf8')
+    if not_utf8 * 2 >= report.rows_read:
+        why = [f'not UTF-8 text: {not_utf8} of its {report.rows_read} lines are not UTF-8, the first at '
+               f'{first_not_utf8}; a binary file?']
+    else:
+        first = report.unrecoverable[0]
+        why = [f'none of its {report.rows_read} rows can be read; the first, line {first["line"]}, {first["reason"]}']
+    if not has_header:
+        why.append(f'line 1 is not the EmpatheticDialogues header {",".join(HEADER)!r}')
+    return DataFileError(path, None, None, 'no examples (' + '; '.join(why) + ')')
 
 
 def _group_and_renumber(rows, report: CleaningReport) -> List[Conversation]:

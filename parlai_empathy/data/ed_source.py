@@ -9,6 +9,8 @@ import hashlib
 import os
 from typing import Optional
 
+from parlai_empathy.data.file_errors import DataNotFound
+
 ED_DIR_ENV = 'PARLAI_EMPATHY_ED_DIR'
 SAMPLE = 'sample'
 SPLITS = ('train', 'valid', 'test')
@@ -18,7 +20,7 @@ OFFICIAL_SHA256 = '56f234d77b7dd1f005fd365bb17769cfe346c3c84295b69bc069c8ccb83be
 OFFICIAL_VERSION = '1.0'  # ParlAI's version string for this build, so both share one copy
 
 
-class EDDataNotFound(FileNotFoundError):
+class EDDataNotFound(DataNotFound):
     pass
 
 

@@ -22,8 +22,10 @@ import parlai.utils.logging as logging  # noqa: E402
 
 from parlai_empathy.cache_lock import build_lock  # noqa: E402
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher, no_examples  # noqa: E402
 from parlai_empathy.metrics import retrieval  # noqa: E402
 
+MAX_WARNED_ROWS = 10
 CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'rashkin100_shuffled', 'random100')
 
 
@@ -82,7 +84,11 @@ class EDTeacherBase(DialogTeacher):
         return parser
 
     def __init__(self, opt, shared=None):
-        opt = Opt(opt)
+        # a missing or unreadable file ends the command with its one-line message (file_errors)
+        with exit_on_data_errors():
+            self._init(Opt(opt), shared)
+
+    def _init(self, opt, shared):
         self.split = opt['datatype'].split(':')[0]
         if shared is None:
             folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt.get('datapath'))
@@ -96,6 +102,7 @@ class EDTeacherBase(DialogTeacher):
         # the column a P@1,100 hit is recorded under: each block protocol has its own
         shuffled = opt.get('ed_candidates') == 'rashkin100_shuffled'
         self.p100_metric = retrieval.SHUFFLED_METRIC if shuffled else retrieval.METRIC
+        guard_teacher(self)
         super().__init__(opt, shared)
         if self.stream and self.data.length_datafile:
             self.data.load_length = locked_length_loader(self.data.load_length, self.data.length_datafile)
@@ -186,6 +193,9 @@ class EDTeacherBase(DialogTeacher):
             episodes = ed_episodes.attach_random_candidates(episodes, seed=self.opt.get('ed_candidates_seed', 0))
         else:
             self.check_inline_candidates(path, episodes)
+        if not any(episodes):
+            raise no_examples(path, f'{len(conversations)} conversations, none with a reply to learn from '
+                                    f'(each needs at least 2 utterances)')
         for episode in episodes:
             for i, example in enumerate(episode):
                 yield example.to_message(), i == 0
@@ -217,8 +227,12 @@ class CleanTeacher(EDTeacherBase):
             f'{self.task_name}: {report.rows_kept} rows kept of {report.rows_read}, {fixed} fixes, '
             f'{len(report.unrecoverable)} unrecoverable; report: {json_path}'
         )
-        for bad in report.unrecoverable:
+        # a file with thousands of broken rows must not bury the summary: the report lists them all
+        for bad in report.unrecoverable[:MAX_WARNED_ROWS]:
             logging.warning(f'{path}, line {bad["line"]}: not recoverable: {bad["reason"]}')
+        if len(report.unrecoverable) > MAX_WARNED_ROWS:
+            logging.warning(f'{path}: {len(report.unrecoverable) - MAX_WARNED_ROWS} more rows not recoverable; '
+                            f'all are listed in {json_path}')
         return conversations
 
 

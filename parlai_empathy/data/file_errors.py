@@ -1,0 +1,151 @@
+"""What every reader of a data file does when the file cannot be used.
+
+A file that is empty, holds only a header, yields no examples, is not UTF-8 text, holds NUL bytes
+or has no line breaks is an error whose message names the file and, where the reading failed on
+a line, that line, the column and the field, so the user can open the file at that spot. Readers
+raise :class:`DataFileError` (a ``ValueError``); a missing file or folder is a
+:class:`DataNotFound` (a ``FileNotFoundError``).
+
+ParlAI builds a teacher while it creates the world, where an exception becomes a long traceback
+(after an unrelated one: ParlAI creates the teacher inside an ``except AttributeError``) around
+the one line that matters. :func:`guard_teacher` makes a teacher's data errors end the command
+with that line alone: :class:`DataFileExit`, a ``SystemExit`` that still carries the original
+error (``.error``) for Python callers.
+"""
+import codecs
+import contextlib
+import functools
+from typing import Iterator, Optional, Sequence, Tuple
+
+# No line of a real data file comes near this; a longer one means a binary file, or line breaks
+# this reader does not split on (lone CRs), and reading it whole could exhaust memory.
+MAX_LINE_BYTES = 1 << 20
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be used; the message names the file (and line, column, field)."""
+
+    def __init__(self, path, line_no: Optional[int] = None, field: Optional[str] = None, problem: str = ''):
+        self.path, self.line_no, self.field, self.problem = str(path), line_no, field, problem
+        where = self.path
+        if line_no is not None:
+            where += f', line {line_no}'
+        if field is not None:
+            where += f', field {field!r}'
+        super().__init__(f'{where}: {problem}')
+
+
+class DataNotFound(FileNotFoundError):
+    """A data file or folder that is not there; the message says where it was looked for."""
+
+
+def no_examples(path, why: str) -> DataFileError:
+    return DataFileError(path, None, None, f'no examples ({why})')
+
+
+def read_lines(path, kind: str, max_bytes: int = MAX_LINE_BYTES) -> Iterator[Tuple[int, bytes]]:
+    """(line number, raw bytes with the line break) for every line of ``path``.
+
+    A UTF-8 byte order mark is dropped (an editor's encoding mark, not content); a UTF-16 file
+    and a line longer than ``max_bytes`` are errors naming the file and line. ``kind`` names the
+    format in messages ("EmpatheticDialogues CSV")."""
+    with open(path, 'rb') as f:
+        line_no = 0
+        while True:
+            raw = f.readline(max_bytes + 1)
+            if not raw:
+                return
+            line_no += 1
+            if len(raw) > max_bytes and not raw.endswith(b'\n'):
+                raise DataFileError(
+                    path, line_no, None,
+                    f'no line break within {max_bytes} bytes: not a {kind} file (a binary file, or '
+                    'lines ended by lone CR characters?)',
+                )
+            if line_no == 1:
+                if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                    raise DataFileError(path, 1, None, f'UTF-16 text (it starts with a UTF-16 byte order mark): '
+                                                       f'a {kind} file must be UTF-8; save it as UTF-8')
+                if raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8):]
+            yield line_no, raw
+
+
+def field_at(raw: bytes, offset: int, sep: Optional[bytes], fields: Optional[Sequence[str]]) -> Optional[str]:
+    """The name of the field holding byte ``offset`` of a line split on ``sep``."""
+    if not sep or not fields:
+        return None
+    index = raw[:offset].count(sep)
+    return fields[index] if index < len(fields) else f'#{index + 1}'
+
+
+def column_of(raw: bytes, offset: int) -> int:
+    """1-based character column of byte ``offset`` (bytes before it that are not UTF-8 count one each)."""
+    return len(raw[:offset].decode('utf-8', errors='replace')) + 1
+
+
+def decode_line(raw: bytes, path, line_no: int, sep: Optional[bytes] = None,
+                fields: Optional[Sequence[str]] = None) -> str:
+    """The text of one line; a byte that is not UTF-8, or a NUL byte, is an error naming the
+    line, column and (with ``sep`` and ``fields``) field."""
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as err:
+        raise DataFileError(
+            path, line_no, field_at(raw, err.start, sep, fields),
+            f'not UTF-8: byte 0x{raw[err.start]:02x} at column {column_of(raw, err.start)} '
+            f'({err.reason}); the file must be UTF-8 text',
+        ) from None
+    nul = raw.find(b'\0')
+    if nul >= 0:
+        raise DataFileError(
+            path, line_no, field_at(raw, nul, sep, fields),
+            f'NUL byte at column {column_of(raw, nul)}: not text (a binary file, or UTF-16 without a byte order mark?)',
+        )
+    return text
+
+
+class DataFileExit(SystemExit):
+    """A data error that ends a ``parlai`` command with its message alone (exit status 1).
+
+    Python callers catch it by name; ``.error`` is the reader's original exception."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _data_errors():
+    errors = [DataFileError, DataNotFound]
+    # errors of the other data sources a teacher reads, which say themselves what to run
+    from parlai_empathy.emotions.tag_cache import TagCacheError
+    from parlai_empathy.emotions.classifier_files import ClassifierFilesError
+
+    return tuple(errors + [TagCacheError, ClassifierFilesError])
+
+
+@contextlib.contextmanager
+def exit_on_data_errors():
+    try:
+        yield
+    except DataFileExit:
+        raise
+    except Exception as err:
+        if isinstance(err, _data_errors()):
+            raise DataFileExit(err) from None
+        raise
+
+
+def guard_teacher(teacher) -> None:
+    """Make a DialogTeacher's ``setup_data`` end the command on a data error (see the module doc).
+
+    Call it before ``DialogTeacher.__init__``, which hands ``self.setup_data`` to its data
+    loader: streaming teachers read lazily, long after ``__init__`` returned."""
+    setup_data = teacher.setup_data
+
+    @functools.wraps(setup_data)
+    def guarded(datafile):
+        with exit_on_data_errors():
+            yield from setup_data(datafile)
+
+    teacher.setup_data = guarded

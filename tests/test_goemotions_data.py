@@ -128,3 +128,88 @@ def test_teacher_ekman_grouping(goemotions_dir):
     assert len(classes) == 7
     seen = {name for ex in examples for name in ex['goemotions_labels']}
     assert seen == set(classes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile files: every way a file can fail names the file and the line; none yields 0 examples
+# ----------------------------------------------------------------------------------------------
+
+GOOD_SPLIT = b'I love it\t17\tabc1\nfine\t27\tabc2\n'
+GARBAGE = __import__('random').Random(7).randbytes(3000)
+
+# case -> (train.tsv content, None when it reads like GOOD_SPLIT, else (line, field, words))
+HOSTILE_SPLITS = {
+    'empty': (b'', (None, None, 'no examples (empty file)')),
+    'only blank lines': (b'\n\r\n\n', (None, None, 'no examples (only blank lines)')),
+    'binary garbage': (GARBAGE, (1, 'text', 'not UTF-8: byte 0xb4 at column 2')),
+    'not UTF-8 at line 3': (GOOD_SPLIT + b'ok\t3\tab\xe9c\n', (3, 'comment_id', 'not UTF-8: byte 0xe9 at column 8')),
+    'a header line': (b'text\tlabels\tid\n' + GOOD_SPLIT, (1, 'ids', "not comma-separated integers: 'labels'")),
+    'wrong field count': (GOOD_SPLIT + b'two\tfields\n', (3, 'row', 'got 2')),
+    'oversized line': (b'x' * ((1 << 20) + 5), (1, None, f'no line break within {1 << 20} bytes')),
+    'NUL bytes': (GOOD_SPLIT.replace(b'fine', b'fi\0ne'), (2, 'text', 'NUL byte at column 3')),
+    'UTF-16': (GOOD_SPLIT.decode().encode('utf-16'), (1, None, 'UTF-16 text')),
+    'CRLF line ends': (GOOD_SPLIT.replace(b'\n', b'\r\n'), None),
+    'UTF-8 byte order mark': (b'\xef\xbb\xbf' + GOOD_SPLIT, None),
+}
+
+
+@pytest.mark.parametrize('case', list(HOSTILE_SPLITS))
+def test_hostile_split_files_name_file_and_line(tmp_path, case):
+    content, error = HOSTILE_SPLITS[case]
+    (tmp_path / 'train.tsv').write_bytes(content)
+    (tmp_path / 'test.tsv').write_bytes(GOOD_SPLIT)
+    if error is None:
+        assert goemotions.read_split(str(tmp_path), 'train', 28) == goemotions.read_split(str(tmp_path), 'test', 28)
+        return
+    line_no, field, words = error
+    with pytest.raises(goemotions.DataFileError) as err:
+        goemotions.read_split(str(tmp_path), 'train', 28)
+    assert (err.value.line_no, err.value.field) == (line_no, field), str(err.value)
+    path = str(tmp_path / 'train.tsv')
+    assert str(err.value).startswith(f'{path}, line {line_no}' if line_no else f'{path}: ') and words in str(err.value)
+
+
+def _small_release(goemotions_dir, folder):
+    """The release's taxonomy files, without the (large) splits."""
+    os.makedirs(folder)
+    for name in ('emotions.txt', 'ekman_mapping.json', 'sentiment_dict.json'):
+        shutil.copy(os.path.join(goemotions_dir, name), folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize('file_name, content, words', [
+    ('emotions.txt', b'', 'emotions.txt: no examples (no emotion names: empty file)'),
+    ('emotions.txt', b'joy\nsad\njoy\n', "emotions.txt, line 3, field 'name': 'joy' is already on line 1"),
+    ('emotions.txt', b'joy\nsad\nbl\xffe\n', "emotions.txt, line 3: not UTF-8: byte 0xff at column 3"),
+    ('emotions.txt', GARBAGE, 'emotions.txt, line 1: not UTF-8'),
+    ('ekman_mapping.json', b'', 'ekman_mapping.json: no examples (empty file)'),
+    ('ekman_mapping.json', b'{"joy": [\n"joy",\n"gl\xffee"]}', 'ekman_mapping.json, line 3: not UTF-8: byte 0xff'),
+    ('ekman_mapping.json', b'{"joy": [\n"joy",\n', "ekman_mapping.json, line 3, field 'json': Expecting value"),
+    ('sentiment_dict.json', b'["joy", "sadness"]', "sentiment_dict.json, line 1, field 'json': expected an object"),
+])
+def test_hostile_taxonomy_files_name_file_and_line(goemotions_dir, tmp_path, file_name, content, words):
+    folder = _small_release(goemotions_dir, tmp_path / 'ge')
+    with open(os.path.join(folder, file_name), 'wb') as f:
+        f.write(content)
+    with pytest.raises(goemotions.DataFileError) as err:
+        goemotions.read_taxonomy(folder)
+    assert str(err.value).startswith(folder) and words in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize('case, expected', [
+    ('empty', '{dev}: no examples (empty file)'),
+    ('not UTF-8 at line 3', "{dev}, line 3, field 'comment_id': not UTF-8: byte 0xe9 at column 8 (invalid continuation "
+                            "byte); the file must be UTF-8 text"),
+    ('missing split', "GoEmotions file missing: {dev}"),
+])
+def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, goemotions_dir, tmp_path, case, expected):
+    """What a user types and sees: the one message naming the file, no traceback, exit status 1."""
+    folder = _small_release(goemotions_dir, tmp_path / 'ge')
+    if case != 'missing split':
+        with open(os.path.join(folder, 'dev.tsv'), 'wb') as f:
+            f.write(HOSTILE_SPLITS[case][0])
+    done = run_parlai('display_data', '-t', 'empathy_goemotions', '-dt', 'valid', '--goemotions-datapath', folder,
+                      '--datapath', tmp_path / 'dp', check=False, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert 'Traceback' not in done.stdout + done.stderr
+    assert done.stderr.strip() == expected.format(dev=os.path.join(folder, 'dev.tsv'))

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from parlai_empathy.data.file_errors import DataFileError, DataNotFound, decode_line, no_examples, read_lines
+
 ENV_VAR = 'PARLAI_EMPATHY_GOEMOTIONS_DIR'
 SPLITS = {'train': 'train.tsv', 'valid': 'dev.tsv', 'test': 'test.tsv'}
 NEUTRAL = 'neutral'
@@ -44,12 +46,12 @@ def split_labels(text: str) -> List[str]:
     return [name for name in text.split(LABEL_SEP) if name]
 
 
-class GoEmotionsFormatError(ValueError):
-    """A malformed GoEmotions file; the message names the file, line and field."""
+FIELDS = ('text', 'ids', 'comment_id')
+KIND = 'GoEmotions'
 
-    def __init__(self, path: str, line_no: int, field: str, problem: str):
-        self.path, self.line_no, self.field = path, line_no, field
-        super().__init__(f'{path}, line {line_no}, field {field!r}: {problem}')
+
+class GoEmotionsFormatError(DataFileError):
+    """A malformed GoEmotions file; the message names the file, line and field."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,12 @@ def resolve_dir(path: Optional[str] = None, datapath: Optional[str] = None) -> s
     chosen = path or os.environ.get(ENV_VAR)
     if chosen:
         if not os.path.isdir(chosen):
-            raise FileNotFoundError(
+            raise DataNotFound(
                 f'GoEmotions folder {chosen!r} does not exist (from --goemotions-datapath or ${ENV_VAR})'
             )
         return chosen
     if datapath is None:
-        raise FileNotFoundError(
+        raise DataNotFound(
             f'No GoEmotions folder: pass --goemotions-datapath DIR, set ${ENV_VAR}, '
             'or give a ParlAI datapath to download into'
         )
@@ -135,16 +137,27 @@ def download(dpath: str) -> str:
 def _require(folder: str, file_name: str) -> str:
     path = os.path.join(folder, file_name)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f'GoEmotions file missing: {path}')
+        raise DataNotFound(f'GoEmotions file missing: {path}')
     return path
 
 
+def _text_lines(path: str) -> List[Tuple[int, str]]:
+    """(line number, text with its line break) of a small UTF-8 file; clear errors otherwise."""
+    return [(n, decode_line(raw, path, n)) for n, raw in read_lines(path, KIND)]
+
+
 def _read_group_json(path: str, names: Sequence[str]) -> Dict[str, str]:
+    text = ''.join(line for _, line in _text_lines(path))
+    if not text.strip():
+        raise no_examples(path, 'empty file')
     try:
-        with open(path, encoding='utf-8') as f:
-            groups = json.load(f)
+        groups = json.loads(text)
     except json.JSONDecodeError as err:
-        raise GoEmotionsFormatError(path, err.lineno, 'json', err.msg) from None
+        raise GoEmotionsFormatError(path, err.lineno, 'json', f'{err.msg} (column {err.colno})') from None
+    if not isinstance(groups, dict) or not all(
+        isinstance(m, list) and all(isinstance(x, str) for x in m) for m in groups.values()
+    ):
+        raise GoEmotionsFormatError(path, 1, 'json', 'expected an object mapping each group to a list of emotion names')
     mapping = {NEUTRAL: NEUTRAL}
     for group, members in groups.items():
         for member in members:
@@ -159,10 +172,15 @@ def _read_group_json(path: str, names: Sequence[str]) -> Dict[str, str]:
 
 def read_taxonomy(folder: str) -> Taxonomy:
     path = _require(folder, 'emotions.txt')
-    with open(path, encoding='utf-8') as f:
-        names = tuple(line.strip() for line in f if line.strip())
-    if len(set(names)) != len(names):
-        raise GoEmotionsFormatError(path, 1, 'name', 'duplicate emotion names')
+    lines = [(n, line.strip()) for n, line in _text_lines(path) if line.strip()]
+    if not lines:
+        raise no_examples(path, 'no emotion names: empty file')
+    seen = {}
+    for line_no, name in lines:
+        if name in seen:
+            raise GoEmotionsFormatError(path, line_no, 'name', f'{name!r} is already on line {seen[name]}')
+        seen[name] = line_no
+    names = tuple(name for _, name in lines)
     return Taxonomy(
         names=names,
         ekman=_read_group_json(_require(folder, 'ekman_mapping.json'), names),
@@ -179,25 +197,28 @@ def read_split(folder: str, split: str, num_labels: Optional[int] = None) -> Lis
         num_labels = len(read_taxonomy(folder).names)
     path = _require(folder, SPLITS[split])
     examples = []
-    with open(path, encoding='utf-8', newline='') as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.rstrip('\r\n')
-            if not line:
-                continue
-            fields = line.split('\t')
-            if len(fields) != 3:
-                raise GoEmotionsFormatError(
-                    path, line_no, 'row', f'expected 3 tab-separated fields (text, ids, comment_id), got {len(fields)}'
-                )
-            text, ids, comment_id = fields
-            try:
-                label_ids = tuple(int(i) for i in ids.split(','))
-            except ValueError:
-                raise GoEmotionsFormatError(path, line_no, 'ids', f'not comma-separated integers: {ids!r}') from None
-            bad = [i for i in label_ids if not 0 <= i < num_labels]
-            if bad:
-                raise GoEmotionsFormatError(path, line_no, 'ids', f'label ids {bad} outside 0..{num_labels - 1}')
-            if not comment_id:
-                raise GoEmotionsFormatError(path, line_no, 'comment_id', 'empty')
-            examples.append(GoEmotionsExample(text, label_ids, comment_id, line_no))
+    lines = 0
+    for line_no, raw in read_lines(path, KIND):
+        lines = line_no
+        line = decode_line(raw, path, line_no, b'\t', FIELDS).rstrip('\r\n')
+        if not line:
+            continue
+        fields = line.split('\t')
+        if len(fields) != 3:
+            raise GoEmotionsFormatError(
+                path, line_no, 'row', f'expected 3 tab-separated fields (text, ids, comment_id), got {len(fields)}'
+            )
+        text, ids, comment_id = fields
+        try:
+            label_ids = tuple(int(i) for i in ids.split(','))
+        except ValueError:
+            raise GoEmotionsFormatError(path, line_no, 'ids', f'not comma-separated integers: {ids!r}') from None
+        bad = [i for i in label_ids if not 0 <= i < num_labels]
+        if bad:
+            raise GoEmotionsFormatError(path, line_no, 'ids', f'label ids {bad} outside 0..{num_labels - 1}')
+        if not comment_id:
+            raise GoEmotionsFormatError(path, line_no, 'comment_id', 'empty')
+        examples.append(GoEmotionsExample(text, label_ids, comment_id, line_no))
+    if not examples:
+        raise no_examples(path, 'empty file' if lines == 0 else 'only blank lines')
     return examples

@@ -13,6 +13,7 @@ compat.apply()
 from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
 
 from parlai_empathy.data import goemotions  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher  # noqa: E402
 from parlai_empathy.data.goemotions import join_labels  # noqa: E402
 
 def add_goemotions_args(parser):
@@ -52,16 +53,20 @@ class GoEmotionsTeacher(DialogTeacher):
 
     @classmethod
     def classifier_classes(cls, opt):
-        taxonomy = goemotions.read_taxonomy(cls._folder(opt))
+        with exit_on_data_errors():
+            taxonomy = goemotions.read_taxonomy(cls._folder(opt))
         return taxonomy.classes(opt.get('goemotions_grouping') or 'none')
 
     def __init__(self, opt, shared=None):
-        self.fold = opt['datatype'].split(':')[0]
-        self.grouping = opt.get('goemotions_grouping') or 'none'
-        self.id = 'empathy_goemotions'
-        opt = opt.copy()
-        opt['datafile'] = f'{self._folder(opt)}:{self.fold}:{self.grouping}'
-        super().__init__(opt, shared)
+        # a missing or unreadable file ends the command with its one-line message (file_errors)
+        with exit_on_data_errors():
+            self.fold = opt['datatype'].split(':')[0]
+            self.grouping = opt.get('goemotions_grouping') or 'none'
+            self.id = 'empathy_goemotions'
+            opt = opt.copy()
+            opt['datafile'] = f'{self._folder(opt)}:{self.fold}:{self.grouping}'
+            guard_teacher(self)
+            super().__init__(opt, shared)
 
     def setup_data(self, datafile):
         folder, fold, grouping = datafile.rsplit(':', 2)

@@ -495,7 +495,8 @@ def test_hostile_ed_files_name_file_and_line(tmp_path, case):
         elif case == 'wrong field count':
             assert [bad['line'] for bad in report.unrecoverable] == [3]
         else:
-            assert _texts(conversations) == _texts(ed_raw.read_clean(str(good))[0]) and not report.fixes
+            assert _texts(conversations) == _texts(ed_raw.read_clean(str(good))[0])
+            assert not report.fixes and not report.unrecoverable
     else:
         with pytest.raises(ed_raw.DataFileError) as err:
             ed_raw.read_clean(str(path))

@@ -68,15 +68,20 @@ class Server:
     Its stdout and stderr (uvicorn's access and error logs) go to ``log_path``, appended to
     across restarts, so tests can read what the server logged."""
 
-    def __init__(self, db_path: str, port: int = None):
+    def __init__(self, db_path: str, port: int = None, limits: dict = None):
+        """``limits``: keyword arguments of :class:`parlai_empathy.humaneval.db.Limits`
+        (default: the task's own, see ``app.default_limits``)."""
         self.db_path, self.port = db_path, port or free_port()
+        self.limits = limits
         self.base = f'http://127.0.0.1:{self.port}'
         self.log_path = db_path + '.server.log'
         self.proc = None
 
     def start(self, timeout: float = 300):
         code = ('from parlai_empathy.humaneval.app import serve; '
-                f'serve({self.db_path!r}, "127.0.0.1", {self.port})')
+                + ('from parlai_empathy.humaneval.db import Limits; ' if self.limits else '')
+                + f'serve({self.db_path!r}, "127.0.0.1", {self.port}'
+                + (f', limits=Limits(**{self.limits!r}))' if self.limits else ')'))
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
         with open(self.log_path, 'ab') as log:
             self.proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
@@ -169,3 +174,73 @@ def click_and_wait(driver, element_id, timeout=300):
             return True
 
     WebDriverWait(driver, timeout).until(replaced)
+
+
+def session_from(address: str):
+    """A requests session whose connections leave from ``address`` (any 127.x.y.z works on
+    Linux loopback), so one machine can play clients at several addresses."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    class SourceAddress(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs['source_address'] = (address, 0)
+            super().init_poolmanager(*args, **kwargs)
+
+    session = requests.Session()
+    session.mount('http://', SourceAddress())
+    return session
+
+
+def entry_link(db, base: str, pid: str, session: str, study: str = 'STUDY1') -> str:
+    """The Prolific-style entry URL as the platform fills it in for one participant."""
+    from parlai_empathy.humaneval import providers
+
+    return (providers.generic_entry_url(db, base).replace('{{%PROLIFIC_PID%}}', pid)
+            .replace('{{%STUDY_ID%}}', study).replace('{{%SESSION_ID%}}', session))
+
+
+def peak_rss_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM) in kB, from /proc."""
+    with open(f'/proc/{pid}/status') as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1])
+    raise RuntimeError(f'no VmHWM in /proc/{pid}/status')
+
+
+def stream_chunked(host: str, port: int, path: str, total_bytes: int, chunk: int = 1 << 20,
+                   timeout: float = 120) -> dict:
+    """POST ``total_bytes`` of form-like data to ``path`` as a chunked body (no Content-Length),
+    reading the server's answer while sending; returns {'status', 'sent'}. A server that refuses
+    early may close the connection while the body is still being sent: that ends the sending."""
+    import select
+
+    sock = socket.create_connection((host, port), timeout=timeout)
+    head = (f'POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nTransfer-Encoding: chunked\r\n'
+            'Content-Type: application/x-www-form-urlencoded\r\n\r\n').encode()
+    piece = f'{chunk:x}\r\n'.encode() + b'a' * chunk + b'\r\n'
+    out = [head] + [piece] * (total_bytes // chunk) + [b'0\r\n\r\n']
+    received, sent, pending = b'', 0, b''
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and b'\r\n\r\n' not in received:
+            want_write = bool(out or pending)
+            readable, writable, _ = select.select([sock], [sock] if want_write else [], [], 1)
+            if readable:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                received += data
+            if writable:
+                if not pending:
+                    pending = out.pop(0)
+                n = sock.send(pending)
+                sent += n
+                pending = pending[n:]
+    except OSError:
+        pass  # refused mid-body: the connection was closed under the sender
+    finally:
+        sock.close()
+    status = int(received.split(b' ', 2)[1]) if received.startswith(b'HTTP/') else None
+    return {'status': status, 'sent': sent}

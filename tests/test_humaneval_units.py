@@ -368,10 +368,11 @@ def test_db_rejects_foreign_repeated_and_out_of_order_answers(logs, tmp_path):
         db.submit(w1['worker_id'], slots[0]['slot_id'], dict(rating))
     assert len(db.answer_rows()) == 1
     # the same item never comes back to a worker, whichever model it is paired with
-    while db.claim(w1['worker_id']) is not None:
+    while db.claim(w1['worker_id']) is not None:  # the open assignment first, then new ones
         aid = db.open_assignment(w1['worker_id'])['assignment_id']
         for s in db.slots(aid):
-            db.submit(w1['worker_id'], s['slot_id'], rating)
+            if not s['answered']:
+                db.submit(w1['worker_id'], s['slot_id'], rating)
     rows = db._all('SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
                    'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (w1['worker_id'],))
     assert len(rows) == 3 == len({r[0] for r in rows})

@@ -5,8 +5,17 @@ after a reload (the DB, not the browser, knows where a worker is). Pages are Jin
 (``templates/``) with autoescaping on for every value, so model replies -- untrusted text -- are
 always shown as text; a Content-Security-Policy that allows no script at all backs this up.
 Every link that opens work is signed with the task's secret (:mod:`.identity`); every value
-received is validated against what this worker was actually given.
+received is validated against what this worker was actually given, and anything malformed is
+refused with a 4xx naming the field. Bodies are read within a limit while they stream
+(:mod:`parlai_empathy.web_limits`).
+
+Who a "client" is: the address in ``request.client``, i.e. the TCP peer, or -- when that peer is
+a proxy that uvicorn trusts (``forwarded_allow_ips``, uvicorn's default 127.0.0.1 and ::1, so a
+reverse proxy or tunnel on this machine) -- the address that proxy names in X-Forwarded-For.
+Behind a proxy on another machine, pass its address as ``--forwarded-allow-ips``, otherwise every
+participant looks like the proxy and shares one client's caps.
 """
+import math
 import copy
 import csv
 import io
@@ -22,8 +31,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from parlai_empathy import web_limits
 from parlai_empathy.humaneval import identity, sampling
-from parlai_empathy.humaneval.db import TaskDB
+from parlai_empathy.humaneval.db import Limits, TaskDB
 from parlai_empathy.humaneval.errors import TaskError
 
 HERE = os.path.dirname(__file__)
@@ -36,6 +46,7 @@ MTURK_ID_RE = re.compile(r'^[A-Z0-9]{1,64}$')  # MTurk's worker and assignment i
 MTURK_PREVIEW = 'ASSIGNMENT_ID_NOT_AVAILABLE'
 MTURK_SUBMIT_HOSTS = {'www.mturk.com', 'workersandbox.mturk.com'}
 MAX_FORM_BYTES = 4096
+SLOT_RE = re.compile(r'[1-9][0-9]{0,11}', re.ASCII)
 SECURITY_HEADERS = {
     'Cache-Control': 'no-store',
     'X-Content-Type-Options': 'nosniff',
@@ -122,9 +133,13 @@ def _validate_answer(cfg: dict, form: dict) -> dict:
 
 
 async def _read_form(request: Request) -> dict:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise TaskError(f'form too large ({len(body)} bytes; at most {MAX_FORM_BYTES})', 413)
+    try:
+        body = await web_limits.read_body(request, MAX_FORM_BYTES)
+    except web_limits.BodyTooLarge as err:
+        size = f'{err.declared} bytes' if err.declared is not None else 'more than that'
+        raise TaskError(f'form too large ({size}; at most {MAX_FORM_BYTES} bytes)', 413) from None
+    except web_limits.MalformedBody as err:
+        raise TaskError(f'malformed request: {err}', 400) from None
     try:
         parsed = parse_qs(body.decode('utf-8'), keep_blank_values=True, strict_parsing=bool(body))
     except (UnicodeDecodeError, ValueError):
@@ -135,21 +150,91 @@ async def _read_form(request: Request) -> dict:
 
 
 def _required_id(params, name: str, pattern: re.Pattern, what: str) -> str:
-    value = params.get(name, '')
+    values = params.getlist(name) if hasattr(params, 'getlist') else [params.get(name, '')]
+    if len(values) > 1:
+        raise TaskError(f'{name} is sent more than once ({what})', 400)
+    value = values[0] if values else ''
     if not value:
         raise TaskError(f'{name} is missing ({what})', 400)
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         raise TaskError(f'{name} is malformed ({what})', 400)
     return value
 
 
-def create_app(db_path: str) -> FastAPI:
+def _single(params, name: str) -> str:
+    values = params.getlist(name)
+    if len(values) > 1:
+        raise TaskError(f'{name} is sent more than once', 400)
+    return values[0] if values else ''
+
+
+def verify_hit(client, query, assignment_ref: str, worker_ref: str) -> None:
+    """Ask MTurk about an accepted HIT before opening work for it.
+
+    MTurk's GetAssignment answers only for submitted, approved or rejected assignments, so an
+    assignment just accepted cannot be looked up yet: what can be checked now is that the HIT
+    is one of this requester's (GetHIT) and, where MTurk already knows the assignment, that it
+    belongs to this HIT and worker. The assignment itself is verified at analysis."""
+    hit_ref = _required_id(query, 'hitId', MTURK_ID_RE, 'sent by MTurk with assignmentId')
+    errors = _client_errors()
+    try:
+        client.get_hit(HITId=hit_ref)
+    except errors as err:
+        raise TaskError(f'MTurk does not know HIT {hit_ref} of this task\'s requester '
+                        f'({_error_code(err)})', 403) from None
+    except Exception as err:  # network, credentials: not the worker's fault, nothing stored
+        raise TaskError(f'could not check this HIT with MTurk ({type(err).__name__}); please '
+                        'try again in a minute', 503) from None
+    try:
+        found = client.get_assignment(AssignmentId=assignment_ref).get('Assignment', {})
+    except Exception:
+        return  # the usual case: an accepted assignment is not visible before submission
+    if found.get('WorkerId') != worker_ref or found.get('HITId', hit_ref) != hit_ref:
+        raise TaskError('this assignmentId does not belong to this workerId and hitId '
+                        'according to MTurk', 403)
+
+
+def _client_errors():
+    try:
+        from botocore.exceptions import ClientError
+    except ImportError:  # a test double without botocore
+        return (LookupError, ValueError)
+    return (ClientError, LookupError, ValueError)
+
+
+def _error_code(err) -> str:
+    response = getattr(err, 'response', None) or {}
+    return response.get('Error', {}).get('Code') or type(err).__name__
+
+
+def client_address(request: Request) -> Optional[str]:
+    """The client's address as the server sees it (see the module docstring)."""
+    return request.client.host if request.client else None
+
+
+def default_limits(db: TaskDB) -> Limits:
+    """The task's lease; at most half the assignments the pool holds open through one entry
+    link at once, so a squatter spread over many addresses still leaves half the pool."""
+    cfg = db.config
+    wanted = sum(p['wanted'] for p in db.progress())
+    capacity = max(1, math.ceil(wanted / max(1, cfg['items_per_assignment'])))
+    return Limits(lease_seconds=float(cfg['lease_seconds']),
+                  open_per_entry=max(1, math.ceil(capacity / 2)))
+
+
+def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) -> FastAPI:
+    """The app for one task. ``limits``: leases and reservation caps (default
+    :func:`default_limits`). ``mturk_api``: a boto3 MTurk client (or an object with its
+    ``get_hit``/``get_assignment``) that checks each accepted HIT at ``/mturk``; without it
+    MTurk answers wait for verification at analysis."""
     db = TaskDB(db_path)
     cfg = db.config
+    limits = limits or default_limits(db)
     task = task_view(cfg)
     app = FastAPI(title='parlai-empathy human evaluation', docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.db = db
+    app.state.limits = limits
     app.mount('/static', StaticFiles(directory=STATIC_DIR), name='static')
 
     @app.exception_handler(TaskError)
@@ -184,8 +269,16 @@ def create_app(db_path: str) -> FastAPI:
         return render('done.html', title='Done', code=code, mturk_submit=mturk_submit,
                       completion_url=completion_url, another=another, link=link)
 
-    def start_page(link: str) -> HTMLResponse:
-        return render('start.html', title='Instructions', task=task, link=link)
+    def start_page(link: str, can_leave: bool = False) -> HTMLResponse:
+        return render('start.html', title='Instructions', task=task, link=link,
+                      can_leave=can_leave)
+
+    def left_page(assignment: dict) -> HTMLResponse:
+        mturk_hint = ' Please return the HIT on MTurk.' if assignment['submit_to'] else ''
+        why = ('You left this task.' if assignment['release_reason'] == 'left' else
+               'This task was released after a long idle spell.')
+        return message_page('Task returned', 'Task returned', f'{why} Its remaining items went '
+                            f'back to other workers; your answers are kept.{mturk_hint}', 'left')
 
     def no_work() -> HTMLResponse:
         return message_page('No work', 'Thank you', 'There is nothing left for you to rate.',
@@ -200,9 +293,14 @@ def create_app(db_path: str) -> FastAPI:
     def worker_page(token: str):
         worker, assignment, fixed = resolve(token)
         link = f'/w/{token}'
-        if assignment is not None and assignment['completed'] is None:
+        if assignment is not None:
+            assignment = db.touch(assignment['assignment_id'], limits)  # a view renews the lease
+        if assignment is not None and assignment['released'] is not None and fixed:
+            return left_page(assignment)
+        if (assignment is not None and assignment['completed'] is None
+                and assignment['released'] is None):
             if assignment['started'] is None:
-                return start_page(link)
+                return start_page(link, can_leave=True)
             slots = db.slots(assignment['assignment_id'])
             pending = [s for s in slots if not s['answered']]
             return render('item.html', title='Rate', task=task, link=link,
@@ -211,29 +309,45 @@ def create_app(db_path: str) -> FastAPI:
         if fixed:
             return done_page(assignment, link, another=False)
         latest = db.latest_assignment(worker['worker_id'])
-        if latest is None:
+        if latest is None or latest['completed'] is None:
             return start_page(link)
         return done_page(latest, link, another=not latest['submit_to'])
 
     @app.post('/w/{token}/start')
-    def start(token: str):
-        worker, assignment, _fixed = resolve(token)
-        assignment_id = (assignment['assignment_id'] if assignment is not None
-                         else db.claim(worker['worker_id']))
+    def start(token: str, request: Request):
+        worker, assignment, fixed = resolve(token)
+        if fixed:
+            if assignment['released'] is not None:
+                return left_page(assignment)
+            assignment_id = assignment['assignment_id']
+        else:  # the worker's open assignment, or a new one, in one transaction
+            assignment_id = db.claim(
+                worker['worker_id'], client=client_address(request), limits=limits,
+                entry=worker['provider'] if worker['provider'] != 'local' else None)
         if assignment_id is None:
             return no_work()
-        db.start(assignment_id)
+        db.start(assignment_id, limits)
         return RedirectResponse(f'/w/{token}', status_code=303)
+
+    @app.post('/w/{token}/leave')
+    def leave(token: str):
+        """The worker gives the task back: its unanswered items return to the pool now."""
+        _worker, assignment, _fixed = resolve(token)
+        if assignment is None:
+            return message_page('Nothing to leave', 'Nothing to leave',
+                                'You hold no unfinished task.', 'left')
+        db.leave(assignment['assignment_id'])
+        return left_page(db.assignment(assignment['assignment_id']))
 
     @app.post('/w/{token}/answer')
     async def answer(token: str, request: Request):
         worker, assignment, fixed = resolve(token)
         form = await _read_form(request)
         slot = form.get('slot', '')
-        if not slot.isdigit() or len(slot) > 12:
-            raise TaskError('missing or malformed item id', 400)
+        if not SLOT_RE.fullmatch(slot):  # ASCII digits only: int() also reads '５' and '١'
+            raise TaskError(f'slot: missing or malformed item id {slot[:20]!r}', 400)
         db.submit(worker['worker_id'], int(slot), _validate_answer(cfg, form),
-                  assignment['assignment_id'] if fixed else None)
+                  assignment['assignment_id'] if fixed else None, limits)
         return RedirectResponse(f'/w/{token}', status_code=303)
 
     @app.get('/mturk', response_class=HTMLResponse)
@@ -244,7 +358,7 @@ def create_app(db_path: str) -> FastAPI:
         An accepted HIT binds its assignmentId to the workerId that first brings it; the same
         assignmentId with any other workerId is refused."""
         q = request.query_params
-        db.links.check_entry('mturk', q.get('entry', ''))
+        db.links.check_entry('mturk', _single(q, 'entry'))
         if q.get('assignmentId') == MTURK_PREVIEW:
             return render('preview.html', title='Preview', task=task, example=db.example_display())
         assignment_ref = _required_id(q, 'assignmentId', MTURK_ID_RE, 'sent by MTurk with workerId')
@@ -253,9 +367,12 @@ def create_app(db_path: str) -> FastAPI:
         if parsed.scheme != 'https' or parsed.hostname not in MTURK_SUBMIT_HOSTS:
             raise TaskError('turkSubmitTo must be an https://www.mturk.com or '
                             'https://workersandbox.mturk.com address', 400)
+        if mturk_api is not None:
+            verify_hit(mturk_api, q, assignment_ref, worker_ref)
         worker = db.add_worker('mturk', worker_ref)
         assignment_id = db.claim(worker['worker_id'], f'mturk:{assignment_ref}',
-                                 f'https://{parsed.hostname}')
+                                 f'https://{parsed.hostname}', client=client_address(request),
+                                 entry='mturk', limits=limits)
         if assignment_id is None:
             return message_page('No work', 'Thank you', 'Sorry, there is nothing left for you to '
                                 'rate. Please return the HIT.', 'no-work')
@@ -263,15 +380,28 @@ def create_app(db_path: str) -> FastAPI:
 
     @app.get('/start')
     def generic_start(request: Request):
-        """Prolific-style entry: /start?entry=SIG&PROLIFIC_PID=...&SESSION_ID=... (or
-        worker_id=...); the session id is bound to the participant id at first sight."""
+        """Entry through a participant platform; the binding is what the platform sends.
+
+        Prolific: ``PROLIFIC_PID`` with ``STUDY_ID`` and ``SESSION_ID``; another platform:
+        ``worker_id`` with ``SESSION_ID``. A participant id without its session id is refused.
+        The same binding comes back to the same worker; the same id with another session is a
+        worker of its own (it does not get the first one's link, nor lock the first one out);
+        :mod:`.analysis` decides which binding of an id counts."""
         q = request.query_params
-        db.links.check_entry('generic', q.get('entry', ''))
-        name = 'PROLIFIC_PID' if 'PROLIFIC_PID' in q else 'worker_id'
-        ref = _required_id(q, name, EXTERNAL_ID_RE, 'the participant id')
-        session = (_required_id(q, 'SESSION_ID', EXTERNAL_ID_RE, 'the study session id')
-                   if 'SESSION_ID' in q else None)
-        worker = db.add_worker('generic', ref, session)
+        db.links.check_entry('generic', _single(q, 'entry'))
+        if 'PROLIFIC_PID' in q:
+            ref = _required_id(q, 'PROLIFIC_PID', EXTERNAL_ID_RE, 'the participant id')
+            study = _required_id(q, 'STUDY_ID', EXTERNAL_ID_RE, 'the study id Prolific sends '
+                                 'with PROLIFIC_PID')
+        elif 'worker_id' in q:
+            ref = _required_id(q, 'worker_id', EXTERNAL_ID_RE, 'the participant id')
+            study = None
+        else:
+            raise TaskError('PROLIFIC_PID is missing (the participant id, sent by the platform '
+                            'with STUDY_ID and SESSION_ID)', 400)
+        session = _required_id(q, 'SESSION_ID', EXTERNAL_ID_RE, 'the session id the platform '
+                               'sends with the participant id')
+        worker = db.add_worker('generic', ref, session, study, client_address(request), limits)
         return RedirectResponse(f'/w/{worker["token"]}', status_code=303)
 
     def require_admin(request: Request):
@@ -333,13 +463,18 @@ class RedactLinks(logging.Filter):
 
 
 def serve(db_path: str, host: str = '127.0.0.1', port: int = 8000,
-          log_level: Optional[str] = 'info') -> None:
-    """Run the app with uvicorn (binds to localhost unless told otherwise)."""
+          log_level: Optional[str] = 'info', limits: Optional[Limits] = None, mturk=None,
+          forwarded_allow_ips: Optional[str] = None) -> None:
+    """Run the app with uvicorn (binds to localhost unless told otherwise).
+
+    ``forwarded_allow_ips``: the proxies whose X-Forwarded-For names the client (uvicorn's
+    default when None: 127.0.0.1 and ::1)."""
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config.setdefault('filters', {})['redact_links'] = {'()': RedactLinks}
     log_config['handlers']['access']['filters'] = ['redact_links']
-    uvicorn.run(create_app(db_path), host=host, port=port, log_level=log_level,
-                log_config=log_config)
+    uvicorn.run(create_app(db_path, limits, mturk_api=mturk), host=host, port=port, log_level=log_level,
+                log_config=log_config, proxy_headers=True,
+                forwarded_allow_ips=forwarded_allow_ips)

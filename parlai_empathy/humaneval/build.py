@@ -23,7 +23,7 @@ def parse_model_args(specs: Sequence[str]) -> List[inputs.ModelOutputs]:
 def build_task(
     db_path: str, mode: str, world_logs: Sequence[str] = (), pairings: Optional[str] = None,
     per_emotion: int = 0, num_items: int = 0, annotators: int = 3, items_per_assignment: int = 10,
-    checks_per_assignment: int = 1, seed: int = 0, lease_seconds: int = 3600,
+    checks_per_assignment: int = 1, seed: int = 0, lease_seconds: int = 300,
     completion_url: str = '', acute_pairings_out: Optional[str] = None, overwrite: bool = False,
     aspects: Optional[Sequence[str]] = None,
 ) -> TaskDB:

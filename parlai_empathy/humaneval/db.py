@@ -3,6 +3,12 @@
 Each write is one ``BEGIN IMMEDIATE`` transaction in WAL mode with ``synchronous=FULL``, so an
 answer the server acknowledged is on disk and survives a crash or restart. Answers are
 insert-only: a slot can be answered once and is never overwritten.
+
+Reservations: an assignment's unanswered slots hold their units for other workers only while the
+assignment is *open* (not completed, not released) and *fresh* (active -- a page view, a start or
+an answer -- within ``lease_seconds``). A worker has at most one open assignment of its own (a
+partial unique index, checked inside the claiming transaction, so concurrent starts cannot hand
+out two); each provider assignment id (MTurk's) opens one assignment of its own.
 """
 import json
 import os
@@ -12,6 +18,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from parlai_empathy.humaneval import sampling, votes
@@ -29,12 +36,13 @@ CREATE TABLE units (
   is_check INTEGER NOT NULL, expected TEXT, extra TEXT NOT NULL);
 CREATE TABLE workers (
   worker_id INTEGER PRIMARY KEY, provider TEXT NOT NULL, external_id TEXT,
-  token TEXT NOT NULL UNIQUE, created REAL NOT NULL, session_ref TEXT,
-  UNIQUE (provider, external_id));
+  token TEXT NOT NULL UNIQUE, created REAL NOT NULL, session_ref TEXT, study_ref TEXT,
+  client TEXT);
 CREATE TABLE assignments (
   assignment_id INTEGER PRIMARY KEY, worker_id INTEGER NOT NULL REFERENCES workers(worker_id),
   created REAL NOT NULL, started REAL, last_active REAL NOT NULL, completed REAL,
-  completion_code TEXT NOT NULL, external_ref TEXT, submit_to TEXT);
+  completion_code TEXT NOT NULL, external_ref TEXT, submit_to TEXT,
+  released REAL, release_reason TEXT, client TEXT, entry TEXT);
 CREATE UNIQUE INDEX assignments_external ON assignments(external_ref);
 CREATE TABLE slots (
   slot_id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(assignment_id),
@@ -45,6 +53,35 @@ CREATE TABLE answers (
   worker_id INTEGER NOT NULL, unit_id INTEGER NOT NULL, answer TEXT NOT NULL,
   check_passed INTEGER, submitted REAL NOT NULL, seconds REAL);
 """
+# Indexes every database gets, new or upgraded. A worker is one binding: the provider's
+# participant id together with the study and session ids the platform sent with it.
+INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS workers_binding ON workers(
+  provider, external_id, COALESCE(study_ref, ''), COALESCE(session_ref, ''))
+  WHERE external_id IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS one_open_assignment ON assignments(worker_id)
+  WHERE completed IS NULL AND released IS NULL AND external_ref IS NULL;
+CREATE INDEX IF NOT EXISTS assignments_client ON assignments(client) WHERE completed IS NULL;
+"""
+WORKER_COLUMNS = ('worker_id', 'provider', 'external_id', 'token', 'created', 'session_ref',
+                  'study_ref', 'client')
+NEW_COLUMNS = {'workers': ('session_ref', 'study_ref', 'client'),
+               'assignments': ('released', 'release_reason', 'client', 'entry')}
+OPEN = 'completed IS NULL AND released IS NULL'
+
+
+@dataclass
+class Limits:
+    """How much of the pool one client or one entry link may hold at once.
+
+    A reservation counts while it is open and fresh (see the module docstring). ``None`` or 0
+    means no cap. ``client`` is the address the server sees (see ``app.client_address``)."""
+
+    lease_seconds: float = 300.0
+    open_per_client: Optional[int] = 2
+    open_per_entry: Optional[int] = None
+    new_workers_per_client: Optional[int] = 6
+    window_seconds: float = 600.0
 
 
 class TaskDB:
@@ -59,16 +96,46 @@ class TaskDB:
         self.links = LinkSigner(self._one('SELECT value FROM meta WHERE key = ?', (SECRET_KEY,))[0])
 
     def _upgrade(self):
-        """Bring a database built by an earlier version up to date (its old links stop working:
-        they were unsigned)."""
+        """Bring a database built by an earlier version up to date (its old links stop working
+        if they were unsigned)."""
         has_secret = self._one('SELECT 1 FROM meta WHERE key = ?', (SECRET_KEY,)) is not None
-        has_session = 'session_ref' in {r['name'] for r in self._all('PRAGMA table_info(workers)')}
-        if has_secret and has_session:
-            return
+        missing = {t: [c for c in cols if c not in {r['name'] for r in self._all(
+            f'PRAGMA table_info({t})')}] for t, cols in NEW_COLUMNS.items()}
+        workers_sql = self._one("SELECT sql FROM sqlite_master WHERE name = 'workers'")[0]
+        # one participant id may now hold several bindings (one per platform session)
+        old_unique = 'UNIQUE (provider, external_id)' in workers_sql
+        if old_unique:
+            self._rebuild_workers_table(missing['workers'])
+            missing['workers'] = []
         with self.transaction() as conn:
             conn.execute('INSERT OR IGNORE INTO meta VALUES (?, ?)', (SECRET_KEY, new_secret()))
-            if not has_session:
-                conn.execute('ALTER TABLE workers ADD COLUMN session_ref TEXT')
+            for table, cols in missing.items():
+                for col in cols:
+                    kind = 'REAL' if col == 'released' else 'TEXT'
+                    conn.execute(f'ALTER TABLE {table} ADD COLUMN {col} {kind}')
+            # earlier versions could give a worker two open assignments; keep the first open
+            conn.execute(
+                f"UPDATE assignments SET released = last_active, release_reason = 'duplicate' "
+                f'WHERE {OPEN} AND external_ref IS NULL AND assignment_id NOT IN '
+                f'(SELECT MIN(assignment_id) FROM assignments WHERE {OPEN} AND external_ref IS '
+                'NULL GROUP BY worker_id)')
+        with self._lock:
+            self._conn.executescript(INDEXES)
+
+    def _rebuild_workers_table(self, missing_cols):
+        cols = [c for c in WORKER_COLUMNS if c not in missing_cols]
+        create = SCHEMA.split('CREATE TABLE workers', 1)[1].split(';', 1)[0]
+        with self._lock:
+            self._conn.execute('PRAGMA foreign_keys=OFF')
+            try:
+                with self._transaction_on(self._conn) as conn:
+                    conn.execute('CREATE TABLE workers_new' + create)
+                    conn.execute(f'INSERT INTO workers_new ({", ".join(cols)}) '
+                                 f'SELECT {", ".join(cols)} FROM workers')
+                    conn.execute('DROP TABLE workers')
+                    conn.execute('ALTER TABLE workers_new RENAME TO workers')
+            finally:
+                self._conn.execute('PRAGMA foreign_keys=ON')
 
     @staticmethod
     def _connect(path):
@@ -95,7 +162,7 @@ class TaskDB:
         config = dict(config)
         config.setdefault('admin_token', secrets.token_urlsafe(18))
         conn = cls._connect(path)
-        conn.executescript(SCHEMA)
+        conn.executescript(SCHEMA + INDEXES)
         used = {u.item_id for u in units}
         with cls._transaction_on(conn):
             conn.execute('INSERT INTO meta VALUES (?, ?)', ('config', json.dumps(config)))
@@ -150,29 +217,42 @@ class TaskDB:
 
     # -- workers ------------------------------------------------------------------------------
     def add_worker(self, provider: str, external_id: Optional[str] = None,
-                   session_ref: Optional[str] = None) -> dict:
-        """The worker for (provider, external_id), created on first sight; ``token`` is its
-        signed link token.
+                   session_ref: Optional[str] = None, study_ref: Optional[str] = None,
+                   client: Optional[str] = None, limits: Optional[Limits] = None) -> dict:
+        """The worker for one binding -- (provider, external_id, study_ref, session_ref) --
+        created on first sight; ``token`` is its signed link token.
 
-        ``session_ref`` (a provider's per-participant session id) is bound at first sight: the
-        same participant id with another session is refused (403), so knowing someone's id is
-        not enough to take over their work.
+        The same binding again gets the same worker. The same participant id with another
+        session is another binding, so it gets a worker (and link) of its own: knowing someone's
+        id neither opens their work nor, registered first, locks them out. Which of several
+        bindings of one id is genuine is decided at analysis (:mod:`.analysis`).
+
+        With ``limits``, one client may create at most ``new_workers_per_client`` workers per
+        ``window_seconds`` (429).
         """
         with self.transaction() as conn:
             if external_id is not None:
                 row = conn.execute(
-                    'SELECT * FROM workers WHERE provider = ? AND external_id = ?',
-                    (provider, external_id),
-                ).fetchone()
+                    "SELECT * FROM workers WHERE provider = ? AND external_id = ? AND "
+                    "COALESCE(study_ref, '') = ? AND COALESCE(session_ref, '') = ?",
+                    (provider, external_id, study_ref or '', session_ref or '')).fetchone()
                 if row:
-                    if row['session_ref'] != session_ref:
-                        raise TaskError('this participant id is already in use by another '
-                                        'session', 403)
                     return dict(row)
+            cap = limits.new_workers_per_client if limits else None
+            if cap and client:
+                recent = conn.execute(
+                    'SELECT COUNT(*) FROM workers WHERE client = ? AND created > ?',
+                    (client, time.time() - limits.window_seconds)).fetchone()[0]
+                if recent >= cap:
+                    raise TaskError(
+                        f'too many new participants from your address ({recent} in the last '
+                        f'{limits.window_seconds / 60:.0f} minutes; at most {cap}); please try '
+                        'again later', 429)
             cur = conn.execute(
-                'INSERT INTO workers (provider, external_id, token, created, session_ref) '
-                'VALUES (?, ?, ?, ?, ?)',
-                (provider, external_id, secrets.token_hex(16), time.time(), session_ref),
+                'INSERT INTO workers (provider, external_id, token, created, session_ref, '
+                'study_ref, client) VALUES (?, ?, ?, ?, ?, ?, ?)',
+                (provider, external_id, secrets.token_hex(16), time.time(), session_ref,
+                 study_ref, client),
             )
             conn.execute('UPDATE workers SET token = ? WHERE worker_id = ?',
                          (self.links.token(WORKER, cur.lastrowid), cur.lastrowid))
@@ -191,9 +271,13 @@ class TaskDB:
         return self.links.token(ASSIGNMENT, assignment_id)
 
     # -- assignments --------------------------------------------------------------------------
+    def lease_seconds(self, limits: Optional[Limits] = None) -> float:
+        return limits.lease_seconds if limits else float(self.config['lease_seconds'])
+
     def open_assignment(self, worker_id: int) -> Optional[dict]:
+        """The worker's own open assignment (not one opened by a provider assignment id)."""
         row = self._one(
-            'SELECT * FROM assignments WHERE worker_id = ? AND completed IS NULL '
+            f'SELECT * FROM assignments WHERE worker_id = ? AND {OPEN} AND external_ref IS NULL '
             'ORDER BY assignment_id LIMIT 1', (worker_id,))
         return dict(row) if row else None
 
@@ -203,17 +287,54 @@ class TaskDB:
             (worker_id,))
         return dict(row) if row else None
 
-    def claim(self, worker_id: int, external_ref: str = None, submit_to: str = None) -> Optional[int]:
-        """Give the worker a new assignment from the neediest units; None when none is left.
+    @staticmethod
+    def _remaining(conn, fresh: float, exclude_assignment: int = 0):
+        """Per unit: ratings still wanted, less answers and other fresh open reservations."""
+        return conn.execute(
+            f"""SELECT u.unit_id, u.item_id, u.is_check, u.needed
+                 - (SELECT COUNT(*) FROM answers a WHERE a.unit_id = u.unit_id)
+                 - (SELECT COUNT(*) FROM slots s JOIN assignments x USING (assignment_id)
+                    WHERE s.unit_id = u.unit_id AND x.{OPEN.replace(' AND ', ' AND x.')}
+                    AND x.last_active > ? AND x.assignment_id != ?
+                    AND NOT EXISTS (SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id))
+                 AS remaining
+               FROM units u""", (fresh, exclude_assignment)).fetchall()
+
+    def _check_caps(self, conn, limits: Limits, client: Optional[str], entry: Optional[str],
+                    fresh: float) -> None:
+        for what, column, value, cap in (
+                ('your address', 'client', client, limits.open_per_client),
+                ('this entry link', 'entry', entry, limits.open_per_entry)):
+            if not cap or value is None:
+                continue
+            held = conn.execute(
+                f'SELECT COUNT(*) FROM assignments WHERE {column} = ? AND {OPEN} '
+                'AND last_active > ?', (value, fresh)).fetchone()[0]
+            if held >= cap:
+                raise TaskError(
+                    f'{what} already holds {held} unfinished task(s) (at most {cap} at once); '
+                    'finish or leave one, or try again in a few minutes: an idle task is released '
+                    f'after {limits.lease_seconds / 60:.0f} minutes', 429)
+
+    def claim(self, worker_id: int, external_ref: str = None, submit_to: str = None,
+              client: Optional[str] = None, entry: Optional[str] = None,
+              limits: Optional[Limits] = None) -> Optional[int]:
+        """The worker's open assignment, else a new one from the neediest units; None when none
+        is left.
 
         With ``external_ref`` (e.g. an MTurk assignment id) the worker who already holds it gets
-        that assignment back; anyone else gets a 403 :class:`TaskError`.
+        that assignment back; anyone else gets a 403 :class:`TaskError`. Without it, a worker
+        that already has an open assignment gets that one: the check and the insert are one
+        transaction, backed by the ``one_open_assignment`` index.
 
-        Slots handed out in assignments active within ``lease_seconds`` count as reserved, so
-        parallel workers spread over the units; abandoned ones are released after the lease.
+        Slots of open assignments active within the lease count as reserved, so parallel
+        workers spread over the units; idle ones stop counting after the lease. For workers who
+        came through an entry link (``entry``), ``limits`` caps the fresh open reservations per
+        client and per entry link (429).
         """
         cfg = self.config
         now = time.time()
+        fresh = now - self.lease_seconds(limits)
         with self.transaction() as conn:
             if external_ref:  # a provider's assignment id: resuming is for its own worker only
                 row = conn.execute(
@@ -223,15 +344,15 @@ class TaskDB:
                     raise TaskError('this HIT assignment belongs to another worker', 403)
                 if row:
                     return row['assignment_id']
-            fresh = now - cfg['lease_seconds']
-            rows = conn.execute(
-                """SELECT u.unit_id, u.item_id, u.is_check, u.needed
-                     - (SELECT COUNT(*) FROM answers a WHERE a.unit_id = u.unit_id)
-                     - (SELECT COUNT(*) FROM slots s JOIN assignments x USING (assignment_id)
-                        WHERE s.unit_id = u.unit_id AND x.completed IS NULL AND x.last_active > ?
-                        AND NOT EXISTS (SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id))
-                     AS remaining
-                   FROM units u""", (fresh,)).fetchall()
+            else:
+                row = conn.execute(
+                    f'SELECT assignment_id FROM assignments WHERE worker_id = ? AND {OPEN} '
+                    'AND external_ref IS NULL', (worker_id,)).fetchone()
+                if row:
+                    return row['assignment_id']
+            if limits and entry:
+                self._check_caps(conn, limits, client, entry, fresh)
+            rows = self._remaining(conn, fresh)
             seen = {r[0] for r in conn.execute(
                 'SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
                 'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (worker_id,))}
@@ -246,17 +367,70 @@ class TaskDB:
                 return None
             cur = conn.execute(
                 'INSERT INTO assignments (worker_id, created, last_active, completion_code, '
-                'external_ref, submit_to) VALUES (?, ?, ?, ?, ?, ?)',
-                (worker_id, now, now, secrets.token_hex(4).upper(), external_ref, submit_to))
+                'external_ref, submit_to, client, entry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                (worker_id, now, now, secrets.token_hex(4).upper(), external_ref, submit_to,
+                 client, entry))
             conn.executemany(
                 'INSERT INTO slots (assignment_id, position, unit_id) VALUES (?, ?, ?)',
                 [(cur.lastrowid, pos, unit_id) for pos, unit_id in enumerate(plan)])
             return cur.lastrowid
 
-    def start(self, assignment_id: int) -> None:
+    def _renew(self, conn, assignment_id: int, now: float, lease: float) -> Optional[dict]:
+        """Mark the assignment active now. After an idle spell longer than the lease its
+        reservation had lapsed: unanswered slots whose units others have filled meanwhile are
+        dropped; with no rating item left it completes (some answers) or is released (none)."""
+        x = conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
+                         (assignment_id,)).fetchone()
+        if x is None or x['completed'] is not None or x['released'] is not None:
+            return dict(x) if x else None
+        if x['last_active'] <= now - lease:
+            remaining = {r['unit_id']: r['remaining'] for r in self._remaining(
+                conn, now - lease, assignment_id) if not r['is_check']}
+            pending = conn.execute(
+                'SELECT s.slot_id, s.unit_id FROM slots s WHERE assignment_id = ? AND NOT EXISTS '
+                '(SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id) ORDER BY position',
+                (assignment_id,)).fetchall()
+            gone = [p['slot_id'] for p in pending
+                    if p['unit_id'] in remaining and remaining[p['unit_id']] <= 0]
+            conn.executemany('DELETE FROM slots WHERE slot_id = ?', [(g,) for g in gone])
+            left_items = [p for p in pending if p['unit_id'] in remaining and p['slot_id'] not in gone]
+            if gone and not left_items:
+                conn.execute('DELETE FROM slots WHERE assignment_id = ? AND NOT EXISTS '
+                             '(SELECT 1 FROM answers a WHERE a.slot_id = slots.slot_id)',
+                             (assignment_id,))
+                answered = conn.execute('SELECT COUNT(*) FROM slots WHERE assignment_id = ?',
+                                        (assignment_id,)).fetchone()[0]
+                if answered:
+                    conn.execute('UPDATE assignments SET completed = ? WHERE assignment_id = ?',
+                                 (now, assignment_id))
+                else:
+                    conn.execute("UPDATE assignments SET released = ?, release_reason = 'expired' "
+                                 'WHERE assignment_id = ?', (now, assignment_id))
+        conn.execute('UPDATE assignments SET last_active = ? WHERE assignment_id = ? AND '
+                     f'{OPEN}', (now, assignment_id))
+        return dict(conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
+                                 (assignment_id,)).fetchone())
+
+    def touch(self, assignment_id: int, limits: Optional[Limits] = None) -> Optional[dict]:
+        """A page view: renews the reservation (see :meth:`_renew`); the assignment after it."""
         with self.transaction() as conn:
-            conn.execute('UPDATE assignments SET started = COALESCE(started, ?), last_active = ? '
-                         'WHERE assignment_id = ?', (time.time(), time.time(), assignment_id))
+            return self._renew(conn, assignment_id, time.time(), self.lease_seconds(limits))
+
+    def start(self, assignment_id: int, limits: Optional[Limits] = None) -> None:
+        now = time.time()
+        with self.transaction() as conn:
+            self._renew(conn, assignment_id, now, self.lease_seconds(limits))
+            conn.execute(f'UPDATE assignments SET started = COALESCE(started, ?) '
+                         f'WHERE assignment_id = ? AND {OPEN}', (now, assignment_id))
+
+    def leave(self, assignment_id: int) -> bool:
+        """The worker returns the task: its unanswered items go back to the pool at once (its
+        answers are kept). False if it was already completed or released."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                f"UPDATE assignments SET released = ?, release_reason = 'left' "
+                f'WHERE assignment_id = ? AND {OPEN}', (time.time(), assignment_id))
+            return cur.rowcount == 1
 
     def slots(self, assignment_id: int) -> List[dict]:
         """The assignment's slots in order, each with its unit's display and whether answered."""
@@ -273,7 +447,7 @@ class TaskDB:
 
     # -- answers ------------------------------------------------------------------------------
     def submit(self, worker_id: int, slot_id: int, answer: dict,
-               assignment_id: Optional[int] = None) -> dict:
+               assignment_id: Optional[int] = None, limits: Optional[Limits] = None) -> dict:
         """Store one answer for the worker's current slot; returns the assignment's state.
 
         Rejects slots that are not this worker's (or not in ``assignment_id``, when the worker
@@ -284,10 +458,26 @@ class TaskDB:
         cfg = self.config
         now = time.time()
         with self.transaction() as conn:
+            # renew the worker's own assignment first (an idle spell may have cost it items);
+            # the time on the item is measured from the activity before this answer
+            own = conn.execute(
+                'SELECT x.assignment_id, x.last_active FROM slots s JOIN assignments x '
+                'USING (assignment_id) WHERE s.slot_id = ? AND x.worker_id = ?',
+                (slot_id, worker_id)).fetchone()
+            if own is not None and assignment_id not in (None, own['assignment_id']):
+                own = None
+            if own is not None:
+                state = self._renew(conn, own['assignment_id'], now, self.lease_seconds(limits))
+                if state['released'] is not None:
+                    raise TaskError('you left this task (or it was released after a long idle '
+                                    'spell); its items went back to other workers', 409)
             slot = conn.execute(
                 'SELECT s.*, x.worker_id, x.last_active, u.models, u.is_check, u.expected '
                 'FROM slots s JOIN assignments x USING (assignment_id) JOIN units u USING (unit_id) '
                 'WHERE s.slot_id = ?', (slot_id,)).fetchone()
+            if slot is None and own is not None:
+                raise TaskError('this item went to another worker while your task was idle; '
+                                'please continue with the next one', 409)
             if slot is None or slot['worker_id'] != worker_id or (
                     assignment_id is not None and slot['assignment_id'] != assignment_id):
                 raise TaskError('this item is not assigned to you', 403)
@@ -314,7 +504,7 @@ class TaskDB:
                 'INSERT INTO answers (slot_id, worker_id, unit_id, answer, check_passed, '
                 'submitted, seconds) VALUES (?, ?, ?, ?, ?, ?, ?)',
                 (slot_id, worker_id, slot['unit_id'], json.dumps(record),
-                 None if passed is None else int(passed), now, now - slot['last_active']))
+                 None if passed is None else int(passed), now, now - own['last_active']))
             if cfg['mode'] == sampling.AB and not slot['is_check']:
                 self._maybe_call_fourth(conn, slot['unit_id'])
             left = conn.execute(
@@ -369,7 +559,8 @@ class TaskDB:
         """Every answer with its unit, worker and assignment: the raw export."""
         rows = self._all(
             'SELECT a.answer_id, a.submitted, a.seconds, a.answer, a.check_passed, '
-            'w.worker_id, w.provider, w.external_id, x.assignment_id, x.completion_code, '
+            'w.worker_id, w.provider, w.external_id, w.study_ref, w.session_ref, '
+            'x.assignment_id, x.completion_code, '
             'x.external_ref, s.position, u.unit_id, u.item_id, u.models, u.is_check, u.extra, '
             'i.emotion FROM answers a JOIN slots s USING (slot_id) '
             'JOIN assignments x USING (assignment_id) JOIN workers w ON w.worker_id = a.worker_id '
@@ -383,6 +574,11 @@ class TaskDB:
             d['extra'] = json.loads(d['extra'])
             out.append(d)
         return out
+
+    def bindings(self) -> List[dict]:
+        """Every worker's provider, participant id and platform session (no links)."""
+        return [dict(r) for r in self._all(
+            'SELECT worker_id, provider, external_id, study_ref, session_ref FROM workers')]
 
     def counts(self) -> dict:
         one = lambda sql: self._one(sql)[0]  # noqa: E731

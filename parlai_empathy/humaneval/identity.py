@@ -69,7 +69,8 @@ class LinkSigner:
         if not given:
             raise TaskError('this entry link lacks its entry= signature; use the link the '
                             'researcher published', 403)
-        if not hmac.compare_digest(given.encode(), self.entry(provider).encode()):
+        # compare_digest needs ASCII; a signature is ASCII, so anything else is simply wrong
+        if not given.isascii() or not hmac.compare_digest(given.encode(), self.entry(provider).encode()):
             raise TaskError('this entry link was not issued by this task (bad entry= signature)',
                             403)
 
@@ -95,5 +96,5 @@ def check_admin(authorization: str, query_has_token: bool, admin_token: str) -> 
     given = admin_token_from_header(authorization)
     if given is None:
         raise TaskError('admin token required (Authorization: Bearer <token>)', 401)
-    if not hmac.compare_digest(given.encode(), admin_token.encode()):
+    if not hmac.compare_digest(given.encode('utf-8', 'surrogatepass'), admin_token.encode()):
         raise TaskError('wrong admin token', 401)

@@ -6,7 +6,7 @@
   link, and the completion page posts back to MTurk. boto3 finds credentials through its usual
   chain (env vars, ~/.aws, instance role); ``dry_run`` prints the requests instead of sending them;
 * generic: participants enter at
-  ``<URL>/start?entry=<signature>&PROLIFIC_PID={{%PROLIFIC_PID%}}&SESSION_ID={{%SESSION_ID%}}``
+  ``<URL>/start?entry=<signature>&PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}``
   and finish at the study's completion URL (``{code}`` in it is replaced by their completion code).
 
 The ``entry`` signatures come from the task database's secret (see :mod:`.identity`).
@@ -42,7 +42,7 @@ def local_links(db: TaskDB, base_url: str, n: int) -> List[str]:
 
 def generic_entry_url(db: TaskDB, base_url: str) -> str:
     return (f"{base_url.rstrip('/')}/start?entry={db.links.entry('generic')}"
-            '&PROLIFIC_PID={{%PROLIFIC_PID%}}&SESSION_ID={{%SESSION_ID%}}')
+            '&PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}')
 
 
 def mturk_entry_url(db: TaskDB, task_url: str) -> str:

@@ -47,8 +47,10 @@ class HumanEvalBuild(ParlaiScript):
                        help='comma-separated, default empathy,relevance,fluency (Likert) or '
                        'overall (A/B)')
         p.add_argument('--seed', type=int, default=0, help='seed of the item sample and its order')
-        p.add_argument('--lease-seconds', type=int, default=3600,
-                       help='unfinished assignments stop reserving their items after this')
+        p.add_argument('--lease-seconds', type=int, default=300,
+                       help='an unfinished assignment stops reserving its items after this many '
+                       'seconds without activity (page view, start, answer); the server can '
+                       'override it')
         p.add_argument('--completion-url', default='',
                        help='generic provider: URL shown at the end, {code} = completion code')
         p.add_argument('--acute-pairings-out', default=None,
@@ -109,19 +111,58 @@ class HumanEvalServe(ParlaiScript):
         p = _parser(cls.__doc__)
         p.add_argument('--host', default='127.0.0.1', help='interface to listen on (127.0.0.1: this machine only)')
         p.add_argument('--port', type=int, default=8000, help='port to listen on')
+        p.add_argument('--lease-seconds', type=int, default=0,
+                       help='idle seconds after which an unfinished assignment stops reserving '
+                       'its items (0 = the task\'s own, set at build)')
+        p.add_argument('--max-open-per-client', type=int, default=2,
+                       help='unfinished assignments one client address may hold at once through '
+                       'the entry links (0 = no cap)')
+        p.add_argument('--max-open-per-entry', type=int, default=-1,
+                       help='unfinished assignments one entry link (Prolific-style or MTurk) may '
+                       'hold at once (-1 = half the assignments of the pool, 0 = no cap)')
+        p.add_argument('--max-new-workers-per-client', type=int, default=6,
+                       help='participant bindings one client address may create per '
+                       '--window-seconds (0 = no cap)')
+        p.add_argument('--window-seconds', type=int, default=600,
+                       help='the window of --max-new-workers-per-client')
+        p.add_argument('--forwarded-allow-ips', default=None,
+                       help='comma-separated proxy addresses whose X-Forwarded-For names the '
+                       'client (default: uvicorn\'s, 127.0.0.1 and ::1: a proxy or tunnel on '
+                       'this machine); \'\' trusts none')
+        p.add_argument('--mturk-verify', choices=['none', 'sandbox', 'live'], default='none',
+                       help='check each accepted HIT with the MTurk API at /mturk (boto3 '
+                       'credentials needed)')
+        p.add_argument('--aws-profile', default=None, help='AWS credentials profile for --mturk-verify')
         return p
 
     def run(self):
-        from parlai_empathy.humaneval.app import serve
+        from parlai_empathy.humaneval.app import default_limits, serve
 
+        o = self.opt
         db = TaskDB(self.opt['db'])
+        limits = default_limits(db)
+        if o['lease_seconds']:
+            limits.lease_seconds = float(o['lease_seconds'])
+        limits.open_per_client = o['max_open_per_client'] or None
+        if o['max_open_per_entry'] >= 0:
+            limits.open_per_entry = o['max_open_per_entry'] or None
+        limits.new_workers_per_client = o['max_new_workers_per_client'] or None
+        limits.window_seconds = float(o['window_seconds'])
+        mturk = (providers.mturk_client(o['mturk_verify'], o['aws_profile'])
+                 if o['mturk_verify'] != 'none' else None)
         base = f"http://{self.opt['host']}:{self.opt['port']}"
         print(f'Admin: {base}/admin (user name: anything; password: the admin token that '
               'empathy_humaneval_build printed, or `parlai empathy_humaneval_links --db DB '
               '--admin-token true`; scripts send "Authorization: Bearer <token>")')
         print(f'Prolific-style entry: {providers.generic_entry_url(db, base)}')
+        print(f'Leases: {limits.lease_seconds:.0f} s idle; open tasks at most '
+              f'{limits.open_per_client or "any"} per client address, '
+              f'{limits.open_per_entry or "any"} per entry link; at most '
+              f'{limits.new_workers_per_client or "any"} new participants per client per '
+              f'{limits.window_seconds:.0f} s')
         db.close()
-        serve(self.opt['db'], self.opt['host'], self.opt['port'])
+        serve(self.opt['db'], self.opt['host'], self.opt['port'], limits=limits, mturk=mturk,
+              forwarded_allow_ips=o['forwarded_allow_ips'])
 
 
 @register_script('empathy_humaneval_mturk')
@@ -171,12 +212,31 @@ class HumanEvalAnalyze(ParlaiScript):
         p.add_argument('--outdir', required=True, help='folder the tables and plots are written to')
         p.add_argument('--keep-failed', type='bool', default=False,
                        help='keep workers who failed an attention check')
+        p.add_argument('--mturk-verify', choices=['none', 'sandbox', 'live'], default='none',
+                       help='verify every MTurk assignment with the MTurk API (GetAssignment); '
+                       'MTurk answers are counted only once verified')
+        p.add_argument('--mturk-assignments', default=None,
+                       help='instead of the API: assignments exported from MTurk (the batch '
+                       'results CSV, or JSON lines of GetAssignment/ListAssignmentsForHIT '
+                       'Assignment records) with AssignmentId, WorkerId, AssignmentStatus')
+        p.add_argument('--prolific-submissions', default=None,
+                       help="Prolific's submissions export (CSV with 'Participant id' and "
+                       "'Submission id'): only the bindings it lists are counted")
+        p.add_argument('--aws-profile', default=None, help='AWS credentials profile for --mturk-verify')
         return p
 
     def run(self):
-        from parlai_empathy.humaneval.analysis import analyze
+        from parlai_empathy.humaneval.analysis import analyze, mturk_verifier
 
-        paths = analyze(self.opt['db'], self.opt['outdir'], self.opt['keep_failed'])
+        o = self.opt
+        try:
+            verifier = mturk_verifier(
+                providers.mturk_client(o['mturk_verify'], o['aws_profile'])
+                if o['mturk_verify'] != 'none' else None, o['mturk_assignments'])
+            paths = analyze(o['db'], o['outdir'], o['keep_failed'], mturk=verifier,
+                            prolific_submissions=o['prolific_submissions'])
+        except (ValueError, OSError) as err:
+            raise SystemExit(f'parlai empathy_humaneval_analyze: {err}') from None
         with open(paths['markdown'], encoding='utf-8') as f:
             print(f.read())
         for name, path in paths.items():

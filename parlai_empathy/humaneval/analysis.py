@@ -1,13 +1,18 @@
 """Results of a rating task: Rashkin-style mean +- SEM, MIME-style win/lose/tie, and agreement.
 
+Only verified answers count (:func:`verify_answers`; the others are listed with their reason).
 Workers who failed an attention check are left out by default (and listed). Outputs: Markdown,
 CSV and PNG, plus the A/B votes in the table shape ParlAI's ACUTE-Eval ``AcuteAnalyzer`` builds
 from Mephisto (one row per non-tie vote), so its win-rate code can run on them.
 """
+import csv
 import itertools
+import json
 import os
 import warnings
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -171,6 +176,153 @@ def acute_rows(df: pd.DataFrame, run_id: str, question: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# -- which answers count ---------------------------------------------------------------------
+MTURK_COUNTED = {'Submitted', 'Approved'}  # a Rejected assignment was refused by the requester
+PROLIFIC_DROPPED = {'RETURNED', 'REJECTED', 'TIMED-OUT'}
+UNVERIFIED_COLUMNS = ['provider', 'worker_id', 'external_id', 'binding', 'answers', 'reason']
+
+
+def _read_mturk_export(path: str) -> Dict[str, dict]:
+    """AssignmentId -> record, from MTurk's batch results CSV or JSON lines of Assignment
+    records (GetAssignment / ListAssignmentsForHIT)."""
+    records = {}
+    with open(path, encoding='utf-8-sig', newline='') as f:
+        text = f.read()
+    if text.lstrip().startswith('{'):
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as err:
+                raise ValueError(f'{path}:{n}: not a JSON object ({err})') from None
+            rec = rec.get('Assignment', rec) if isinstance(rec, dict) else None
+            if not isinstance(rec, dict) or 'AssignmentId' not in rec:
+                raise ValueError(f'{path}:{n}: no AssignmentId in this record')
+            records[rec['AssignmentId']] = rec
+        return records
+    reader = csv.DictReader(text.splitlines())
+    need = {'AssignmentId', 'WorkerId', 'AssignmentStatus'}
+    if not need <= set(reader.fieldnames or ()):
+        raise ValueError(f'{path}:1: the header lacks {sorted(need - set(reader.fieldnames or ()))} '
+                         '(expected MTurk batch results columns)')
+    for row in reader:
+        records[row['AssignmentId']] = row
+    return records
+
+
+def mturk_verifier(client=None, export_path: Optional[str] = None
+                   ) -> Optional[Callable[[str], dict]]:
+    """A lookup AssignmentId -> MTurk's Assignment record (raising LookupError with the reason
+    when MTurk does not confirm it), from an MTurk client (``get_assignment``) or an export file;
+    None when neither is given."""
+    if client is not None and export_path:
+        raise ValueError('give an MTurk client or an export file, not both')
+    if export_path:
+        records = _read_mturk_export(export_path)
+
+        def from_file(assignment_id):
+            if assignment_id not in records:
+                raise LookupError(f'not in {os.path.basename(export_path)}')
+            return records[assignment_id]
+        return from_file
+    if client is not None:
+        def from_api(assignment_id):
+            try:
+                return client.get_assignment(AssignmentId=assignment_id)['Assignment']
+            except Exception as err:  # MTurk's own answer is the reason
+                code = (getattr(err, 'response', None) or {}).get('Error', {}).get('Code')
+                raise LookupError(f'MTurk GetAssignment: {code or type(err).__name__}: '
+                                  f'{str(err)[:160]}') from None
+        return from_api
+    return None
+
+
+def _read_prolific_export(path: str) -> Dict[Tuple[str, str], str]:
+    with open(path, encoding='utf-8-sig', newline='') as f:
+        reader = csv.DictReader(f)
+        cols = {c.strip().lower(): c for c in reader.fieldnames or ()}
+        if 'participant id' not in cols or 'submission id' not in cols:
+            raise ValueError(f"{path}:1: the header lacks 'Participant id' and 'Submission id' "
+                             "(Prolific's submissions export)")
+        return {(r[cols['participant id']], r[cols['submission id']]):
+                (r.get(cols.get('status', ''), '') or '').upper() for r in reader}
+
+
+def verify_answers(rows: List[dict], bindings: List[dict], mturk: Optional[Callable] = None,
+                   prolific_submissions: Optional[str] = None
+                   ) -> Tuple[List[dict], List[dict], List[str]]:
+    """(counted rows, unverified groups, notes).
+
+    * local workers (private links the researcher handed out): counted;
+    * MTurk: counted only when MTurk confirms the assignment (``mturk``, see
+      :func:`mturk_verifier`) for the same WorkerId with status Submitted or Approved; without
+      a verification source every MTurk answer is left out, and the notes say so;
+    * participant platforms (``/start``): a binding is a participant id with its session id.
+      With ``prolific_submissions`` only the (participant, session) pairs it lists, and not
+      returned, rejected or timed out, count. Without it, an id with a single binding counts;
+      an id with several (someone registered under another's id, or a retaken study) has all of
+      them held back until the export settles which one is genuine.
+    """
+    notes = []
+    per_id = Counter(b['external_id'] for b in bindings if b['provider'] == 'generic')
+    prolific = _read_prolific_export(prolific_submissions) if prolific_submissions else None
+    verdicts: Dict[tuple, Optional[str]] = {}
+
+    def verdict(r) -> Tuple[tuple, Optional[str]]:
+        if r['provider'] == 'mturk':
+            ref = (r['external_ref'] or '').split(':', 1)[-1]
+            key = ('mturk', r['worker_id'], ref)
+            if key not in verdicts:
+                if mturk is None:
+                    verdicts[key] = 'not verified: no MTurk verification source'
+                else:
+                    try:
+                        rec = mturk(ref)
+                        if rec.get('WorkerId') != r['external_id']:
+                            verdicts[key] = f"MTurk gives this assignment to {rec.get('WorkerId')!r}"
+                        elif rec.get('AssignmentStatus') not in MTURK_COUNTED:
+                            verdicts[key] = f"MTurk status {rec.get('AssignmentStatus')!r}"
+                        else:
+                            verdicts[key] = None
+                    except LookupError as err:
+                        verdicts[key] = f'not confirmed by MTurk ({err})'
+            return key, verdicts[key]
+        if r['provider'] == 'generic':
+            key = ('generic', r['worker_id'], f"{r['study_ref'] or ''}/{r['session_ref'] or ''}")
+            if not r['session_ref']:
+                return key, 'no platform session id bound to this participant id'
+            if prolific is not None:
+                status = prolific.get((r['external_id'], r['session_ref']))
+                if status is None:
+                    return key, 'not in the Prolific submissions export'
+                if status in PROLIFIC_DROPPED:
+                    return key, f'Prolific status {status}'
+                return key, None
+            if per_id[r['external_id']] > 1:
+                return key, (f"participant id has {per_id[r['external_id']]} bindings (sessions); "
+                             'pass the submissions export to settle which is genuine')
+            return key, None
+        return ('local', r['worker_id'], ''), None
+
+    kept, groups = [], {}
+    for r in rows:
+        key, reason = verdict(r)
+        if reason is None:
+            kept.append(r)
+            continue
+        g = groups.setdefault(key, {'provider': key[0], 'worker_id': r['worker_id'],
+                                    'external_id': r['external_id'], 'binding': key[2],
+                                    'answers': 0, 'reason': reason})
+        g['answers'] += 1
+    unverified = list(groups.values())
+    if mturk is None and any(g['provider'] == 'mturk' for g in unverified):
+        n = sum(g['answers'] for g in unverified if g['provider'] == 'mturk')
+        notes.append(f'{n} MTurk answers left out: nothing to verify them against (pass '
+                     '--mturk-verify sandbox|live, or --mturk-assignments with an export from MTurk)')
+    return kept, unverified, notes
+
+
 # -- reports ---------------------------------------------------------------------------------
 def _plot_likert(table, aspects, path):
     import matplotlib
@@ -227,17 +379,28 @@ def _md(df: pd.DataFrame, floatfmt='.2f') -> str:
 
 
 def analyze(db_path: str, outdir: str, keep_failed: bool = False,
-            run_id: Optional[str] = None) -> Dict[str, str]:
-    """Write the report files for a task; returns {name: path}."""
+            run_id: Optional[str] = None, mturk: Optional[Callable[[str], dict]] = None,
+            prolific_submissions: Optional[str] = None) -> Dict[str, str]:
+    """Write the report files for a task; returns {name: path}.
+
+    ``mturk`` and ``prolific_submissions``: what answers are verified against
+    (:func:`verify_answers`)."""
     db = TaskDB(db_path)
     cfg, rows = db.config, db.answer_rows()
+    bindings = db.bindings()
     failed = pd.DataFrame(db.failed_workers())
     db.close()
+    rows, unverified, notes = verify_answers(rows, bindings, mturk, prolific_submissions)
     os.makedirs(outdir, exist_ok=True)
     paths = {k: os.path.join(outdir, v) for k, v in {
         'markdown': 'results.md', 'csv': 'results.csv', 'agreement': 'agreement.csv',
-        'plot': 'results.png', 'failed': 'failed_workers.csv'}.items()}
-    md = [f"# Human evaluation ({cfg['mode']})", '']
+        'plot': 'results.png', 'failed': 'failed_workers.csv',
+        'unverified': 'unverified_answers.csv'}.items()}
+    pd.DataFrame(unverified, columns=UNVERIFIED_COLUMNS).to_csv(paths['unverified'], index=False)
+    md = [f"# Human evaluation ({cfg['mode']})", '',
+          f"Answers left out as unverified: {sum(g['answers'] for g in unverified)} "
+          f'(from {len(unverified)} assignments or bindings; each with its reason in '
+          f"{os.path.basename(paths['unverified'])})", *notes, '']
     if cfg['mode'] == sampling.LIKERT:
         df = likert_frame(rows, keep_failed)
         table = likert_table(df, cfg['aspects'], cfg['models'])

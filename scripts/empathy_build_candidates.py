@@ -15,6 +15,7 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 
 from parlai_empathy.data import response_pool  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
 
 
 @register_script('empathy_build_candidates')
@@ -33,14 +34,19 @@ class EmpathyBuildCandidates(ParlaiScript):
         return parser
 
     def run(self):
+        # a missing or unreadable file ends the command with its one-line message
+        with exit_on_data_errors():
+            return self._build()
+
+    def _build(self):
         ed_dir, max_tokens = self.opt.get('ed_datapath'), self.opt['max_tokens']
         train_csv = response_pool.train_csv_path(ed_dir)
         if self.opt.get('outfile'):
             path = response_pool.write_pool(response_pool.listener_responses(train_csv, max_tokens), self.opt['outfile'])
         else:
             path = response_pool.ensure_pool(ed_dir, max_tokens, self.opt['outdir'])
-        with open(path, encoding='utf-8') as f:
-            responses = [line.rstrip('\n') for line in f]
+        # an existing pool is reused by name: read it back as any candidate file is read
+        responses = response_pool.read_candidates(path)
         print(f'{len(responses)} responses from {train_csv} in {path}')
         return responses
 

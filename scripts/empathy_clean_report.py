@@ -7,6 +7,7 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 
 from parlai_empathy.data import ed_raw, ed_source  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
 from parlai_empathy.tasks.ed import clean_report_dir  # noqa: E402
 
 
@@ -22,6 +23,11 @@ class EmpathyCleanReport(ParlaiScript):
         return parser
 
     def run(self):
+        # a missing or unreadable file ends the command with its one-line message
+        with exit_on_data_errors():
+            return self._run()
+
+    def _run(self):
         import json
 
         folder = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt['datapath'])

@@ -17,6 +17,7 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 
 from parlai_empathy.data import ed_source  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
 from parlai_empathy.emotions import patterns, subsets  # noqa: E402
 from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags  # noqa: E402
 from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params  # noqa: E402
@@ -41,6 +42,11 @@ class EmpathyPatterns(ParlaiScript):
         return parser
 
     def run(self):
+        # a missing or unreadable file ends the command with its one-line message
+        with exit_on_data_errors():
+            return self._run()
+
+    def _run(self):
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         tags = open_tags(self.opt, ed_dir)
         pairs = patterns.ed_turn_pairs(tags, ed_dir, self.opt['split'])

@@ -552,3 +552,35 @@ def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, tmp_path
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'Traceback' not in done.stdout + done.stderr
     assert done.stderr.strip() == expected.format(valid=folder / 'valid.csv', folder=folder)
+
+
+@pytest.mark.parametrize('content, words', [
+    (b'', 'no examples (no candidates: empty file)'),
+    (b'\n  \n', 'no examples (no candidates: only blank lines)'),
+    (b'fine\nso \xff sorry\n', 'line 2: not UTF-8: byte 0xff at column 4'),
+    (b'fine\nNUL\0 here\n', 'line 2: NUL byte at column 4'),
+    (GARBAGE, 'line 1: not UTF-8: byte 0xb4 at column 2'),
+    ('one\ntwo\n'.encode('utf-16'), 'line 1: UTF-16 text'),
+])
+def test_hostile_candidate_files_name_file_and_line(tmp_path, content, words):
+    from parlai_empathy.data import response_pool
+
+    path = tmp_path / 'pool.cands'
+    path.write_bytes(content)
+    with pytest.raises(ed_raw.DataFileError) as err:
+        response_pool.read_candidates(str(path))
+    assert str(err.value).startswith(str(path)) and words in str(err.value), str(err.value)
+    path.write_bytes(b'\xef\xbb\xbfone\r\n\r\ntwo \r\n')
+    assert response_pool.read_candidates(str(path)) == ['one', 'two']
+
+
+def test_build_candidates_ends_with_the_file_error_alone(run_parlai, tmp_path):
+    folder = _ed_folder(tmp_path, 'ed', GOOD, train=HEADER_LINE)
+    done = run_parlai('empathy_build_candidates', '--ed-datapath', folder, '-o', tmp_path / 'pool.cands', check=False)
+    assert (done.returncode, done.stderr.strip()) == (1, f'{folder / "train.csv"}: no examples (header only)')
+    assert 'Traceback' not in done.stdout + done.stderr and not (tmp_path / 'pool.cands').exists()
+    (folder / 'train.csv').write_bytes(GOOD)
+    done = run_parlai('empathy_build_candidates', '--ed-datapath', folder, '--max-tokens', '1',
+                      '-o', tmp_path / 'pool.cands', check=False)
+    assert (done.returncode, done.stderr.strip()) == (
+        1, f'{folder / "train.csv"}: no examples (no listener responses of at most 1 tokens to build a candidate pool from)')

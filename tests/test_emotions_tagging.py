@@ -170,3 +170,36 @@ def test_tagged_teacher_fields_and_prepend(classifier_file, tmp_path):
     assert all(0.0 <= p <= 1.0 for p in ex['response_goemotions_probs'].values())
     top2 = sorted(ex['context_goemotions_probs'], key=lambda c: -ex['context_goemotions_probs'][c])[:2]
     assert prepended[0]['text'].split(' ')[:2] == top2 and prepended[0]['text'].endswith(ex['text'])
+
+
+@pytest.mark.parametrize('name, content, words', [
+    ('model.opt', b'', 'model.opt: empty file'),
+    ('model.opt', b'{"classes": ["joy",\n"sad"\n', 'model.opt, line 3, column 1: not JSON'),
+    ('model.opt', b'{"classes": ["j\xffoy"]}', 'model.opt, line 1: not UTF-8: byte 0xff at column 16'),
+    ('model.opt', b'["joy"]', 'model.opt, line 1: a JSON list, not an object of options'),
+    ('model.opt', __import__('random').Random(7).randbytes(3000), 'model.opt, line 1: not UTF-8'),
+    ('model', b'', 'model: not the weights of a trained emotion classifier'),
+    ('model', __import__('random').Random(7).randbytes(3000), 'model: not the weights of a trained emotion classifier'),
+])
+def test_hostile_classifier_files_name_the_file(classifier_file, tmp_path, name, content, words):
+    import shutil
+
+    from parlai_empathy.emotions.classifier_files import ClassifierFilesError
+
+    folder = tmp_path / 'clf'
+    shutil.copytree(os.path.dirname(classifier_file), folder)
+    (folder / name).write_bytes(content)
+    with pytest.raises(ClassifierFilesError) as err:
+        load_classifier(str(folder / 'model'))
+    assert str(err.value).startswith(str(folder / name)) and words in str(err.value), str(err.value)
+
+
+def test_tagging_a_split_without_examples_names_the_file(classifier_file, tmp_path):
+    folder = tmp_path / 'ed'
+    folder.mkdir()
+    for split in ed_source.SPLITS:
+        with open(os.path.join(SAMPLE, split + '.csv'), 'rb') as f:
+            (folder / (split + '.csv')).write_bytes(f.readline() if split == 'test' else f.read())
+    with pytest.raises(tag_cache.ed_raw.DataFileError, match=r'test.csv: no examples \(header only\)'):
+        tag_cache.tag_ed(classifier_file, str(folder), str(tmp_path / 'cache'), progress=False)
+    assert not (tmp_path / 'cache').exists()

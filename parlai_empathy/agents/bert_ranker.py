@@ -75,6 +75,7 @@ from parlai.utils import logging  # noqa: E402
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
 from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
 from parlai_empathy.data import response_pool  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
 from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
 from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
 from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
@@ -558,12 +559,12 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def set_fixed_candidates(self, shared):
         if shared or 'fixed' not in (self.candidates, self.eval_candidates):
             return super().set_fixed_candidates(shared)
-        path = self.fixed_candidates_path or self.get_task_candidates_path()
-        self.fixed_candidates_path = path
-        with open(path, encoding='utf-8', errors='replace') as f:
-            cands = [line.strip() for line in f if line.strip()]
-        if not cands:
-            raise ValueError(f'{path}: the fixed candidate file has no candidates.')
+        # a pool that cannot be built, or a candidate file that is not UTF-8 text or holds none,
+        # ends the command with the file named
+        with exit_on_data_errors():
+            path = self.fixed_candidates_path or self.get_task_candidates_path()
+            self.fixed_candidates_path = path
+            cands = response_pool.read_candidates(path)
         logging.info(f'Loaded {len(cands)} fixed candidates from {path}')
         self.fixed_candidates = cands
         self.num_fixed_candidates = len(cands)

@@ -13,6 +13,7 @@ from typing import List
 from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data.ed_raw import read_clean
 from parlai_empathy.data.ed_source import file_checksum, resolve_ed_dir
+from parlai_empathy.data.file_errors import DataNotFound, decode_line, no_examples, read_lines
 
 RASHKIN_MAX_TOKENS = 20
 # Rashkin et al.'s tokenizer splits punctuation off words; counting the same way keeps the filter
@@ -40,7 +41,25 @@ def listener_responses(train_csv: str, max_tokens: int = RASHKIN_MAX_TOKENS) -> 
                 continue
             seen.add(text)
             pool.append(text)
+    if not pool:
+        limit = f' of at most {max_tokens} tokens' if max_tokens > 0 else ''
+        raise no_examples(train_csv, f'no listener responses{limit} to build a candidate pool from')
     return pool
+
+
+def read_candidates(path: str) -> List[str]:
+    """The candidates of a file of one response per line (``--fixed-candidates-path``), stripped,
+    blank lines skipped; a file that is not UTF-8 text or holds none is an error naming it."""
+    if not os.path.isfile(path):
+        raise DataNotFound(f'candidate file not found: {path}')
+    candidates = []
+    for line_no, raw in read_lines(path, 'candidate (one response a line)'):
+        text = decode_line(raw, path, line_no).strip()
+        if text:
+            candidates.append(text)
+    if not candidates:
+        raise no_examples(path, 'no candidates: empty file' if os.path.getsize(path) == 0 else 'no candidates: only blank lines')
+    return candidates
 
 
 def write_pool(responses: List[str], out_path: str) -> str:

@@ -12,6 +12,7 @@ from typing import List
 
 import torch
 
+from parlai_empathy.data.file_errors import DataFileError, decode_line, read_lines
 from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
 
@@ -53,14 +54,31 @@ def classifier_key(model_file: str, classes, multilabel: bool, threshold: float,
     return digest.hexdigest()
 
 
+def _read_opt(path: str, hint: str) -> dict:
+    """A ``.opt`` file's options; one that is not UTF-8 JSON of an object names file and line."""
+    try:
+        text = ''.join(decode_line(raw, path, n) for n, raw in read_lines(path, 'ParlAI .opt (JSON)'))
+    except DataFileError as err:
+        raise ClassifierFilesError(f'{err}; not a ParlAI .opt file ({hint})') from None
+    if not text.strip():
+        raise ClassifierFilesError(f'{path}: empty file; not a ParlAI .opt file ({hint})')
+    try:
+        opt = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ClassifierFilesError(f'{path}, line {err.lineno}, column {err.colno}: not JSON ({err.msg}); '
+                                   f'not a ParlAI .opt file ({hint})') from None
+    if not isinstance(opt, dict):
+        raise ClassifierFilesError(f'{path}, line 1: a JSON {type(opt).__name__}, not an object of options ({hint})')
+    return opt
+
+
 def read_settings(model_file: str) -> dict:
     """Classes and decision settings of a trained classifier, from its ``.opt`` file."""
     hint = 'train one with `parlai train_model -t empathy_goemotions -m empathy/emotion_classifier -mf FILE`'
     for needed in (model_file, model_file + '.opt', os.path.join(model_file + '.hf', 'config.json')):
         if not os.path.exists(needed):
             raise ClassifierFilesError(f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
-    with open(model_file + '.opt', encoding='utf-8') as f:
-        opt = json.load(f)
+    opt = _read_opt(model_file + '.opt', hint)
     if opt.get('classes') is None:
         raise ClassifierFilesError(f'{model_file}.opt has no "classes": not an emotion classifier ({hint})')
     settings = dict(
@@ -90,8 +108,13 @@ def load_classifier(model_file: str, device: str = 'cpu') -> LoadedClassifier:
     model = EmotionClassifier.from_config(
         AutoConfig.from_pretrained(model_file + '.hf'), len(classes), multilabel, settings['pooling']
     )
-    states = torch.load(model_file, map_location='cpu', weights_only=True)
-    model.load_state_dict(states['model'])
+    try:
+        states = torch.load(model_file, map_location='cpu', weights_only=True)
+        weights = states['model']
+    except Exception as err:  # a truncated, foreign or garbage file: name it, not torch's internals
+        raise ClassifierFilesError(f'{model_file}: not the weights of a trained emotion classifier '
+                                   f'({type(err).__name__}: {str(err)[:200]})') from None
+    model.load_state_dict(weights)
     model.to(device).eval()
     return LoadedClassifier(
         model=model,

@@ -108,6 +108,30 @@ def test_an_edited_or_truncated_file_fails_its_checksum(exported, tmp_path):
         listener_labels.load(str(folder))
 
 
+def _header_and_bad_byte(data):
+    lines = data.splitlines(keepends=True)
+    return lines[0] + lines[1] + lines[2] + lines[3].replace(b'valid', b'val\xffid').replace(b'train', b'tr\xffain') + b''.join(lines[4:])
+
+
+@pytest.mark.parametrize('content, named', [
+    (lambda data: gzip.compress(data.splitlines(keepends=True)[0]), 'labels.csv.gz: no examples (header only)'),
+    (lambda data: gzip.compress(_header_and_bad_byte(data)), 'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)'),
+    (lambda data: __import__('random').Random(7).randbytes(3000), 'labels.csv.gz, line 1: not a gzip file (BadGzipFile'),
+])
+def test_a_label_file_with_no_labels_or_no_text_is_named(exported, tmp_path, content, named):
+    """Files that pass their checksum (meta.json rewritten along) but hold no labels or no text."""
+    folder = tmp_path / 'labels'
+    shutil.copytree(exported['dir'], folder)
+    path = folder / listener_labels.LABELS
+    path.write_bytes(content(gzip.decompress(path.read_bytes())))
+    meta = json.loads((folder / listener_labels.META).read_text())
+    meta['sha256'] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (folder / listener_labels.META).write_text(json.dumps(meta))
+    with pytest.raises(listener_labels.LabelFileError) as err:
+        listener_labels.load(str(folder))
+    assert str(err.value).startswith(str(path)) and named in str(err.value), str(err.value)
+
+
 def test_the_packaged_labels_cover_every_utterance_of_the_real_ed_files(ed_dir):
     """``--listener-emotions ed32-utterance`` (ETHREED's default) is the ed32_utterance row's
     classifier's top emotion for each utterance of the three ED files, made from their text."""

@@ -151,34 +151,45 @@ def load(directory: str) -> ListenerLabels:
                              f'or was edited; make it again with {RETAG}')
     known = set(ED_EMOTIONS)
     labels: Dict[Tuple[str, int], Tuple[str, str]] = {}
-    with gzip.open(labels_path, 'rt', encoding='utf-8', newline='') as f:
-        rows = csv.reader(f)
-        header = tuple(next(rows, ()))
-        if header != HEADER:
-            raise LabelFileError(f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}')
-        for line, row in enumerate(rows, start=2):
-            def bad(field, problem):
-                return LabelFileError(f'{labels_path}, line {line}, field "{field}": {problem}')
+    try:
+        with gzip.open(labels_path, 'rb') as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise LabelFileError(f'{labels_path}, line 1: not a gzip file ({type(err).__name__}: {err})') from None
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError as err:
+        line = data.count(b'\n', 0, err.start) + 1
+        raise LabelFileError(f'{labels_path}, line {line}: not UTF-8: byte 0x{data[err.start]:02x} ({err.reason})') from None
+    rows = csv.reader(io.StringIO(text, newline=''))
+    header = tuple(next(rows, ()))
+    if header != HEADER:
+        raise LabelFileError(f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}')
+    for line, row in enumerate(rows, start=2):
+        def bad(field, problem):
+            return LabelFileError(f'{labels_path}, line {line}, field "{field}": {problem}')
 
-            if len(row) != len(HEADER):
-                raise bad(HEADER[min(len(row), len(HEADER) - 1)], f'{len(row)} fields, expected {len(HEADER)}')
-            split, conv_id, idx, emotion, probability, sha = row
-            if split not in ('train', 'valid', 'test'):
-                raise bad('split', f'{split!r} is not train, valid or test')
-            if not idx.isdigit():
-                raise bad('utterance_idx', f'{idx!r} is not a positive integer')
-            if emotion not in known:
-                raise bad('emotion', f'{emotion!r} is not one of the 32 ED emotions')
-            try:
-                p = float(probability)
-            except ValueError:
-                p = -1.0
-            if not 0.0 <= p <= 1.0:
-                raise bad('probability', f'{probability!r} is not a probability')
-            if len(sha) != 8 or any(c not in '0123456789abcdef' for c in sha):
-                raise bad('text_sha1', f'{sha!r} is not 8 hex digits')
-            key = (conv_id, int(idx))
-            if key in labels:
-                raise bad('conv_id', f'utterance {idx} of {conv_id} appears twice')
-            labels[key] = (emotion, sha)
+        if len(row) != len(HEADER):
+            raise bad(HEADER[min(len(row), len(HEADER) - 1)], f'{len(row)} fields, expected {len(HEADER)}')
+        split, conv_id, idx, emotion, probability, sha = row
+        if split not in ('train', 'valid', 'test'):
+            raise bad('split', f'{split!r} is not train, valid or test')
+        if not idx.isdigit():
+            raise bad('utterance_idx', f'{idx!r} is not a positive integer')
+        if emotion not in known:
+            raise bad('emotion', f'{emotion!r} is not one of the 32 ED emotions')
+        try:
+            p = float(probability)
+        except ValueError:
+            p = -1.0
+        if not 0.0 <= p <= 1.0:
+            raise bad('probability', f'{probability!r} is not a probability')
+        if len(sha) != 8 or any(c not in '0123456789abcdef' for c in sha):
+            raise bad('text_sha1', f'{sha!r} is not 8 hex digits')
+        key = (conv_id, int(idx))
+        if key in labels:
+            raise bad('conv_id', f'utterance {idx} of {conv_id} appears twice')
+        labels[key] = (emotion, sha)
+    if not labels:
+        raise LabelFileError(f'{labels_path}: no examples (header only); make it again with {RETAG}')
     return ListenerLabels(directory, meta, labels)

@@ -57,12 +57,22 @@ import sys
 import types
 import warnings
 
-_REPAIRS = {}  # ParlAI module name -> function(module) that repairs it in place
+_REPAIRS = {}  # ParlAI module name -> function(module) that applies every repair of it in place
 
 
 def _repairs_for(module_name):
+    """Register ``fn(module)`` as a repair of ``module_name``; a module may have several, each
+    applied in the order registered (each must be idempotent: :func:`apply` may run it again)."""
     def register(fn):
-        _REPAIRS[module_name] = fn
+        earlier = _REPAIRS.get(module_name)
+        if earlier is None:
+            _REPAIRS[module_name] = fn
+        else:
+            def both(module, earlier=earlier):
+                earlier(module)
+                fn(module)
+
+            _REPAIRS[module_name] = both
         return fn
 
     return register

@@ -73,14 +73,18 @@ def read_model_opt(model_file: str) -> Dict:
         return json.load(f)
 
 
-def model_kind(model_file: str) -> str:
-    """'ranker', 'generator' or 'classifier', from the agent class the model file was trained with."""
+def model_kind(model_file: str, trust: bool = False) -> str:
+    """'ranker', 'generator' or 'classifier', from the agent class the model file was trained with.
+    Its agent is imported (and the file later opened by it) only if it is one of ours or ``trust``
+    (:func:`parlai_empathy.safe_loading.check_model_trust`)."""
     from parlai.core.loader import load_agent_module
     from parlai.core.torch_classifier_agent import TorchClassifierAgent
     from parlai.core.torch_generator_agent import TorchGeneratorAgent
     from parlai.core.torch_ranker_agent import TorchRankerAgent
 
-    model = read_model_opt(model_file).get('model', '')
+    from parlai_empathy.safe_loading import check_model_trust
+
+    model = check_model_trust(model_file, trust)
     agent_class = load_agent_module(model)
     if issubclass(agent_class, TorchRankerAgent):
         return 'ranker'
@@ -300,10 +304,11 @@ def p100_hits(world_logs: str, expected: Optional[int] = None) -> Dict[str, int]
 
 # ----- evaluation ----------------------------------------------------------------------------------
 def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],
-                   progress: bool = True, p100_shuffled: bool = True, workers: int = 1) -> Dict:
+                   progress: bool = True, p100_shuffled: bool = True, workers: int = 1, trust: bool = False) -> Dict:
     """Figures for one entry, with the command lines that reproduce them; ``result['outputs']`` holds
     the per-example rows for the artifacts (not written to results.json). ``workers`` > 1: each
-    evaluation sharded over that many processes (:func:`_sharded_eval`)."""
+    evaluation sharded over that many processes (:func:`_sharded_eval`). ``trust``: a model file of
+    an agent that is not ours is evaluated too (``--trust-model-file``), else refused unopened."""
     started = time.time()
     result = {'name': entry.name, 'path': entry.path, 'source': entry.source, 'values': {}, 'commands': []}
     if entry.source == 'leaderboard':
@@ -319,7 +324,7 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         result['seconds'] = time.time() - started
         return result
 
-    kind = model_kind(entry.path)
+    kind = model_kind(entry.path, trust)
     result['kind'] = kind
     if kind == 'classifier':
         return evaluate_classifier(entry, result, outdir, common_args, progress, started, workers)

@@ -14,14 +14,21 @@ opening a shared model file could run code. Here:
   in every process) makes ``Opt.load`` refuse pickled ones, and name the file, line and column of
   broken JSON.
 
+* A model folder is opened by the agent its ``.opt`` names, and only the project's agents load
+  weights-only: :func:`check_model_trust` reads that ``model`` field as JSON (importing nothing it
+  names) and refuses (:class:`UntrustedModelFile`) any other agent unless the user passes
+  ``--trust-model-file`` (:func:`add_trust_flag`, on each command of ours that opens models; it also
+  arms the check inside ParlAI's parser, which imports that agent while it parses ``-mf``).
+
 The project's agents use this through :class:`parlai_empathy.agents.safety.SafeAgentMixin`.
 Import-light: torch is imported only when a file is loaded.
 """
 import json
 import os
+import re
 import zipfile
 from collections.abc import Mapping
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from parlai_empathy.compat import _ModuleView, _repairs_for
 
@@ -157,3 +164,191 @@ def _repair_opt(module):
         return
     module.json = _ModuleView(module.json, load=_opt_json_load)
     module.pickle = _ModuleView(module.pickle, load=_refuse_pickled_opt)
+
+
+# ----- the trust boundary: which agent a model folder makes ParlAI run ---------------------------
+# The checks above hold for the project's agents, whose ``load`` is weights-only. A model folder's
+# ``.opt`` says which agent opens it, and ParlAI obeys: it imports whatever module ``model`` names
+# (``parlai.core.loader.load_agent_module``), and a stock ParlAI agent's ``TorchAgent.load`` then
+# unpickles the whole checkpoint. So a folder is opened only when its ``model`` is one of ours,
+# read here as JSON before ParlAI sees it, or when the user says they trust the file.
+TRUST_FLAG = '--trust-model-file'
+TRUST_OPTION = 'trust_model_file'
+MAX_OPT_BYTES = 4 * 1024 * 1024  # far above any real .opt (a classifier's with its classes: ~10 KB)
+_MODULE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+_CLASS_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+_MODEL_FIELD_RE = re.compile(r'"model"\s*:')
+# the last sentence of the refusal in a command that runs the project's agents only
+NO_OPT_IN_ADVICE = (f'This command opens parlai-empathy agents only, whoever made the file ({TRUST_FLAG} '
+                    'belongs to the commands that can run other agents, for files you trust).')
+
+
+class UntrustedModelFile(ModelFileError):
+    """A model folder whose ``.opt`` names an agent other than the project's: opening it would run
+    that agent's code (any module it names is imported; a stock agent unpickles the checkpoint)."""
+
+
+def _agent_folders() -> List[str]:
+    """Where ``-m empathy/<name>`` is looked up: the installed ``parlai/agents/empathy/`` (the
+    wheel's thin modules), else the checkout's ``agents/empathy/``. Found without importing ParlAI."""
+    import importlib.util
+
+    folders = []
+    try:
+        spec = importlib.util.find_spec('parlai')  # locates the package, runs none of it
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folders.append(os.path.join(location, 'agents', 'empathy'))
+    folders.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'agents', 'empathy'))
+    return folders
+
+
+def empathy_agents() -> List[str]:
+    """``empathy/<name>`` of every agent the project provides, from the modules that exist."""
+    for folder in _agent_folders():
+        if os.path.isdir(folder):
+            names = [n[:-3] for n in os.listdir(folder) if n.endswith('.py') and n != '__init__.py']
+            return sorted(f'empathy/{n}' for n in names if _MODULE_RE.match(n))
+    return []
+
+
+def our_agent(model: Any) -> Optional[str]:
+    """``empathy/<name>`` when ``model`` (a ``.opt``'s ``model`` or ``-m`` value) loads one of the
+    project's agents: ``empathy/<name>``, or the full module path of one (``parlai.agents.empathy.
+    <name>:<Class>``, ``parlai_empathy.agents.<name>:<Class>``), which imports only our module.
+    None for anything else."""
+    if not isinstance(model, str):
+        return None
+    ours = set(empathy_agents())
+    if model in ours:
+        return model
+    module, sep, cls = model.partition(':')
+    if not sep or not _CLASS_RE.match(cls):
+        return None
+    for prefix in ('parlai.agents.empathy.', 'parlai_empathy.agents.'):
+        if module.startswith(prefix) and f'empathy/{module[len(prefix):]}' in ours:
+            return f'empathy/{module[len(prefix):]}'
+    return None
+
+
+def read_opt_agent(data: bytes, where: str) -> Tuple[str, int]:
+    """The ``model`` of an ``.opt`` file's bytes, and its line, read as JSON and nothing else
+    (``where`` names the file in errors: file, line and field)."""
+    try:
+        text = data.decode('utf-8')
+    except UnicodeDecodeError:
+        raise UnsafeModelFile(
+            f'{where} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
+            'unpickling can run code') from None
+    try:
+        opt = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ModelFileError(f'{where}, line {err.lineno}, column {err.colno}: not a valid options file '
+                             f'({err.msg}); a truncated or hand-edited .opt?') from None
+    if not isinstance(opt, dict):
+        raise ModelFileError(f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, '
+                             'not an object of options)')
+    found = _MODEL_FIELD_RE.search(text)
+    line = text.count('\n', 0, found.start()) + 1 if found else 1
+    model = opt.get('model')
+    if not isinstance(model, str) or not model:
+        raise ModelFileError(f'{where}, line {line}: field "model": missing or not an agent name '
+                             f'(got {model!r}); which agent opens this model is unknown')
+    return model, line
+
+
+def read_opt_file(opt_path: str) -> Tuple[str, int]:
+    """:func:`read_opt_agent` of a file (size-limited); a missing one is a :class:`ModelFileError`."""
+    try:
+        with open(opt_path, 'rb') as f:
+            data = f.read(MAX_OPT_BYTES + 1)
+    except OSError as err:
+        raise ModelFileError(f'{opt_path}: cannot be read ({err.strerror or err})') from None
+    if len(data) > MAX_OPT_BYTES:
+        raise ModelFileError(f'{opt_path}: over {MAX_OPT_BYTES:,} bytes, not an options file')
+    return read_opt_agent(data, opt_path)
+
+
+def untrusted_message(where: str, line: int, model: str, outcome: str, advice: Optional[str] = None) -> str:
+    """The one refusal: the ``.opt`` (file, line, field), the agent it names, what was not done
+    (``outcome``), why, and the way out (``advice``; default: pass ``--trust-model-file``)."""
+    if advice is None:
+        advice = f'If you trust the file, pass {TRUST_FLAG} to open it anyway.'
+    return (f'{where}, line {line}: field "model" names {model!r}, which is not an agent of parlai-empathy '
+            f'({", ".join(empathy_agents()) or "none found"}); {outcome}: ParlAI would import the module '
+            'that field names, and a stock ParlAI agent unpickles the whole checkpoint, either of which can '
+            f'run code from the file. {advice}')
+
+
+def zoo_model_path(model_file: str, datapath: Optional[str] = None) -> str:
+    """Where ``zoo:<path>`` is installed (``<datapath>/models/<path>``), without installing it."""
+    if not model_file.startswith('zoo:'):
+        return model_file
+    if datapath is None:  # ParlAI's default, <parlai_home>/data, found without importing ParlAI
+        import importlib.util
+
+        spec = importlib.util.find_spec('parlai')
+        home = os.path.dirname(os.path.realpath(list(spec.submodule_search_locations)[0])) if spec else '.'
+        datapath = os.path.join(home, 'data')
+    return os.path.join(datapath, 'models', model_file[len('zoo:'):])
+
+
+def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[str] = None,
+                      advice: Optional[str] = None) -> str:
+    """The agent that opening ``model_file`` would run, from the ``.opt`` beside it (read as JSON:
+    nothing it names is imported, ParlAI is not needed). Unless ``trust``, refuses
+    (:class:`UntrustedModelFile`) an agent that is not the project's. ``zoo:`` paths are looked up
+    where they are installed (``datapath``: ParlAI's ``--datapath``). A missing or broken ``.opt``
+    is a :class:`ModelFileError` naming the file (and line). ``advice`` replaces the sentence that
+    names ``--trust-model-file``, for a command where it does not apply."""
+    path = zoo_model_path(str(model_file), datapath)
+    opt_path = path + '.opt'
+    if not os.path.isfile(opt_path):
+        where = f' ({model_file} is looked for at {path}: not installed?)' if path != str(model_file) else ''
+        raise ModelFileError(f'{opt_path}: no such options file beside the model file{where}; it says which '
+                             'agent opens the model')
+    model, line = read_opt_file(opt_path)
+    if trust or our_agent(model):
+        return model
+    raise UntrustedModelFile(untrusted_message(opt_path, line, model, f'{path} was not opened', advice))
+
+
+def add_trust_flag(parser, opt_in: bool = True):
+    """``--trust-model-file`` on one of our commands. It also arms the check at parse time:
+    ParlAI's parser imports the agent of ``-mf``'s ``.opt`` while it parses (to add that agent's
+    options), before the command runs, and it does so for a command with this option only after
+    :func:`check_model_trust` (see ``_repair_model_name`` below). ``opt_in=False``: a command that
+    never opens other agents' files (the check is armed; there is no flag to pass)."""
+    if opt_in:
+        parser.add_argument(
+            TRUST_FLAG, type='bool', nargs='?', const=True, default=False,
+            help='open a model file whose .opt names an agent that is not one of parlai-empathy\'s (a stock '
+            'ParlAI agent, or any module path): ParlAI imports that module and a stock agent unpickles the '
+            'checkpoint, either of which runs code from the file; only for files you trust')
+    else:
+        parser.set_defaults(**{TRUST_OPTION: None})  # None: no opt-in (False: not given)
+    return parser
+
+
+@_repairs_for('parlai.core.params')
+def _repair_model_name(module):
+    """``get_model_name`` reads the ``model`` of ``-mf``'s ``.opt`` for the parser, which imports it
+    next: for a command of ours (its options hold ``trust_model_file``) the file is checked first."""
+    real = module.get_model_name
+    if getattr(real, '_empathy_trust_checked', False):
+        return
+
+    def get_model_name(opt):
+        if TRUST_OPTION in opt and opt.get('model_file'):
+            model_file = module.modelzoo_path(opt.get('datapath'), opt['model_file'])  # installs zoo: (checked)
+            if os.path.isfile(str(model_file) + '.opt'):
+                trust = opt.get(TRUST_OPTION)
+                try:
+                    check_model_trust(model_file, bool(trust), advice=NO_OPT_IN_ADVICE if trust is None else None)
+                except ModelFileError as err:
+                    raise SystemExit(str(err)) from None  # the message alone, as the command's error
+        return real(opt)
+
+    get_model_name._empathy_trust_checked = True
+    module.get_model_name = get_model_name

@@ -13,20 +13,29 @@ import os  # noqa: E402
 from parlai.core.agents import create_agent  # noqa: E402
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent  # noqa: E402
 
 
 @register_script('empathy_init_model')
 class EmpathyInitModel(ParlaiScript):
     @classmethod
     def setup_args(cls):
-        return ParlaiParser(True, True, 'Save a model file without training (zero-shot baselines)')
+        return add_trust_flag(ParlaiParser(True, True, 'Save a model file without training (zero-shot baselines)'))
 
     def run(self):
         model_file = self.opt.get('model_file')
         if not model_file:
             raise ValueError('pass -mf FILE: where to write the untrained model')
-        if os.path.exists(model_file):
-            raise FileExistsError(f'{model_file} exists; empathy_init_model never overwrites a model')
+        for existing in (model_file, model_file + '.opt'):  # (an .opt alone would choose the agent)
+            if os.path.exists(existing):
+                raise FileExistsError(f'{existing} exists; empathy_init_model never overwrites a model')
+        init_model, model = self.opt.get('init_model'), self.opt.get('model')
+        if init_model and not our_agent(model) and not self.opt.get('trust_model_file'):
+            # the agent -m names opens --init-model: a stock ParlAI agent unpickles all of it
+            raise SystemExit(
+                f'--init-model {init_model} was not opened: -m {model!r} is not an agent of parlai-empathy '
+                f'({", ".join(empathy_agents())}), and a stock ParlAI agent unpickles the whole checkpoint, which '
+                f'can run code from the file. If you trust the file, pass {TRUST_FLAG} to open it anyway.')
         os.makedirs(os.path.dirname(os.path.abspath(model_file)), exist_ok=True)
         agent = create_agent(self.opt, requireModelExists=False)
         agent.save(model_file)

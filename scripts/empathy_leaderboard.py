@@ -28,6 +28,7 @@ compat.apply()
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai_empathy.safe_loading import ModelFileError, add_trust_flag, check_model_trust  # noqa: E402
 
 
 def setup_args():
@@ -59,6 +60,7 @@ def setup_args():
     group.add_argument('--eval-workers', type=int, default=1,
                        help='shard each evaluation over this many processes, as parlai multiprocessing_eval '
                             '(the same figures; beam search is bound by one CPU thread per process)')
+    add_trust_flag(group)  # a model file of another agent (a stock ParlAI baseline) is opened only with it
     # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
     score_parser = score_args()
     for action in score_parser._actions:
@@ -88,11 +90,18 @@ class EmpathyLeaderboard(ParlaiScript):
         started = time.time()
         entries = leaderboard.parse_entries(opt['entries'])
         leaderboard.attach_entry_args(entries, opt['entry_args'])
+        trust = bool(opt['trust_model_file'])
+        for entry in entries:  # every model file, before any is opened: the message alone
+            if entry.source == 'model':
+                try:
+                    check_model_trust(entry.path, trust)
+                except ModelFileError as err:
+                    raise SystemExit(f'leaderboard entry {entry.name!r}: {err}') from None
         common = shlex.split(opt['eval_args'])
         if opt.get('ed_datapath'):
             common += ['--ed-datapath', opt['ed_datapath']]
         pool = opt['pool']
-        needs_pool = any(e.source == 'model' and leaderboard.model_kind(e.path) == 'ranker' for e in entries)
+        needs_pool = any(e.source == 'model' and leaderboard.model_kind(e.path, trust) == 'ranker' for e in entries)
         if needs_pool and not pool:
             folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
             pool = response_pool.ensure_pool(folder, opt['pool_max_tokens'], opt['outdir'])
@@ -101,7 +110,7 @@ class EmpathyLeaderboard(ParlaiScript):
         for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
             result = leaderboard.evaluate_entry(
                 entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
-                workers=opt['eval_workers'])
+                workers=opt['eval_workers'], trust=trust)
             leaderboard.add_bertscore(result, scorer)
             leaderboard.add_offline_figures(result)
             if opt['artifacts'] and result['source'] == 'model':

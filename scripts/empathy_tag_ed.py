@@ -13,6 +13,7 @@ compat.apply()
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
 
 from parlai_empathy.data import ed_source  # noqa: E402
 from parlai_empathy.emotions import tag_cache  # noqa: E402
@@ -42,7 +43,8 @@ class EmpathyTagED(ParlaiScript):
                             help='ED 32-way classifiers: also write each utterance\'s top emotion to this folder '
                             '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as --listener-emotions '
                             'on any machine, without the tag cache')
-        return parser
+        # the classifier is read weights-only; -mf of another agent is refused, even while parsing
+        return add_trust_flag(parser, opt_in=False)
 
     def run(self):
         import torch

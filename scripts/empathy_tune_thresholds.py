@@ -17,6 +17,7 @@ import json  # noqa: E402
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
 
 
 @register_script('empathy_tune_thresholds')
@@ -27,7 +28,8 @@ class EmpathyTuneThresholds(ParlaiScript):
         parser.add_argument('-mf', '--model-file', required=True, help='a trained -m empathy/emotion_classifier')
         parser.add_argument('--goemotions-datapath', default=None, help='as for the GoEmotions teacher')
         parser.add_argument('--split', default='valid', choices=['valid', 'train'], help='where to tune')
-        return parser
+        # the classifier is read weights-only; -mf of another agent is refused, even while parsing
+        return add_trust_flag(parser, opt_in=False)
 
     def run(self):
         import numpy as np

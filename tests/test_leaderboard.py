@@ -1,4 +1,5 @@
-"""``parlai empathy_leaderboard`` on two stock baselines trained for a few steps on the sample."""
+"""``parlai empathy_leaderboard`` on two stock baselines trained for a few steps on the sample (stock
+ParlAI agents unpickle their checkpoints: the board opens them only with ``--trust-model-file``)."""
 import csv
 import json
 import os
@@ -30,7 +31,7 @@ def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, ru
     done = run_parlai(
         'empathy_leaderboard', '--entries', f'gen={generator}', f'rank={ranker}', '--ed-datapath', 'sample',
         '--outdir', outdir, '--bertscore-model', 'none', '--eval-args', '-bs 16',
-        '--entry-args', 'gen=--inference greedy', '--artifacts', artifacts,
+        '--entry-args', 'gen=--inference greedy', '--artifacts', artifacts, '--trust-model-file',
     )
     results = {r['name']: r for r in json.loads((outdir / 'results.json').read_text())['results']}
     assert results['gen']['kind'] == 'generator' and results['rank']['kind'] == 'ranker'
@@ -81,7 +82,8 @@ def test_leaderboard_rejects_a_model_that_is_no_response_model_nor_classifier(ru
     model_file.write_text('')
     (tmp_path / 'm.opt').write_text(json.dumps({'model': 'repeat_label'}))
     done = run_parlai('empathy_leaderboard', '--entries', f'm={model_file}', '--ed-datapath', 'sample',
-                      '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', check=False)
+                      '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', '--trust-model-file', 'true',
+                      check=False)
     assert done.returncode != 0
     assert 'neither a response generator, a response ranker nor an emotion classifier' in done.stderr
 

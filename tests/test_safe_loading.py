@@ -2,28 +2,23 @@
 
 Real files throughout: tiny trained models of every agent (``tiny_models``), and copies of one
 of them made truncated, empty, foreign, or carrying a pickled object that would create a marker
-folder if it were ever unpickled.
+folder if it were ever unpickled; and the trust boundary: a folder whose ``.opt`` names another
+agent (a stock ParlAI one, or any module) is refused by every command of ours before anything it
+names is imported, unless the user passes ``--trust-model-file``.
 """
 import os
 import pickle
+import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
 
-from parlai_empathy.safe_loading import ModelFileError, UnsafeModelFile, load_checkpoint
-from tiny_models import AGENTS, PARLAI, cached_tiny_model
-
-
-class MakesMarker:
-    """Unpickling this calls os.mkdir(marker): proof that code from the file ran."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.mkdir, (self.marker,))
+from parlai_empathy.safe_loading import (ModelFileError, UnsafeModelFile, UntrustedModelFile, check_model_trust,
+                                         load_checkpoint)
+from tiny_models import AGENTS, PARLAI, STOCK_GENERATOR, MakesMarker, cached_tiny_model, hostile_stock_model
 
 
 @pytest.fixture(scope='module')
@@ -135,3 +130,121 @@ def test_a_truncated_opt_file_names_file_line_and_column(mime, tmp_path):
         open_agent(model_file)
     message = str(err.value)
     assert message.startswith(model_file + '.opt, line ') and 'column' in message
+
+
+# ----- the trust boundary: the .opt chooses the agent, and so the code, that opens a folder --------
+def run(*args, env=None, cwd=None):
+    return subprocess.run([PARLAI] + [str(a) for a in args], capture_output=True, text=True, cwd=cwd,
+                          timeout=3600, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})))
+
+
+def assert_refused(done, marker, agent):
+    """Refused with the one message (file, agent, the flag), no traceback, and nothing ran."""
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert f"field \"model\" names '{agent}', which is not an agent of parlai-empathy" in done.stderr, done.stderr[-3000:]
+    assert '--trust-model-file' in done.stderr and 'Traceback' not in done.stderr, done.stderr[-3000:]
+    assert not os.path.exists(marker), 'code from the model file ran'
+
+
+def commands(model_file, tmp_path):
+    """Every command of ours that opens a model file, pointed at ``model_file``."""
+    return {
+        'empathy_package_model': ['empathy_package_model', '-mf', model_file, '--name', 'x', '--outdir', tmp_path / 'out'],
+        'empathy_leaderboard': ['empathy_leaderboard', '--entries', f'x={model_file}', '--ed-datapath', 'sample',
+                                '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', '--progress', 'false'],
+        'empathy_init_model': ['empathy_init_model', *STOCK_GENERATOR, '--init-model', model_file,
+                               '-mf', tmp_path / 'new' / 'model'],
+        'empathy_tag_ed': ['empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample'],
+    }
+
+
+@pytest.fixture(scope='module')
+def hostile_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp('hostile')
+    return hostile_stock_model(root / 'stock', root / 'code-ran'), str(root / 'code-ran')
+
+
+@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_init_model'])
+def test_a_stock_agents_checkpoint_is_never_unpickled_by_our_commands(hostile_folder, tmp_path, command):
+    """A stock transformer/generator folder whose checkpoint runs code when ParlAI's TorchAgent.load
+    unpickles it: each command refuses it unopened (--init-model: the stock -m agent would open it)."""
+    model_file, marker = hostile_folder
+    done = run(*commands(model_file, tmp_path)[command], cwd=tmp_path)
+    if command == 'empathy_init_model':  # the agent comes from -m here, not from a .opt
+        assert done.returncode != 0 and not os.path.exists(marker), done.stderr[-3000:]
+        assert f'--init-model {model_file} was not opened' in done.stderr, done.stderr[-3000:]
+        assert "-m 'transformer/generator'" in done.stderr and '--trust-model-file' in done.stderr
+        assert not (tmp_path / 'new' / 'model').exists()
+    else:
+        assert_refused(done, marker, 'transformer/generator')
+        assert f'{model_file}.opt, line ' in done.stderr
+    assert not (tmp_path / 'out').exists() and not (tmp_path / 'lb').exists()
+
+
+@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_tag_ed',
+                                     'empathy_init_model'])
+def test_an_opt_naming_any_module_is_refused_without_importing_it(tmp_path, command):
+    """ParlAI imports whatever module ``model`` names (while it parses -mf, before the command
+    runs): a module on the path that runs code at import is never imported."""
+    modules, marker = tmp_path / 'modules', tmp_path / 'imported'
+    modules.mkdir()
+    (modules / 'sideeffect.py').write_text(f'import os\nos.mkdir({str(marker)!r})\nclass Agent: pass\n')
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    (folder / 'model.opt').write_text(json.dumps({'model': 'sideeffect:Agent'}, indent=4))
+    (folder / 'model').write_bytes(b'')
+    model_file = folder / 'model'
+    argv = commands(model_file, tmp_path)[command]
+    if command == 'empathy_init_model':  # -mf whose .opt exists: ParlAI would load its agent
+        argv = ['empathy_init_model', '-mf', model_file]
+    done = run(*argv, cwd=tmp_path, env={'PYTHONPATH': str(modules)})
+    assert_refused(done, marker, 'sideeffect:Agent')
+    # the same check in-process, without ParlAI's loader
+    with pytest.raises(UntrustedModelFile):
+        check_model_trust(str(model_file))
+    assert 'sideeffect' not in sys.modules and not marker.exists()
+
+
+def test_missing_or_broken_opt_files_are_named_with_line_and_field(tmp_path):
+    model_file = tmp_path / 'model'
+    with pytest.raises(ModelFileError, match=f'{tmp_path}/model.opt: no such options file'):
+        check_model_trust(str(model_file))
+    cases = [('{"model": "empathy/mime",\n "x": ', 'line 2, column 7: not a valid options file'),
+             ('["empathy/mime"]', 'line 1: not an options file (a JSON list'),
+             ('{\n  "task": "x",\n  "model": null\n}', 'line 3: field "model": missing or not an agent name'),
+             ('{"task": "x"}', 'line 1: field "model": missing')]
+    for text, expected in cases:
+        (tmp_path / 'model.opt').write_text(text)
+        with pytest.raises(ModelFileError) as err:
+            check_model_trust(str(model_file))
+        assert str(err.value).startswith(f'{model_file}.opt, ') and expected in str(err.value), str(err.value)
+    (tmp_path / 'model.opt').write_bytes(b'\x80\x04\x95 a pickle')
+    with pytest.raises(UnsafeModelFile, match='not a UTF-8 JSON options file'):
+        check_model_trust(str(model_file))
+
+
+def test_our_agents_pass_in_any_spelling_and_the_list_is_what_exists(tmp_path):
+    from parlai_empathy import safe_loading
+
+    ours = safe_loading.empathy_agents()
+    assert ours == sorted(f'empathy/{a}' for a in AGENTS)  # the modules of agents/empathy/, no hand list
+    assert safe_loading.our_agent('parlai_empathy.agents.bert_ranker:BertRankerAgent') == 'empathy/bert_ranker'
+    assert safe_loading.our_agent('parlai.agents.empathy.mime:MimeAgent') == 'empathy/mime'
+    for other in ('transformer/generator', 'empathy/safety', 'empathy/mime/x', 'parlai_empathy.agents.safety:X',
+                  'os:system', 'empathy', None, 3):
+        assert safe_loading.our_agent(other) is None, other
+    (tmp_path / 'model.opt').write_text(json.dumps({'model': 'transformer/generator'}))
+    assert check_model_trust(str(tmp_path / 'model'), trust=True) == 'transformer/generator'
+
+
+def test_trust_model_file_opens_a_benign_stock_model(tmp_path):
+    """The opt-in: an untrusted stock model (here an untrained one our init command saves) is
+    refused by default and evaluated with --trust-model-file."""
+    from parlai_empathy import leaderboard
+
+    model_file = tmp_path / 'stock' / 'model'
+    done = run('empathy_init_model', *STOCK_GENERATOR, '-mf', model_file, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with pytest.raises(UntrustedModelFile, match="names 'transformer/generator'.*pass --trust-model-file"):
+        leaderboard.model_kind(str(model_file))
+    assert leaderboard.model_kind(str(model_file), trust=True) == 'generator'

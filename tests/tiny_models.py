@@ -72,3 +72,34 @@ def cached_tiny_model(tmp_path_factory, agent: str) -> str:
             train_tiny(agent, str(folder), tiny_bert)
             (folder / 'done').write_text('ok')
     return str(folder / 'model')
+
+
+STOCK_GENERATOR = ['-m', 'transformer/generator', '--n-layers', 1, '--embedding-size', 16, '--ffn-size', 32,
+                   '--n-heads', 2, '-t', 'empathy_ed_clean']
+
+
+class MakesMarker:
+    """Unpickling this calls os.mkdir(marker): proof that code from the file ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def hostile_stock_model(folder, marker) -> str:
+    """A stock ParlAI ``transformer/generator`` folder (its ``.opt`` as ParlAI writes one) whose
+    checkpoint, once unpickled as ParlAI's ``TorchAgent.load`` does, creates the folder ``marker``;
+    returns its model file."""
+    import torch
+    from parlai.core.opt import Opt
+    from parlai.core.params import ParlaiParser
+
+    os.makedirs(folder, exist_ok=True)
+    model_file = os.path.join(str(folder), 'model')
+    opt = ParlaiParser(True, True).parse_args([str(a) for a in STOCK_GENERATOR] + ['-mf', model_file])
+    machine = ('override', 'parlai_home', 'datapath', 'download_path', 'starttime')
+    Opt({k: v for k, v in opt.items() if k not in machine}).save(model_file + '.opt')
+    torch.save({'model': {}, 'hook': MakesMarker(str(marker))}, model_file)
+    return model_file

@@ -5,8 +5,12 @@ module, ``zoo/empathy/<name>.py``) and calling its ``download(datapath)``, then 
 ``<datapath>/models/empathy/<name>/model``. That ``download`` is :func:`download` here:
 
 * The entries are listed in ``zoo/empathy/manifest.json`` (or ``$PARLAI_EMPATHY_ZOO_MANIFEST``):
-  archive file name, sha256, size, model card, version, and the ``parlai empathy_reproduce`` row
-  that trains the model.
+  archive file name, sha256, size, model card, version, the agent (one of ours), and the
+  ``parlai empathy_reproduce`` row that trains the model.
+* The unpacked folder is opened by whatever agent its ``model.opt`` names, so an archive is
+  unpacked only when that file (read from the tar as JSON) names the entry's agent, and an
+  installed folder is used only while it does (:func:`check_archive_agent`,
+  :func:`check_installed_agent`).
 * A model is fetched from ``$PARLAI_EMPATHY_ZOO_URL/<file>`` (a release mirror) with ParlAI's
   ``DownloadableFile`` (sha256-verified) into a staging folder, unpacked there and only then moved
   into place and marked built (``mark_done`` with the entry's version and checksum). A failed
@@ -33,6 +37,9 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
+
+from parlai_empathy.safe_loading import (MAX_OPT_BYTES, TRUST_FLAG, ModelFileError, empathy_agents, our_agent,
+                                         read_opt_agent, read_opt_file, untrusted_message)
 
 ZOO_URL_ENV = 'PARLAI_EMPATHY_ZOO_URL'
 MANIFEST_ENV = 'PARLAI_EMPATHY_ZOO_MANIFEST'  # another manifest, e.g. a private mirror's
@@ -66,6 +73,7 @@ class ZooEntry:
     project: str
     row: str
     description: str = ''
+    agent: str = ''  # empathy/<name>: the only agent the entry's archive may name
 
     @property
     def zoo_path(self) -> str:
@@ -161,13 +169,16 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
             raise bad('(name)', 'a zoo name is lower-case letters, digits and "_" (a Python module name)')
         if not isinstance(fields, dict):
             raise bad('(entry)', 'expected an object')
-        for field in ('file', 'card', 'version', 'project', 'row'):
+        for field in ('file', 'card', 'version', 'project', 'row', 'agent'):
             value = fields.get(field)
             if not isinstance(value, str) or not value:
                 raise bad(field, f'missing or not a non-empty string (got {value!r})')
         for field in ('file', 'card'):
             if os.path.basename(fields[field]) != fields[field] or fields[field] in ('.', '..'):
                 raise bad(field, f'must be a plain file name, not a path (got {fields[field]!r})')
+        if our_agent(fields['agent']) != fields['agent']:
+            raise bad('agent', f'{fields["agent"]!r} is not an agent of parlai-empathy (one of '
+                      f'{", ".join(empathy_agents())}): the zoo installs those only')
         if not fields['file'].endswith('.tar.gz'):
             raise bad('file', f'the archive is a .tar.gz (got {fields["file"]!r})')
         sha256, size = fields.get('sha256'), fields.get('size')
@@ -178,7 +189,7 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
         if (sha256 is None) != (size is None):
             raise bad('sha256' if sha256 is None else 'size', 'sha256 and size are published together')
         entries[name] = ZooEntry(name, fields['file'], sha256, size, fields['card'], fields['version'],
-                                 fields['project'], fields['row'], fields.get('description', ''))
+                                 fields['project'], fields['row'], fields.get('description', ''), fields['agent'])
     return entries
 
 
@@ -204,8 +215,36 @@ def _install_lock(folder: str):
         yield
 
 
-def _safe_extract(archive: str, into: str) -> None:
-    """Unpack regular files and folders only, each inside ``into`` (no links, no '..')."""
+ZOO_ADVICE = (f'The zoo installs parlai-empathy agents only; if you trust this archive, unpack it yourself '
+              f'and open the folder with {TRUST_FLAG}.')
+
+
+def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], archive: str, agent: str) -> None:
+    """The archive's ``model.opt`` (read from the tar, as JSON, size-limited) names ``agent``, one of
+    the project's: checked before anything is unpacked, since the unpacked folder is opened by
+    whatever agent that file names."""
+    where = f'{archive}: model.opt'
+    found = [m for m in members if os.path.normpath(m.name) == 'model.opt']
+    if not found or not found[-1].isfile():
+        raise ZooError(f'{archive}: not a parlai-empathy model archive (no model.opt file at its top); '
+                       'nothing was installed')
+    if found[-1].size > MAX_OPT_BYTES:
+        raise ZooError(f'{where}: {found[-1].size:,} bytes, over the {MAX_OPT_BYTES:,} of any options file; '
+                       'nothing was installed')
+    try:
+        model, line = read_opt_agent(tar.extractfile(found[-1]).read(MAX_OPT_BYTES + 1), where)
+    except ModelFileError as err:
+        raise ZooError(f'{err}; nothing was installed') from None
+    if our_agent(model) is None:
+        raise ZooError(untrusted_message(where, line, model, 'nothing was unpacked or installed', ZOO_ADVICE))
+    if our_agent(model) != agent:
+        raise ZooError(f'{where}, line {line}: field "model" names {model!r}, but the manifest entry says '
+                       f'{agent!r}: not the archive of that entry; nothing was installed')
+
+
+def _safe_extract(archive: str, into: str, agent: str) -> None:
+    """Unpack regular files and folders only, each inside ``into`` (no links, no '..'), and only
+    when the archive's ``model.opt`` names ``agent`` (:func:`check_archive_agent`)."""
     try:
         with tarfile.open(archive, 'r:gz') as tar:
             members = tar.getmembers()
@@ -214,6 +253,7 @@ def _safe_extract(archive: str, into: str) -> None:
                 if member.name.startswith('/') or '..' in parts or not (member.isfile() or member.isdir()):
                     raise ZooError(f'{archive}: refused member {member.name!r} (only plain files and '
                                    'folders inside the archive are unpacked)')
+            check_archive_agent(tar, members, archive, agent)
             tar.extractall(into, members=members, filter='data')
     except (tarfile.TarError, EOFError, OSError) as err:
         raise ZooError(f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: {err})') from None
@@ -222,16 +262,17 @@ def _safe_extract(archive: str, into: str) -> None:
         raise ZooError(f'{archive}: not a parlai-empathy model archive (no {", ".join(missing)} at its top)')
 
 
-def install_archive(archive: str, folder: str, done_version: str) -> str:
+def install_archive(archive: str, folder: str, done_version: str, agent: str) -> str:
     """Unpack ``archive`` into ``folder`` all at once: staged beside it, moved into place, then
-    marked built. Any failure leaves ``folder`` as it was."""
+    marked built. Any failure leaves ``folder`` as it was; an archive whose ``model.opt`` does not
+    name ``agent`` (the manifest entry's, one of ours) is refused before anything is unpacked."""
     import parlai.core.build_data as build_data
 
     parent = os.path.dirname(os.path.abspath(folder))
     with _install_lock(folder):
         stage = tempfile.mkdtemp(prefix=f'.{os.path.basename(folder)}.partial-', dir=parent)
         try:
-            _safe_extract(archive, stage)
+            _safe_extract(archive, stage, agent)
             build_data.mark_done(stage, version_string=done_version)
             old = None
             if os.path.exists(folder):
@@ -273,7 +314,7 @@ def fetch(entry: ZooEntry, base_url: str, folder: str) -> str:
         got = os.path.getsize(os.path.join(download_dir, entry.file))
         if got != entry.size:  # pragma: no cover - a matching sha256 means a matching size
             raise ZooError(f'{url}: {got} bytes, the manifest says {entry.size}; nothing was installed')
-        return install_archive(os.path.join(download_dir, entry.file), folder, entry.done_version)
+        return install_archive(os.path.join(download_dir, entry.file), folder, entry.done_version, entry.agent)
     finally:
         shutil.rmtree(download_dir, ignore_errors=True)
 
@@ -287,6 +328,8 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
     entry = entries[name]
     folder = model_dir(datapath, name)
     version = installed_version(folder)
+    if version is not None:
+        check_installed_agent(entry, folder)
     if version is not None and (version == entry.done_version or version.startswith(LOCAL_PREFIX)):
         return folder
     base_url = os.environ.get(ZOO_URL_ENV, '').strip()
@@ -306,6 +349,22 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
         f'{entry.zoo_path} is not installed in {folder}, and {why}.\n'
         f'Build it here ({entry.build_time()}), then run your command again:\n'
         f'{entry.build_commands(datapath)}')
+
+
+def check_installed_agent(entry: ZooEntry, folder: str) -> None:
+    """An installed folder is opened by the agent its ``model.opt`` names: it must be the entry's
+    (a folder installed by other means, or edited since, is refused rather than opened)."""
+    opt_path = os.path.join(folder, 'model.opt')
+    try:
+        model, line = read_opt_file(opt_path)
+    except ModelFileError as err:
+        raise ZooError(f'{entry.zoo_path} is installed in {folder}, but: {err}') from None
+    if our_agent(model) is None:
+        raise ZooError(untrusted_message(opt_path, line, model, f'{entry.zoo_path} was not opened', ZOO_ADVICE))
+    if our_agent(model) != entry.agent:
+        raise ZooError(f'{opt_path}, line {line}: field "model" names {model!r}, but the manifest entry '
+                       f'{entry.name!r} is {entry.agent!r}: {folder} holds another model; remove it to install '
+                       f'{entry.zoo_path}')
 
 
 def download_or_exit(datapath: str, name: str) -> str:

@@ -32,13 +32,13 @@ from typing import Dict, List, Optional
 from parlai_empathy.agents.safety import MODEL_DIR_PREFIX
 from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.data.ed_source import file_checksum
-from parlai_empathy.safe_loading import load_checkpoint
+from parlai_empathy.safe_loading import (NO_OPT_IN_ADVICE, ModelFileError, check_model_trust, load_checkpoint,
+                                         our_agent)
 
 SAMPLE_MESSAGE = 'I finally got the job I wanted after months of trying!'
 # options that name files of the training machine and mean nothing elsewhere
 DROPPED = ('model_file', 'dict_file', 'init_model', 'init_opt', 'datapath', 'parlai_home',
            'download_path', 'candidate_encodings_cache', 'starttime', 'tag_cache_dir', 'glove_path')
-AGENT_MODULES = ('bert_ranker', 'mime', 'multitask_transformer', 'ethreed', 'emotion_classifier')
 
 
 class PackagingError(ValueError):
@@ -55,14 +55,15 @@ class Package:
     sample: Dict
 
 
-def agent_name(opt: Dict) -> str:
-    """``empathy/<module>`` of the model's agent, whichever way ``-m`` named it."""
-    from parlai.core.loader import load_agent_module
-
-    module = load_agent_module(opt['model']).__module__.rsplit('.', 1)[-1]
-    if module not in AGENT_MODULES:
-        raise PackagingError(f'{opt["model"]} is not a parlai-empathy agent ({", ".join(AGENT_MODULES)})')
-    return f'empathy/{module}'
+# packaging copies the files an agent of ours needs and nothing else: another agent's file is
+# refused however much the user trusts it (and nothing it names is imported)
+def agent_name(model_file: str) -> str:
+    """``empathy/<module>`` of the agent ``model_file.opt`` names, whichever way ``-m`` named it;
+    a :class:`PackagingError` for a file of any other agent or a missing or broken ``.opt``."""
+    try:
+        return our_agent(check_model_trust(model_file, advice=NO_OPT_IN_ADVICE))
+    except ModelFileError as err:
+        raise PackagingError(str(err)) from None
 
 
 def is_local_path(value) -> bool:
@@ -78,9 +79,10 @@ class Stager:
 
     def __init__(self, model_file: str, stage: str, pool: Optional[str] = None):
         self.model_file, self.stage, self.pool = model_file, stage, pool
+        self.agent = agent_name(model_file)  # before anything reads the file further
         with open(model_file + '.opt', encoding='utf-8') as f:
             self.opt = json.load(f)
-        self.agent = agent_name(self.opt)
+        self.opt['model'] = self.agent  # the release names the agent as the zoo manifest does
         self.packed: Dict[str, str] = {}  # option -> model_dir: value
         self.dropped: List[str] = []
 
@@ -175,6 +177,7 @@ def try_sample(model_file: str, message: str = SAMPLE_MESSAGE) -> Dict:
     """Load the staged model as ``parlai interactive`` does and answer one message."""
     from parlai.core.agents import create_agent_from_model_file
 
+    check_model_trust(model_file)  # the staged .opt is ours; checked as every opened folder is
     agent = create_agent_from_model_file(model_file, {'interactive_mode': True, 'skip_generation': False})
     agent.observe({'text': message, 'episode_done': True})
     reply = agent.act()
@@ -235,5 +238,5 @@ def package_model(model_file: str, name: str, outdir: str, version: str = 'v1', 
     with open(card_path, 'w', encoding='utf-8') as f:
         f.write(card)
     fields = {'file': os.path.basename(archive), 'sha256': digest, 'size': size,
-              'card': os.path.basename(card_path), 'version': version}
+              'card': os.path.basename(card_path), 'version': version, 'agent': stager.agent}
     return Package(archive, digest, size, card_path, fields, sample)

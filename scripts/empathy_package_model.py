@@ -26,6 +26,7 @@ compat.apply()
 
 from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
 
 
 @register_script('empathy_package_model')
@@ -56,7 +57,8 @@ class EmpathyPackageModel(ParlaiScript):
                             help='write the entry into this manifest (e.g. zoo/empathy/manifest.json)')
         parser.add_argument('--install-zoo', action='store_true',
                             help='install the archive where zoo:empathy/<name>/model finds it')
-        return parser
+        # only our agents are packaged: -mf of another agent is refused, even while parsing
+        return add_trust_flag(parser, opt_in=False)
 
     def run(self):
         from parlai_empathy import model_zoo, packaging, reproduce
@@ -89,7 +91,7 @@ class EmpathyPackageModel(ParlaiScript):
             print(f'updated {opt["manifest"]}')
         if opt['install_zoo']:
             folder = model_zoo.install_archive(package.archive, model_zoo.model_dir(opt['datapath'], opt['name']),
-                                               model_zoo.LOCAL_PREFIX + package.sha256)
+                                               model_zoo.LOCAL_PREFIX + package.sha256, fields['agent'])
             print(f'installed in {folder}: -mf zoo:empathy/{opt["name"]}/model')
         return package
 

@@ -1,6 +1,8 @@
 """``zoo:empathy/<name>/model`` end to end: package a tiny trained model, serve the release from a
 local HTTP server on 127.0.0.1, chat with it through the stock ``parlai interactive``; a tampered
-archive is refused and leaves nothing installed; without a mirror the error says how to build it.
+archive is refused and leaves nothing installed, and so is one whose checksum matches but whose
+``model.opt`` names another agent than the manifest's (a stock ParlAI agent would unpickle its
+checkpoint); without a mirror the error says how to build it.
 """
 import json
 import os
@@ -13,9 +15,9 @@ import tarfile
 import pytest
 
 from local_server import LocalServer
-from parlai_empathy import model_zoo
+from parlai_empathy import model_zoo, packaging
 from parlai_empathy.data.ed_source import file_checksum
-from tiny_models import PARLAI, cached_tiny_model, train_args
+from tiny_models import PARLAI, cached_tiny_model, hostile_stock_model, train_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -225,14 +227,20 @@ def test_a_zoo_entry_is_built_from_its_rows_plan_in_one_command(tmp_path_factory
 def test_manifest_errors_name_file_line_and_field(tmp_path):
     path = tmp_path / 'manifest.json'
     good = {'file': 'x-v1.tar.gz', 'card': 'x-v1.card.md', 'version': 'v1', 'project': 'p', 'row': 'r',
-            'sha256': 'ab' * 32, 'size': 10}
+            'sha256': 'ab' * 32, 'size': 10, 'agent': 'empathy/mime'}
     path.write_text(json.dumps({'models': {'ok': good, 'bad': dict(good, sha256='not-hex')}}, indent=2))
     with pytest.raises(model_zoo.ManifestError) as err:
         model_zoo.load_manifest(str(path))
-    assert str(err.value).startswith(f'{path}, line 12: models.bad.sha256:')
+    assert str(err.value).startswith(f'{path}, line 13: models.bad.sha256:')
     path.write_text('{"models": {"x": ')
     with pytest.raises(model_zoo.ManifestError, match=r'line 1, column \d+: not valid JSON'):
         model_zoo.load_manifest(str(path))
+    for agent, problem in ((None, "missing or not a non-empty string (got None)"),
+                           ('transformer/generator', "'transformer/generator' is not an agent of parlai-empathy")):
+        path.write_text(json.dumps({'models': {'bad': dict(good, agent=agent)}}, indent=2))
+        with pytest.raises(model_zoo.ManifestError) as err:
+            model_zoo.load_manifest(str(path))
+        assert str(err.value).startswith(f'{path}, line 3: models.bad.agent: {problem}'), str(err.value)
 
 
 def test_an_archive_reaching_outside_its_folder_is_refused(tmp_path):
@@ -243,6 +251,69 @@ def test_an_archive_reaching_outside_its_folder_is_refused(tmp_path):
         tar.add(tmp_path / 'payload', arcname='../outside')
     target = tmp_path / 'zoo' / 'evil'
     with pytest.raises(model_zoo.ZooError, match="refused member '../outside'"):
-        model_zoo.install_archive(str(evil), str(target), 'v1')
+        model_zoo.install_archive(str(evil), str(target), 'v1', 'empathy/mime')
     assert not target.exists() and not (tmp_path / 'outside').exists()
     assert [p.name for p in (tmp_path / 'zoo').iterdir()] == ['evil.lock']
+
+
+def hostile_release(tmp_path):
+    """A stock transformer/generator folder whose checkpoint creates ``code-ran`` when unpickled,
+    released as zoo entry "mime" the way a real release is: archive, manifest sha256 and size."""
+    marker = tmp_path / 'code-ran'
+    model_file = hostile_stock_model(tmp_path / 'stock', marker)
+    served = tmp_path / 'mirror'
+    served.mkdir()
+    archive = packaging.write_archive(os.path.dirname(model_file), str(served / 'mime-v9.tar.gz'))
+    data = json.loads(open(model_zoo.default_manifest_path()).read())
+    data['models']['mime'].update(file='mime-v9.tar.gz', version='v9', sha256=file_checksum(archive),
+                                  size=os.path.getsize(archive))
+    manifest = tmp_path / 'manifest.json'
+    manifest.write_text(json.dumps(data, indent=2))
+    return served, str(manifest), marker
+
+
+def test_a_release_of_a_stock_agent_is_refused_before_it_is_unpacked(tmp_path):
+    """Its checksum, size and mirror all match the manifest, but its model.opt names a stock agent,
+    which would unpickle the checkpoint: the install (ParlAI's zoo hook, here under the stock
+    ``parlai interactive``) stops with the message, nothing unpacked, installed or run."""
+    served, manifest, marker = hostile_release(tmp_path)
+    server = mirror(served)
+    datapath = tmp_path / 'data'
+    try:
+        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath, input='hi\n[EXIT]\n',
+                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: manifest},
+                      check=False, cwd=tmp_path)
+    finally:
+        server.stop()
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
+    assert "mime-v9.tar.gz: model.opt, line " in done.stderr, done.stderr[-3000:]
+    assert "field \"model\" names 'transformer/generator', which is not an agent of parlai-empathy" in done.stderr
+    assert 'nothing was unpacked or installed' in done.stderr and '--trust-model-file' in done.stderr
+    assert not marker.exists(), 'code from the archive ran'
+    zoo_dir = datapath / 'models' / 'empathy'
+    left = [p.name for p in zoo_dir.iterdir() if not p.name.endswith('.lock')] if zoo_dir.exists() else []
+    assert left == [], f'left behind: {left}'
+
+
+def test_an_archive_of_another_of_our_agents_or_an_installed_stock_folder_is_refused(tmp_path_factory, tmp_path):
+    """The archive must name the manifest entry's own agent; and a folder already installed under
+    the entry's name (by other means, or edited since) is checked the same way before it is used."""
+    import parlai.core.build_data as build_data
+
+    folder = tmp_path / 'ethreed'
+    shutil.copytree(os.path.dirname(cached_tiny_model(tmp_path_factory, 'ethreed')), folder)
+    archive = packaging.write_archive(str(folder), str(tmp_path / 'x.tar.gz'))
+    target = tmp_path / 'zoo' / 'mime'
+    with pytest.raises(model_zoo.ZooError, match=r"model.opt, line \d+: field \"model\" names 'empathy/ethreed', "
+                                                  r"but the manifest entry says 'empathy/mime'"):
+        model_zoo.install_archive(archive, str(target), 'v1', 'empathy/mime')
+    assert not target.exists()
+    served, manifest, marker = hostile_release(tmp_path)
+    datapath = tmp_path / 'data'
+    installed = model_zoo.model_dir(str(datapath), 'mime')
+    shutil.copytree(tmp_path / 'stock', installed)
+    build_data.mark_done(installed, version_string=model_zoo.load_manifest(manifest)['mime'].done_version)
+    with pytest.raises(model_zoo.ZooError) as err:
+        model_zoo.download(str(datapath), 'mime', manifest)
+    assert f"{installed}/model.opt, line " in str(err.value) and "names 'transformer/generator'" in str(err.value)
+    assert not marker.exists()

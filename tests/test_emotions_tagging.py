@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from parlai_empathy.data import ed_source, goemotions
+from parlai_empathy.data.file_errors import DataFileExit
 from parlai_empathy.emotions import inference, tag_cache
 from parlai_empathy.emotions.classifier_files import load_classifier
 from parlai_empathy.emotions.label_check import LabelSetMismatch, check_goemotions_classifier, check_tagging_classifier
@@ -159,8 +160,10 @@ def test_tagged_teacher_fields_and_prepend(classifier_file, tmp_path):
             out.append(teacher.act())
         return out
 
-    with pytest.raises(tag_cache.TagCacheError, match='run parlai empathy_tag_ed'):
+    # through the teacher the error ends the command with its message alone, the cache error kept
+    with pytest.raises(DataFileExit, match='run parlai empathy_tag_ed') as exited:
         examples()
+    assert isinstance(exited.value.error, tag_cache.TagCacheError)
     tag_cache.tag_ed(classifier_file, SAMPLE, os.path.join(str(tmp_path), tag_cache.CACHE_SUBDIR), progress=False)
     plain, prepended = examples(), examples('--goemotions-prepend-k', '2')
     assert len(plain) == len(prepended) > 0

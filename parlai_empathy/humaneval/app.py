@@ -369,7 +369,7 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
                             'https://workersandbox.mturk.com address', 400)
         if mturk_api is not None:
             verify_hit(mturk_api, q, assignment_ref, worker_ref)
-        worker = db.add_worker('mturk', worker_ref)
+        worker = db.add_worker('mturk', worker_ref, client=client_address(request), limits=limits)
         assignment_id = db.claim(worker['worker_id'], f'mturk:{assignment_ref}',
                                  f'https://{parsed.hostname}', client=client_address(request),
                                  entry='mturk', limits=limits)
@@ -428,6 +428,7 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
 
 
 EXPORT_FIELDS = ['answer_id', 'submitted', 'seconds', 'worker_id', 'provider', 'external_id',
+                 'study_ref', 'session_ref',
                  'assignment_id', 'completion_code', 'external_ref', 'position', 'unit_id',
                  'item_id', 'emotion', 'is_check', 'check_passed', 'models', 'answer']
 

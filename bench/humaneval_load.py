@@ -308,6 +308,8 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
     expected = workers * assignments * per_assignment
     # units with slack, so the last workers still find items they have not seen
     num_items = max(2 * items, int(1.2 * workers * assignments * items / (2 * 3)) + 1)
+    if squatter_entries:  # what the squatter may hold (its cap), so the prober still finds work
+        num_items += 2 * items
     db_path = os.path.join(workdir, 'load.db')
     db = build_task(db_path, 'likert', [f'{n}={p}' for n, p in world_logs.items()],
                     num_items=num_items, annotators=3, items_per_assignment=items,

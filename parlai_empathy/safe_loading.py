@@ -346,8 +346,10 @@ def _repair_model_name(module):
                 trust = opt.get(TRUST_OPTION)
                 try:
                     check_model_trust(model_file, bool(trust), advice=NO_OPT_IN_ADVICE if trust is None else None)
-                except ModelFileError as err:
+                except (UntrustedModelFile, UnsafeModelFile) as err:
                     raise SystemExit(str(err)) from None  # the message alone, as the command's error
+                except ModelFileError:
+                    pass  # no agent named (nothing to import), or broken: ParlAI's own reading says so
         return real(opt)
 
     get_model_name._empathy_trust_checked = True

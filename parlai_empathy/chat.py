@@ -215,11 +215,22 @@ class ChatModel:
         self.clock = clock
 
     @classmethod
-    def load(cls, model_file: str, overrides: Optional[Dict] = None) -> 'ChatModel':
+    def load(cls, model_file: str, overrides: Optional[Dict] = None, trust: bool = False,
+             datapath: Optional[str] = None) -> 'ChatModel':
+        """The model of ``model_file`` (or ``zoo:...``), opened only when its ``.opt`` names one of
+        our agents or ``trust`` is given: opening another agent's folder can run code from it
+        (:func:`parlai_empathy.safe_loading.check_model_trust`, which raises a ModelFileError)."""
         from parlai.core.agents import create_agent_from_model_file
+        from parlai.core.build_data import modelzoo_path
 
+        from parlai_empathy.model_zoo import _default_datapath
+        from parlai_empathy.safe_loading import check_model_trust
+
+        # modelzoo_path installs a zoo: model through our checked installer before it is read
+        path = modelzoo_path(datapath or _default_datapath(), model_file)
+        check_model_trust(path, trust=trust)
         opts = {'interactive_mode': True, 'skip_generation': False, **(overrides or {})}
-        agent = create_agent_from_model_file(model_file, opts)
+        agent = create_agent_from_model_file(path, opts)
         return cls(agent, model_title(agent.opt.get('model') or type(agent).__name__, model_file))
 
     # ----- the conversations ------------------------------------------------------------------
@@ -444,9 +455,15 @@ def make_app(model: ChatModel) -> FastAPI:
     return app
 
 
-def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides: Optional[Dict] = None) -> None:
+def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides: Optional[Dict] = None,
+          trust: bool = False, datapath: Optional[str] = None) -> None:
     import uvicorn
 
-    model = ChatModel.load(model_file, overrides)
+    from parlai_empathy.safe_loading import ModelFileError
+
+    try:
+        model = ChatModel.load(model_file, overrides, trust=trust, datapath=datapath)
+    except ModelFileError as err:
+        raise SystemExit(str(err)) from None  # the message alone, as the command's error
     print(f'Chat with {model.title} ({model_file}) on http://{host}:{port}/  (Ctrl-C stops)', flush=True)
     uvicorn.run(make_app(model), host=host, port=port, log_level='warning')

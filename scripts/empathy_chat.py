@@ -15,6 +15,8 @@ from parlai.core.params import ParlaiParser  # noqa: E402
 from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 from parlai.utils import logging  # noqa: E402
 
+from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
+
 
 @register_script('empathy_chat')
 class EmpathyChat(ParlaiScript):
@@ -25,7 +27,7 @@ class EmpathyChat(ParlaiScript):
         parser.add_argument('--host', default='127.0.0.1',
                             help='interface to listen on (default 127.0.0.1: this machine only)')
         parser.add_argument('--port', type=int, default=8080, help='port to listen on')
-        return parser
+        return add_trust_flag(parser)
 
     def run(self):
         from parlai_empathy.chat import serve
@@ -33,7 +35,8 @@ class EmpathyChat(ParlaiScript):
         opt = self.opt
         if opt['host'] not in ('127.0.0.1', 'localhost', '::1'):
             logging.warning(f'--host {opt["host"]}: the chat is reachable from other machines, without any login')
-        serve(opt['model_file'], opt['host'], opt['port'])
+        serve(opt['model_file'], opt['host'], opt['port'], trust=bool(opt.get('trust_model_file')),
+              datapath=opt.get('datapath'))
 
 
 if __name__ == '__main__':

@@ -16,6 +16,7 @@ from parlai.core.script import ParlaiScript, register_script  # noqa: E402
 from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
 
 from parlai_empathy.data import ed_source  # noqa: E402
+from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
 from parlai_empathy.emotions import tag_cache  # noqa: E402
 from parlai_empathy.emotions.classifier_files import default_device, load_classifier  # noqa: E402
 from parlai_empathy.emotions.label_check import check_tagging_classifier  # noqa: E402
@@ -47,6 +48,11 @@ class EmpathyTagED(ParlaiScript):
         return add_trust_flag(parser, opt_in=False)
 
     def run(self):
+        # a missing or unreadable file ends the command with its one-line message
+        with exit_on_data_errors():
+            return self._run()
+
+    def _run(self):
         import torch
 
         if self.opt['threads'] > 0:

@@ -206,3 +206,16 @@ def test_tagging_a_split_without_examples_names_the_file(classifier_file, tmp_pa
     with pytest.raises(tag_cache.ed_raw.DataFileError, match=r'test.csv: no examples \(header only\)'):
         tag_cache.tag_ed(classifier_file, str(folder), str(tmp_path / 'cache'), progress=False)
     assert not (tmp_path / 'cache').exists()
+
+
+def test_tag_ed_on_a_folder_without_examples_ends_with_the_file_error_alone(classifier_file, tmp_path):
+    ed = tmp_path / 'ed'
+    ed.mkdir()
+    for split in ('train', 'valid', 'test'):
+        (ed / f'{split}.csv').write_text('conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n')
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'parlai'), 'empathy_tag_ed', '-mf',
+                           classifier_file, '--ed-datapath', str(ed), '--tag-cache-dir', str(tmp_path / 'cache')],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert 'Traceback' not in done.stderr and 'no examples (header only)' in done.stderr, done.stderr[-3000:]
+    assert str(ed) in done.stderr.strip().splitlines()[-1]

@@ -133,9 +133,9 @@ def test_a_truncated_opt_file_names_file_line_and_column(mime, tmp_path):
 
 
 # ----- the trust boundary: the .opt chooses the agent, and so the code, that opens a folder --------
-def run(*args, env=None, cwd=None):
+def run(*args, env=None, cwd=None, timeout=3600):
     return subprocess.run([PARLAI] + [str(a) for a in args], capture_output=True, text=True, cwd=cwd,
-                          timeout=3600, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})))
+                          timeout=timeout, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})))
 
 
 def assert_refused(done, marker, agent):
@@ -155,6 +155,8 @@ def commands(model_file, tmp_path):
         'empathy_init_model': ['empathy_init_model', *STOCK_GENERATOR, '--init-model', model_file,
                                '-mf', tmp_path / 'new' / 'model'],
         'empathy_tag_ed': ['empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample'],
+        # a chat that opened the model would serve until killed: the timeout below fails the test
+        'empathy_chat': ['empathy_chat', '-mf', model_file, '--port', '0'],
     }
 
 
@@ -164,12 +166,13 @@ def hostile_folder(tmp_path_factory):
     return hostile_stock_model(root / 'stock', root / 'code-ran'), str(root / 'code-ran')
 
 
-@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_init_model'])
+@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_init_model',
+                                     'empathy_chat'])
 def test_a_stock_agents_checkpoint_is_never_unpickled_by_our_commands(hostile_folder, tmp_path, command):
     """A stock transformer/generator folder whose checkpoint runs code when ParlAI's TorchAgent.load
     unpickles it: each command refuses it unopened (--init-model: the stock -m agent would open it)."""
     model_file, marker = hostile_folder
-    done = run(*commands(model_file, tmp_path)[command], cwd=tmp_path)
+    done = run(*commands(model_file, tmp_path)[command], cwd=tmp_path, timeout=600)
     if command == 'empathy_init_model':  # the agent comes from -m here, not from a .opt
         assert done.returncode != 0 and not os.path.exists(marker), done.stderr[-3000:]
         assert f'--init-model {model_file} was not opened' in done.stderr, done.stderr[-3000:]
@@ -181,8 +184,18 @@ def test_a_stock_agents_checkpoint_is_never_unpickled_by_our_commands(hostile_fo
     assert not (tmp_path / 'out').exists() and not (tmp_path / 'lb').exists()
 
 
+def test_the_chat_api_refuses_a_stock_agents_folder_unopened(hostile_folder):
+    """ChatModel.load, the chat's Python entry point (no parser in front of it), checks too."""
+    from parlai_empathy.chat import ChatModel
+
+    model_file, marker = hostile_folder
+    with pytest.raises(UntrustedModelFile, match="names 'transformer/generator'"):
+        ChatModel.load(model_file)
+    assert not os.path.exists(marker)
+
+
 @pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_tag_ed',
-                                     'empathy_init_model'])
+                                     'empathy_init_model', 'empathy_chat'])
 def test_an_opt_naming_any_module_is_refused_without_importing_it(tmp_path, command):
     """ParlAI imports whatever module ``model`` names (while it parses -mf, before the command
     runs): a module on the path that runs code at import is never imported."""
@@ -197,7 +210,7 @@ def test_an_opt_naming_any_module_is_refused_without_importing_it(tmp_path, comm
     argv = commands(model_file, tmp_path)[command]
     if command == 'empathy_init_model':  # -mf whose .opt exists: ParlAI would load its agent
         argv = ['empathy_init_model', '-mf', model_file]
-    done = run(*argv, cwd=tmp_path, env={'PYTHONPATH': str(modules)})
+    done = run(*argv, cwd=tmp_path, env={'PYTHONPATH': str(modules)}, timeout=600)
     assert_refused(done, marker, 'sideeffect:Agent')
     # the same check in-process, without ParlAI's loader
     with pytest.raises(UntrustedModelFile):

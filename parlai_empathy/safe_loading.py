@@ -232,6 +232,22 @@ def our_agent(model: Any) -> Optional[str]:
     return None
 
 
+def parse_opt_text(text: str, where: str) -> Dict[str, Any]:
+    """An ``.opt`` file's options from its text, as JSON and nothing else; anything else is a
+    :class:`ModelFileError` naming ``where``, the line and the column."""
+    try:
+        opt = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ModelFileError(f'{where}, line {err.lineno}, column {err.colno}: not a valid options file '
+                             f'({err.msg}); a truncated or hand-edited .opt?') from None
+    except RecursionError:
+        raise ModelFileError(f'{where}, line 1: not an options file (JSON nested too deeply)') from None
+    if not isinstance(opt, dict):
+        raise ModelFileError(f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, '
+                             'not an object of options)')
+    return opt
+
+
 def read_opt_agent(data: bytes, where: str) -> Tuple[str, int]:
     """The ``model`` of an ``.opt`` file's bytes, and its line, read as JSON and nothing else
     (``where`` names the file in errors: file, line and field)."""
@@ -241,14 +257,7 @@ def read_opt_agent(data: bytes, where: str) -> Tuple[str, int]:
         raise UnsafeModelFile(
             f'{where} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
             'unpickling can run code') from None
-    try:
-        opt = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ModelFileError(f'{where}, line {err.lineno}, column {err.colno}: not a valid options file '
-                             f'({err.msg}); a truncated or hand-edited .opt?') from None
-    if not isinstance(opt, dict):
-        raise ModelFileError(f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, '
-                             'not an object of options)')
+    opt = parse_opt_text(text, where)
     found = _MODEL_FIELD_RE.search(text)
     line = text.count('\n', 0, found.start()) + 1 if found else 1
     model = opt.get('model')

@@ -225,7 +225,8 @@ def test_missing_or_broken_opt_files_are_named_with_line_and_field(tmp_path):
     cases = [('{"model": "empathy/mime",\n "x": ', 'line 2, column 7: not a valid options file'),
              ('["empathy/mime"]', 'line 1: not an options file (a JSON list'),
              ('{\n  "task": "x",\n  "model": null\n}', 'line 3: field "model": missing or not an agent name'),
-             ('{"task": "x"}', 'line 1: field "model": missing')]
+             ('{"task": "x"}', 'line 1: field "model": missing'),
+             ('[' * 100_000, 'line 1: not an options file (JSON nested too deeply)')]
     for text, expected in cases:
         (tmp_path / 'model.opt').write_text(text)
         with pytest.raises(ModelFileError) as err:

@@ -15,6 +15,7 @@ import torch
 from parlai_empathy.data.file_errors import DataFileError, decode_line, read_lines
 from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
+from parlai_empathy.safe_loading import ModelFileError, parse_opt_text
 
 
 def decision_threshold(opt: dict):
@@ -63,13 +64,9 @@ def _read_opt(path: str, hint: str) -> dict:
     if not text.strip():
         raise ClassifierFilesError(f'{path}: empty file; not a ParlAI .opt file ({hint})')
     try:
-        opt = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ClassifierFilesError(f'{path}, line {err.lineno}, column {err.colno}: not JSON ({err.msg}); '
-                                   f'not a ParlAI .opt file ({hint})') from None
-    if not isinstance(opt, dict):
-        raise ClassifierFilesError(f'{path}, line 1: a JSON {type(opt).__name__}, not an object of options ({hint})')
-    return opt
+        return parse_opt_text(text, path)
+    except ModelFileError as err:
+        raise ClassifierFilesError(f'{err} ({hint})') from None
 
 
 def read_settings(model_file: str) -> dict:

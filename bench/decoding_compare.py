@@ -25,9 +25,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from parlai_empathy import evidence  # noqa: E402
-from parlai_empathy.metrics.bleu import corpus_bleu  # noqa: E402
-from parlai_empathy.metrics.distinct import corpus_distinct, tokens  # noqa: E402
+from parlai_empathy import evidence
+from parlai_empathy.metrics.bleu import corpus_bleu
+from parlai_empathy.metrics.distinct import corpus_distinct, tokens
 
 
 def scores(replies, golds, with_avg_bleu=True):

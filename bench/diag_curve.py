@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from parlai_empathy import evidence  # noqa: E402
-from parlai_empathy.learning_curve import read_curve  # noqa: E402
+from parlai_empathy import evidence
+from parlai_empathy.learning_curve import read_curve
 
 
 def table(curves, metrics):

@@ -14,7 +14,6 @@ import tempfile
 
 CHILD = r'''
 import json, os, resource, sys, time
-from parlai_empathy import compat
 from parlai.core.build_data import mark_done
 from parlai.core.params import ParlaiParser
 from parlai.tasks.empathetic_dialogues.agents import EmpatheticDialoguesTeacher

@@ -26,8 +26,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from parlai_empathy import evidence  # noqa: E402
-from reference_outputs import parse  # noqa: E402
+from parlai_empathy import evidence
+from reference_outputs import parse
 
 
 def read_ours(path):

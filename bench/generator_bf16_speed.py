@@ -20,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bf16_speed import command_line, emit, median  # noqa: E402
+from bf16_speed import command_line, emit, median
 
 
 def main():

@@ -63,7 +63,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reference_speed as rs  # noqa: E402
+import reference_speed as rs
 
 
 class StopCurve(BaseException):

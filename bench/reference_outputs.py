@@ -20,9 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from parlai_empathy import evidence  # noqa: E402
-from parlai_empathy.metrics.bleu import corpus_bleu  # noqa: E402
-from parlai_empathy.metrics.distinct import corpus_distinct  # noqa: E402
+from parlai_empathy import evidence
+from parlai_empathy.metrics.bleu import corpus_bleu
+from parlai_empathy.metrics.distinct import corpus_distinct
 
 SEPARATOR = '-' * 70
 DECODINGS = ('Beam', 'Greedy', 'Topk')

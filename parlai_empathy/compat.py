@@ -524,8 +524,8 @@ def install_import_hook():
 
 # CPU-only multiprocessing_train (gloo) registers its repairs here too, so that every process --
 # spawned workers included -- gets them from the start-up hook.
-from parlai_empathy import cpu_distributed  # noqa: E402,F401
+from parlai_empathy import cpu_distributed  # noqa: F401
 # Model and .opt files are opened without unpickling (parlai_empathy.safe_loading): also armed here.
-from parlai_empathy import safe_loading  # noqa: E402,F401
+from parlai_empathy import safe_loading  # noqa: F401
 
 install_import_hook()

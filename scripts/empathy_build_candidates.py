@@ -7,15 +7,11 @@ at most ``--max-tokens`` tokens (20 in Rashkin et al.'s code; 0 keeps all). Pass
 (:func:`~parlai_empathy.data.response_pool.ensure_pool`: train.csv checksum and token limit in
 it), and an existing one is reused.
 """
-from parlai_empathy import compat
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-
-from parlai_empathy.data import response_pool  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
+from parlai_empathy.data import response_pool
+from parlai_empathy.data.file_errors import exit_on_data_errors
 
 
 @register_script('empathy_build_candidates')

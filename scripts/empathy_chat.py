@@ -7,15 +7,11 @@
 Each reply shows the emotion the model read in your message (ETHREED: the speaker emotion it
 tracks and the one planned for its reply). See :mod:`parlai_empathy.chat`.
 """
-from parlai_empathy import compat
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai.utils import logging
 
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai.utils import logging  # noqa: E402
-
-from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
+from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_chat')

@@ -1,14 +1,10 @@
 """``parlai empathy_clean_report``: print (and write) the ED cleaning report of each split."""
-from parlai_empathy import compat
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-
-from parlai_empathy.data import ed_raw, ed_source  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
-from parlai_empathy.tasks.ed import clean_report_dir  # noqa: E402
+from parlai_empathy.data import ed_raw, ed_source
+from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.tasks.ed import clean_report_dir
 
 
 @register_script('empathy_clean_report')

@@ -12,13 +12,9 @@ On machines without CUDA, ``parlai_empathy.cpu_distributed`` makes them use gloo
 """
 import os
 
-from parlai_empathy import compat
-
-compat.apply()
-
-from parlai.core.script import register_script  # noqa: E402
-import parlai.scripts.distributed_eval as parlai_distributed_eval  # noqa: E402
-import parlai.scripts.distributed_train as parlai_distributed_train  # noqa: E402
+from parlai.core.script import register_script
+import parlai.scripts.distributed_eval as parlai_distributed_eval
+import parlai.scripts.distributed_train as parlai_distributed_train
 
 
 def world_size_from_slurm(opt) -> None:

@@ -7,15 +7,11 @@
     parlai empathy_humaneval_mturk   --db task.db --task-url https://... --reward 1.00 --dry-run
     parlai empathy_humaneval_analyze --db task.db --outdir results/
 """
-from parlai_empathy import compat  # noqa: F401
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-
-from parlai_empathy.humaneval import providers  # noqa: E402
-from parlai_empathy.humaneval.db import TaskDB  # noqa: E402
+from parlai_empathy.humaneval import providers
+from parlai_empathy.humaneval.db import TaskDB
 
 
 def _parser(description: str) -> ParlaiParser:

@@ -4,16 +4,12 @@ The zero-shot rows of the tables (Rashkin's "pretrained only" bi-encoder) evalua
 encoder as it is; ``eval_model`` and the leaderboard need a model file for it, and this writes one
 with the options given, exactly as ``train_model`` would have before its first update.
 """
-from parlai_empathy import compat
+import os
 
-compat.apply()
-
-import os  # noqa: E402
-
-from parlai.core.agents import create_agent  # noqa: E402
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent  # noqa: E402
+from parlai.core.agents import create_agent
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
 
 
 @register_script('empathy_init_model')

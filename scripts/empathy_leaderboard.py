@@ -22,13 +22,9 @@ import os
 import shlex
 import time
 
-from parlai_empathy import compat
-
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai_empathy.safe_loading import ModelFileError, add_trust_flag, check_model_trust  # noqa: E402
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai_empathy.safe_loading import ModelFileError, add_trust_flag, check_model_trust
 
 
 def setup_args():

@@ -20,13 +20,9 @@ import shlex
 import subprocess
 import sys
 
-from parlai_empathy import compat
-
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_package_model')

@@ -5,22 +5,18 @@ Outputs under ``--report-dir``: summary.md, CSVs (transitions, pattern set, per-
 /rate/lift matrices), PNG heatmaps, and ``subsets/<preset>-<hash>.json`` for p87, p57, with43 and
 without43.
 """
-from parlai_empathy import compat
+import json
+import os
+from dataclasses import replace
 
-compat.apply()
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
-import json  # noqa: E402
-import os  # noqa: E402
-from dataclasses import replace  # noqa: E402
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-
-from parlai_empathy.data import ed_source  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
-from parlai_empathy.emotions import patterns, subsets  # noqa: E402
-from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags  # noqa: E402
-from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params  # noqa: E402
+from parlai_empathy.data import ed_source
+from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.emotions import patterns, subsets
+from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags
+from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params
 
 
 @register_script('empathy_patterns')

@@ -15,17 +15,13 @@ and refills the project READMEs and ``bench/leaderboard`` (what a maintainer doe
     parlai empathy_reproduce --project majumder2020_mime --rows mime --runs-dir ~/parlai-empathy-runs
     parlai empathy_reproduce --project li_ethreed --rows ethreed --profile gpu
 """
-from parlai_empathy import compat
+import os
+import shutil
 
-compat.apply()
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
-import os  # noqa: E402
-import shutil  # noqa: E402
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-
-from parlai_empathy import reproduce  # noqa: E402
+from parlai_empathy import reproduce
 
 
 @register_script('empathy_reproduce')

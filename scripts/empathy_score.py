@@ -11,12 +11,8 @@ writes the report as JSON.
 """
 import json
 
-from parlai_empathy import compat  # noqa: F401
-
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
 
 NO_BERTSCORE = 'none'
 MINILM = 'minilm'

@@ -7,20 +7,16 @@ Probabilities and thresholded labels go to a versioned cache beside ParlAI's bui
 (``<datapath>/empathy_ed_goemotions/``), keyed by classifier and data checksum. A killed run
 resumes where it stopped; a finished cache is reused as is.
 """
-from parlai_empathy import compat
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai_empathy.safe_loading import add_trust_flag
 
-compat.apply()
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
-
-from parlai_empathy.data import ed_source  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
-from parlai_empathy.emotions import tag_cache  # noqa: E402
-from parlai_empathy.emotions.classifier_files import default_device, load_classifier  # noqa: E402
-from parlai_empathy.emotions.label_check import check_tagging_classifier  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16  # noqa: E402
+from parlai_empathy.data import ed_source
+from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.emotions import tag_cache
+from parlai_empathy.emotions.classifier_files import default_device, load_classifier
+from parlai_empathy.emotions.label_check import check_tagging_classifier
+from parlai_empathy.models.precision import bf16_option, resolve_bf16
 
 
 @register_script('empathy_tag_ed')

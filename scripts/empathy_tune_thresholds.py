@@ -9,15 +9,11 @@ before and after, in ``M.thresholds.json``.
 
     parlai empathy_tune_thresholds -mf runs/goemotions/model
 """
-from parlai_empathy import compat
+import json
 
-compat.apply()
-
-import json  # noqa: E402
-
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.script import ParlaiScript, register_script  # noqa: E402
-from parlai_empathy.safe_loading import add_trust_flag  # noqa: E402
+from parlai.core.params import ParlaiParser
+from parlai.core.script import ParlaiScript, register_script
+from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_tune_thresholds')

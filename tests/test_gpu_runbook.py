@@ -19,9 +19,9 @@ import torch
 from conftest import REPO, SHARED_DATA, VENV_BIN
 
 sys.path.insert(0, os.path.join(REPO, 'bench', 'gpu'))
-import bundle  # noqa: E402
-import gpu_plans  # noqa: E402
-import runbook  # noqa: E402
+import bundle
+import gpu_plans
+import runbook
 
 # one row of each agent and task, and through their needs both classifiers and the GoEmotions
 # tagger with its thresholds, ED tags and patterns

@@ -12,17 +12,13 @@ import random
 import pytest
 
 from metrics_ed_pairs import ed_shifted_pairs, listener_turns  # noqa: F401  (fixture)
-from parlai_empathy import compat
+from parlai.core.agents import Agent
+from parlai.core.loader import register_agent
+from parlai.core.metrics import Metrics, TeacherMetrics, aggregate_unnamed_reports
 
-compat.apply()
-
-from parlai.core.agents import Agent  # noqa: E402
-from parlai.core.loader import register_agent  # noqa: E402
-from parlai.core.metrics import Metrics, TeacherMetrics, aggregate_unnamed_reports  # noqa: E402
-
-from parlai_empathy.metrics import bleu, distinct, parlai_metrics as pm  # noqa: E402
-from parlai_empathy.metrics.saved_outputs import OutputsFormatError, read_outputs  # noqa: E402
-from parlai_empathy.metrics.suite import ScoredExample, score_examples, suite_values  # noqa: E402
+from parlai_empathy.metrics import bleu, distinct, parlai_metrics as pm
+from parlai_empathy.metrics.saved_outputs import OutputsFormatError, read_outputs
+from parlai_empathy.metrics.suite import ScoredExample, score_examples, suite_values
 
 CORPUS_KEYS = ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4',
                'multi_bleu', 'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2']

@@ -84,7 +84,6 @@ def test_uninstall_removes_only_our_files(wheel, tmp_path):
 
 
 def test_opt_presets_resolve_by_plain_name():
-    from parlai_empathy import compat  # noqa: F401
     from parlai.scripts.train_model import setup_args
 
     opt = setup_args().parse_args(['-o', 'empathy/mime', '-t', 'empathy_ed_clean'])

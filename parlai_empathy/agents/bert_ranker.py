@@ -57,32 +57,28 @@ Models saved before these options existed load with those earlier behaviours (``
   ("sad anxious <text>") — contexts, labels and candidates alike, as Rashkin et al. did. The
   prefix survives truncation. The fixed candidates' emotions are cached beside their encodings.
 """
-from parlai_empathy import compat  # noqa: F401
+import os
+from typing import Dict, List, Optional
 
-compat.apply()
+import torch
+from parlai.core.loader import register_agent
+from parlai.core.opt import Opt
+from parlai.core.params import ParlaiParser
+from parlai.core.torch_agent import History
+from parlai.core.torch_ranker_agent import TorchRankerAgent
+from parlai.utils import logging
 
-import os  # noqa: E402
-from typing import Dict, List, Optional  # noqa: E402
-
-import torch  # noqa: E402
-from parlai.core.loader import register_agent  # noqa: E402
-from parlai.core.opt import Opt  # noqa: E402
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.torch_agent import History  # noqa: E402
-from parlai.core.torch_ranker_agent import TorchRankerAgent  # noqa: E402
-from parlai.utils import logging  # noqa: E402
-
-from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
-from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
-from parlai_empathy.data import response_pool  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors  # noqa: E402
-from parlai_empathy.data.ed_source import file_checksum  # noqa: E402
-from parlai_empathy.emotions import classifier_files, inference  # noqa: E402
-from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
-from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum  # noqa: E402
-from parlai_empathy.models.encoding_cache import load_or_build  # noqa: E402
-from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
+from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
+from parlai_empathy.agents.safety import SafeAgentMixin
+from parlai_empathy.data import response_pool
+from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.data.ed_source import file_checksum
+from parlai_empathy.emotions import classifier_files, inference
+from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum
+from parlai_empathy.models.encoding_cache import load_or_build
+from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
 
 DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates

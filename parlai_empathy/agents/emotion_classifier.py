@@ -12,27 +12,23 @@ BERT baseline: max length 50, lr 5e-5, batch size 16, 4 epochs, ``bert-base-case
 network). A trained model keeps its tokenizer and encoder config in ``<model_file>.hf/``, so it
 reloads without the original encoder.
 """
-from parlai_empathy import compat  # noqa: F401
+import os
+from typing import List, Optional
 
-compat.apply()
+import torch
+from parlai.core.loader import load_teacher_module, register_agent
+from parlai.core.metrics import AverageMetric, Metric
+from parlai.core.torch_agent import Output
+from parlai.core.torch_classifier_agent import TorchClassifierAgent
 
-import os  # noqa: E402
-from typing import List, Optional  # noqa: E402
-
-import torch  # noqa: E402
-from parlai.core.loader import load_teacher_module, register_agent  # noqa: E402
-from parlai.core.metrics import AverageMetric, Metric  # noqa: E402
-from parlai.core.torch_agent import Output  # noqa: E402
-from parlai.core.torch_classifier_agent import TorchClassifierAgent  # noqa: E402
-
-from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary  # noqa: E402
-from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
-from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
-from parlai_empathy.data.goemotions import join_labels, split_labels  # noqa: E402
-from parlai_empathy.emotions import classifier_files  # noqa: E402
-from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
-from parlai_empathy.models.emotion_classifier import (  # noqa: E402
+from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
+from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.safety import SafeAgentMixin
+from parlai_empathy.data.goemotions import join_labels, split_labels
+from parlai_empathy.emotions import classifier_files
+from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
+from parlai_empathy.models.emotion_classifier import (
     DEFAULT_THRESHOLD,
     EmotionClassifier,
     decide,

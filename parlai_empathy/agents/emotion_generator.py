@@ -45,29 +45,25 @@ labels; measured in ``projects/majumder2020_mime/NOTEBOOK.md``.
 import contextlib
 import math
 
-from parlai_empathy import compat  # noqa: F401
+import torch
+from parlai.core.dict import DictionaryAgent
+from parlai.core.metrics import AverageMetric
+from parlai.core.torch_generator_agent import PPLMetric
+from parlai.utils.misc import warn_once
 
-compat.apply()
-
-import torch  # noqa: E402
-from parlai.core.dict import DictionaryAgent  # noqa: E402
-from parlai.core.metrics import AverageMetric  # noqa: E402
-from parlai.core.torch_generator_agent import PPLMetric  # noqa: E402
-from parlai.utils.misc import warn_once  # noqa: E402
-
-from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
-from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
-from parlai_empathy.agents.safety import is_blank_chat_message  # noqa: E402
-from parlai_empathy.data.moel_text import moel_tokens  # noqa: E402
-from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity  # noqa: E402
-from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics  # noqa: E402
-from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
-from parlai_empathy.models.generator_interface import EmotionTransformerConfig  # noqa: E402
-from parlai_empathy.models import glove  # noqa: E402
-from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
-from parlai_empathy.models.mime import MimeReadout  # noqa: E402
-from parlai_empathy.models.precision import bf16_option, resolve_bf16_option  # noqa: E402
-from parlai_empathy.models.transformer_blocks import TransformerSize  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
+from parlai_empathy.agents.safety import is_blank_chat_message
+from parlai_empathy.data.moel_text import moel_tokens
+from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity
+from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics
+from parlai_empathy.models.embeddings import WordEmbedding
+from parlai_empathy.models.generator_interface import EmotionTransformerConfig
+from parlai_empathy.models import glove
+from parlai_empathy.models.glove import fill_std_value, glove_fill_std
+from parlai_empathy.models.mime import MimeReadout
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
+from parlai_empathy.models.transformer_blocks import TransformerSize
 
 USER, MODEL = 0, 1
 # the one source of the layer-size defaults (MIME's and Multi-TR's): the options default to its fields

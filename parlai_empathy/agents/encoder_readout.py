@@ -14,18 +14,14 @@ It also holds what every generator shares about *training* like its reference:
   trains with plain Adam, and a model saved before the option keeps the AMSGrad it was trained with.
 * ``_new_model_flag``: options added to follow a reference after models were saved without them.
 """
-from parlai_empathy import compat  # noqa: F401
+import os
 
-compat.apply()
+import torch
+from parlai.core.torch_generator_agent import TorchGeneratorAgent
+import parlai.utils.logging as logging
 
-import os  # noqa: E402
-
-import torch  # noqa: E402
-from parlai.core.torch_generator_agent import TorchGeneratorAgent  # noqa: E402
-import parlai.utils.logging as logging  # noqa: E402
-
-from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
-from parlai_empathy.agents.safety import SafeAgentMixin  # noqa: E402
+from parlai_empathy.agents.detokenize import detokenize
+from parlai_empathy.agents.safety import SafeAgentMixin
 
 
 def _saved_option(model_file, key, default):

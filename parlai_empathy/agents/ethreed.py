@@ -41,33 +41,29 @@ responses of at most 40 tokens, greedy decoding.
 """
 import os
 
-from parlai_empathy import compat  # noqa: F401
+import numpy as np
+import torch
+from parlai.core.loader import register_agent
+from parlai.core.metrics import AverageMetric
+from parlai.nn.lr_scheduler import FixedLRScheduler
+from parlai.utils.misc import warn_once
 
-compat.apply()
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from parlai.core.loader import register_agent  # noqa: E402
-from parlai.core.metrics import AverageMetric  # noqa: E402
-from parlai.nn.lr_scheduler import FixedLRScheduler  # noqa: E402
-from parlai.utils.misc import warn_once  # noqa: E402
-
-from parlai_empathy.agents.batch_defaults import training_defaults  # noqa: E402
-from parlai_empathy.agents.detokenize import detokenize  # noqa: E402
-from parlai_empathy.agents.emotion_generator import (  # noqa: E402
+from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.detokenize import detokenize
+from parlai_empathy.agents.emotion_generator import (
     MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
 )
-from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent  # noqa: E402
-from parlai_empathy.agents.safety import is_blank_chat_message  # noqa: E402
-from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id  # noqa: E402
-from parlai_empathy.models.glove import fill_std_value, glove_fill_std  # noqa: E402
-from parlai_empathy.data.ethreed_text import ethreed_tokens  # noqa: E402
-from parlai_empathy.data.moel_text import word_tokens  # noqa: E402
-from parlai_empathy.emotions import listener_labels  # noqa: E402
-from parlai_empathy.metrics import distinct  # noqa: E402
-from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics  # noqa: E402
-from parlai_empathy.models.embeddings import WordEmbedding  # noqa: E402
-from parlai_empathy.models.ethreed import (  # noqa: E402
+from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
+from parlai_empathy.agents.safety import is_blank_chat_message
+from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id
+from parlai_empathy.models.glove import fill_std_value, glove_fill_std
+from parlai_empathy.data.ethreed_text import ethreed_tokens
+from parlai_empathy.data.moel_text import word_tokens
+from parlai_empathy.emotions import listener_labels
+from parlai_empathy.metrics import distinct
+from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics
+from parlai_empathy.models.embeddings import WordEmbedding
+from parlai_empathy.models.ethreed import (
     IGNORE, LISTENER, SPEAKER, Ethreed, EthreedConfig,
 )
 

@@ -6,17 +6,13 @@ ParlAI's special tokens onto BERT's: start = [CLS], end = [SEP], null = [PAD], u
 Agents subclass it and say where their tokenizer comes from (:meth:`tokenizer_source`).
 """
 import os
-from parlai_empathy import compat  # noqa: F401
+from collections import defaultdict
+from typing import List
 
-compat.apply()
+from parlai.core.dict import DictionaryAgent
+from parlai.core.opt import Opt
 
-from collections import defaultdict  # noqa: E402
-from typing import List  # noqa: E402
-
-from parlai.core.dict import DictionaryAgent  # noqa: E402
-from parlai.core.opt import Opt  # noqa: E402
-
-from parlai_empathy.models.bi_encoder import load_tokenizer  # noqa: E402
+from parlai_empathy.models.bi_encoder import load_tokenizer
 
 BERT_SPECIAL_TOKENS = ('cls_token', 'sep_token', 'pad_token', 'unk_token')
 

@@ -5,17 +5,13 @@ emotion field, the reference's loss, perplexities, emo_acc, reply fields) is
 ``emotion_generator.EmotionGeneratorAgent``. Plain ``-m empathy/mime`` trains with the paper's
 setup (Adam under the Noam schedule, peak lr 6.455e-4, batch 16, beam 5): see that module.
 """
-from parlai_empathy import compat  # noqa: F401
+from parlai.core.loader import register_agent
 
-compat.apply()
-
-from parlai.core.loader import register_agent  # noqa: E402
-
-from parlai_empathy.agents.emotion_generator import (  # noqa: E402
+from parlai_empathy.agents.emotion_generator import (
     EmotionGeneratorAgent,
     record_response_metrics,
 )
-from parlai_empathy.models.mime import Mime, MimeConfig  # noqa: E402
+from parlai_empathy.models.mime import Mime, MimeConfig
 
 DEFAULTS = MimeConfig()  # the one source of the MIME options' defaults
 

@@ -4,14 +4,10 @@ A transformer encoder-decoder that also classifies the user emotion from its enc
 blocks and agent plumbing as MIME (``emotion_generator.EmotionGeneratorAgent``), whose defaults
 are the paper's training setup (``-o empathy/multitask_transformer`` only names the model).
 """
-from parlai_empathy import compat  # noqa: F401
+from parlai.core.loader import register_agent
 
-compat.apply()
-
-from parlai.core.loader import register_agent  # noqa: E402
-
-from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent  # noqa: E402
-from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer  # noqa: E402
+from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent
+from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer
 
 
 @register_agent('empathy/multitask_transformer')

@@ -118,9 +118,6 @@ def resolve_dir(path: Optional[str] = None, datapath: Optional[str] = None) -> s
 
 def download(dpath: str) -> str:
     """Fetch the canonical files into ``dpath`` once, ParlAI-style (built marker + sha256)."""
-    from parlai_empathy import compat
-
-    compat.apply()
     from parlai.core import build_data
 
     if not build_data.built(dpath, DOWNLOAD_VERSION):

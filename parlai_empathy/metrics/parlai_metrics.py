@@ -20,13 +20,9 @@ Agents call :func:`record_generation_metrics` / :func:`record_emotion_metrics` /
 """
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from parlai_empathy import compat  # noqa: F401
+from parlai.core.metrics import AverageMetric, Metric
 
-compat.apply()
-
-from parlai.core.metrics import AverageMetric, Metric  # noqa: E402
-
-from parlai_empathy.metrics import bleu, distinct, emotion, retrieval  # noqa: E402
+from parlai_empathy.metrics import bleu, distinct, emotion, retrieval
 from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC, BertScore
 
 BLEU_ORDERS = (1, 2, 3, 4)

@@ -112,9 +112,6 @@ def score_examples(
     examples: Iterable[ScoredExample], scorer: Optional[BertScore] = None, progress: bool = False
 ) -> SuiteReport:
     """Score model outputs with every metric that applies to them."""
-    from parlai_empathy import compat
-
-    compat.apply()
     from parlai.core.metrics import AverageMetric, Metrics
 
     examples = list(examples)

@@ -11,19 +11,15 @@ Full-path form, for when ParlAI's namespace modules are not installed:
 import os
 from typing import Optional
 
-from parlai_empathy import compat
+from parlai.core.opt import Opt
+from parlai.core.params import ParlaiParser
+from parlai.core.teachers import DialogTeacher, register_teacher
+import parlai.utils.logging as logging
 
-compat.apply()
-
-from parlai.core.opt import Opt  # noqa: E402
-from parlai.core.params import ParlaiParser  # noqa: E402
-from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
-import parlai.utils.logging as logging  # noqa: E402
-
-from parlai_empathy.cache_lock import build_lock  # noqa: E402
-from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher, no_examples  # noqa: E402
-from parlai_empathy.metrics import retrieval  # noqa: E402
+from parlai_empathy.cache_lock import build_lock
+from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source
+from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher, no_examples
+from parlai_empathy.metrics import retrieval
 
 MAX_WARNED_ROWS = 10
 CANDIDATE_MODES = ('inline', 'none', 'rashkin100', 'rashkin100_shuffled', 'random100')

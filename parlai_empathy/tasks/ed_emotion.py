@@ -8,15 +8,11 @@ switchable with ``--ed-emotion-input``:
 * ``utterance``: one example per utterance, labelled with its conversation's emotion;
 * ``speaker_utterance``: the same, Speaker turns only (the side that lived the situation).
 """
-from parlai_empathy import compat
+from parlai.core.teachers import register_teacher
 
-compat.apply()
-
-from parlai.core.teachers import register_teacher  # noqa: E402
-
-from parlai_empathy.data.ed_episodes import SPEAKER, role_of  # noqa: E402
-from parlai_empathy.data.emotions import ED_EMOTIONS  # noqa: E402
-from parlai_empathy.tasks.ed import CleanTeacher  # noqa: E402
+from parlai_empathy.data.ed_episodes import SPEAKER, role_of
+from parlai_empathy.data.emotions import ED_EMOTIONS
+from parlai_empathy.tasks.ed import CleanTeacher
 
 INPUTS = ('situation', 'utterance', 'speaker_utterance')
 

@@ -7,14 +7,10 @@ response: ``context_goemotions`` / ``response_goemotions`` (thresholded label na
 (the EmoPrepend-k idea of Rashkin et al., with GoEmotions labels). The tags come from the cache
 ``parlai empathy_tag_ed -mf <classifier>`` writes.
 """
-from parlai_empathy import compat
+from parlai.core.teachers import register_teacher
 
-compat.apply()
-
-from parlai.core.teachers import register_teacher  # noqa: E402
-
-from parlai_empathy.emotions import tag_cache  # noqa: E402
-from parlai_empathy.tasks.ed import CleanTeacher  # noqa: E402
+from parlai_empathy.emotions import tag_cache
+from parlai_empathy.tasks.ed import CleanTeacher
 
 
 def add_tag_args(parser):

@@ -6,21 +6,17 @@ Train is the subset chosen by ``--pattern-subset`` (presets p87 / p57 / with43 /
 selection is seeded; its manifest (conv_ids and parameters) is written under the tag cache's
 ``subsets/`` folder and its fraction and pattern statistics are logged.
 """
-from parlai_empathy import compat
+import os
+from dataclasses import replace
 
-compat.apply()
+import parlai.utils.logging as logging
+from parlai.core.teachers import register_teacher
 
-import os  # noqa: E402
-from dataclasses import replace  # noqa: E402
-
-import parlai.utils.logging as logging  # noqa: E402
-from parlai.core.teachers import register_teacher  # noqa: E402
-
-from parlai_empathy.emotions import subsets  # noqa: E402
-from parlai_empathy.emotions.patterns import (  # noqa: E402
+from parlai_empathy.emotions import subsets
+from parlai_empathy.emotions.patterns import (
     MAX_PATTERN_FRACTION, MIN_LIFT_AUTO, PatternParams, ed_turn_pairs, resolve_min_lift,
 )
-from parlai_empathy.tasks.ed_goemotions import EDGoEmotionsTeacher, open_tags  # noqa: E402
+from parlai_empathy.tasks.ed_goemotions import EDGoEmotionsTeacher, open_tags
 
 
 def add_pattern_args(parser):

@@ -6,15 +6,11 @@ exact-set match; the names are also in the list field ``goemotions_labels``. The
 ``empathy/emotion_classifier`` agent reads its class list and multi-label mode from
 :meth:`GoEmotionsTeacher.classifier_classes` / ``multilabel``.
 """
-from parlai_empathy import compat  # noqa: F401
+from parlai.core.teachers import DialogTeacher, register_teacher
 
-compat.apply()
-
-from parlai.core.teachers import DialogTeacher, register_teacher  # noqa: E402
-
-from parlai_empathy.data import goemotions  # noqa: E402
-from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher  # noqa: E402
-from parlai_empathy.data.goemotions import join_labels  # noqa: E402
+from parlai_empathy.data import goemotions
+from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher
+from parlai_empathy.data.goemotions import join_labels
 
 def add_goemotions_args(parser):
     group = parser.add_argument_group('GoEmotions data')

@@ -1,4 +1,4 @@
-"""Caches that the ranks of a distributed run build at the same moment (issue 22).
+"""Caches that the ranks of a distributed run build at the same moment.
 
 Two processes are started together on the same cache; exactly one may build it, the other must
 wait and then read what the first wrote; nobody may read a half-written file. Covered: the

@@ -153,7 +153,7 @@ def test_shared_data_needs_no_recovery_but_whitespace_and_quotes(ed_dir):
 
 # ----------------------------------------------------------------------------------------------
 # Hand-written quirks (tests/fixtures/ed_quirks.csv). Lines:
-#  3 prompt repeated + shift (issue #40)   4 raw comma in utterance   5 stray quote, double space
+#  3 prompt repeated + shift               4 raw comma in utterance   5 stray quote, double space
 #  6 exact duplicate of 5                  7 utterance_idx gap        8 empty utterance
 #  9 _comma_/_pipe_, free-text selfeval   11 9th-field candidates    12 repeated utterance_idx
 # 13 CSV-quoted field                     14 row ended early         15 blank line

@@ -1,6 +1,6 @@
-"""Every published figure regenerates from committed evidence (issue 14).
+"""Every published figure regenerates from committed evidence.
 
-* the project tables and ``bench/leaderboard`` regenerate byte-identical from ``projects/*/runs/``;
+* the project tables and ``projects/leaderboard`` regenerate byte-identical from ``projects/*/runs/``;
 * every row's four artifacts exist, agree with each other (figures recomputed from the
   per-example outputs), carry no machine paths, and P@1,100 rows cover exactly 5,200 examples;
 * every table row has a plan with known placeholders and its own model file;
@@ -18,7 +18,7 @@ from conftest import REPO
 from parlai_empathy import evidence, leaderboard, reproduce
 
 PROJECTS = os.path.join(REPO, 'projects')
-BOARD = os.path.join(REPO, 'bench', 'leaderboard')
+BOARD = os.path.join(REPO, 'projects', 'leaderboard')
 
 
 def _specs():
@@ -55,7 +55,8 @@ def test_tables_and_board_regenerate_byte_identical_from_the_artifacts(tmp_path,
         assert (projects / paper / 'README.md').read_text() == \
             open(os.path.join(PROJECTS, paper, 'README.md')).read(), f'{paper} README table differs from its artifacts'
     for name in ('results.json', 'leaderboard.md', 'leaderboard.csv'):
-        assert filecmp.cmp(board / name, os.path.join(BOARD, name), shallow=False), f'bench/leaderboard/{name} is stale'
+        assert filecmp.cmp(board / name, os.path.join(BOARD, name), shallow=False), \
+            f'projects/leaderboard/{name} is stale'
 
 
 @pytest.mark.parametrize('paper,row,folder', list(_rows_with_artifacts()),

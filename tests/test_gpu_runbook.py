@@ -1,6 +1,6 @@
-"""The GPU runbook (``bench/gpu``, issue 19) on this CPU, so that it cannot rot while no GPU is at
+"""The GPU runbook (``tools/gpu``) on this CPU, so that it cannot rot while no GPU is at
 hand: the environment overrides it relies on, the GloVe cut, the gpu plans, and
-``bench/gpu/run.sh cpu-tiny`` end to end from a freshly built bundle, in an environment that holds
+``tools/gpu/run.sh cpu-tiny`` end to end from a freshly built bundle, in an environment that holds
 only the packages of the GPU machine's image (plus what the bundle brings)."""
 import glob
 import importlib.metadata
@@ -18,7 +18,7 @@ import torch
 
 from conftest import REPO, SHARED_DATA, VENV_BIN
 
-sys.path.insert(0, os.path.join(REPO, 'bench', 'gpu'))
+sys.path.insert(0, os.path.join(REPO, 'tools', 'gpu'))
 import bundle
 import gpu_plans
 import runbook
@@ -91,8 +91,8 @@ def test_the_glove_cut_holds_every_word_both_tokenizers_make():
 
 
 def test_gpu_plans_follow_the_cpu_plans():
-    """The gpu plans in table.json are what bench/gpu/gpu_plans.py derives from the cpu plans (after
-    changing a cpu plan: python bench/gpu/gpu_plans.py --write), and they fit the 9-minute run."""
+    """The gpu plans in table.json are what tools/gpu/gpu_plans.py derives from the cpu plans (after
+    changing a cpu plan: python tools/gpu/gpu_plans.py --write), and they fit the 9-minute run."""
     assert gpu_plans.main([]) == 0
     times = gpu_plans.budgets(gpu_plans.cpu_rows(gpu_plans.load_specs(os.path.join(REPO, 'projects'))))
     assert all(budget == 0 or budget >= gpu_plans.MIN_BUDGET for _, budget in times.values())
@@ -258,7 +258,7 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
     for name in ('PARLAI_EMPATHY_ED_DIR', 'PARLAI_EMPATHY_GOEMOTIONS_DIR', 'PARLAI_EMPATHY_MINILM_DIR',
                  'PARLAI_EMPATHY_GLOVE_DIR', 'PARLAI_DATAPATH'):
         env.pop(name, None)
-    done = subprocess.run([os.path.join(REPO, 'bench', 'gpu', 'run.sh'), 'cpu-tiny'], env=env, capture_output=True,
+    done = subprocess.run([os.path.join(REPO, 'tools', 'gpu', 'run.sh'), 'cpu-tiny'], env=env, capture_output=True,
                           text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-4000:]
 

@@ -49,7 +49,7 @@ def release(tmp_path_factory):
     done = parlai('empathy_package_model', '-mf', cached_tiny_model(tmp_path_factory, 'mime'), '--name', 'mime',
                   '--outdir', root / 'mirror', '--manifest', manifest, '--project', 'majumder2020_mime',
                   '--row', 'mime', '--projects-dir', os.path.join(REPO, 'projects'),
-                  '--results', os.path.join(REPO, 'bench', 'leaderboard', 'results.json'), cwd=root)
+                  '--results', os.path.join(REPO, 'projects', 'leaderboard', 'results.json'), cwd=root)
     entry = model_zoo.load_manifest(str(manifest))['mime']
     return {'root': root, 'manifest': str(manifest), 'entry': entry, 'log': done.stdout,
             'archive': root / 'mirror' / entry.file}
@@ -172,8 +172,8 @@ def test_every_entrys_build_commands_parse_and_say_what_the_row_took(tmp_path):
 
 
 def test_the_committed_manifest_publishes_no_checksum_nobody_can_download():
-    """No mirror serves any archive yet (the mime-v2 archive whose sha256 the manifest held was
-    lost): a release adds its sha256 and size together with the mirror that serves it."""
+    """No mirror serves any archive yet, and a checksum without a mirror names a file nobody can
+    download: a release adds its sha256 and size together with the mirror that serves it."""
     published = {name: e.file for name, e in model_zoo.load_manifest(
         os.path.join(REPO, 'zoo', 'empathy', 'manifest.json')).items() if e.sha256}
     assert published == {}

@@ -1,4 +1,4 @@
-"""Plain ``-m <agent>`` is the paper's model and training setup (issue 15, item 1).
+"""Plain ``-m <agent>`` is the paper's model and training setup.
 
 Each agent is trained with nothing but ``-t``, ``-m`` and ``-mf`` (plus the embedded sample, a
 two-step budget and a short final evaluation, which only bound the test) and the options saved with

@@ -62,11 +62,12 @@ CURVE_MISSING = [name for name in CURVE_NEEDED if not os.environ.get(name)]
 
 @pytest.mark.skipif(bool(CURVE_MISSING), reason=f'reference checkout not given: set {", ".join(CURVE_MISSING)}')
 def test_reference_curve_smoke_and_resume(tmp_path):
-    """``bench/reference_curve.py`` end to end in the reference's own venv (which has no
-    parlai_empathy: a parent-only import in the child's argument parsing stopped every run at its
-    start, 2026-11-29), on the embedded ED sample: two updates, a validation on two batches,
-    the early-stopping path (counted from 0) with its test pass, then a rerun that resumes from the
-    checkpoint instead of starting again."""
+    """``projects/majumder2020_mime/diagnostics/reference_curve.py`` end to end in the reference's own
+    venv (which has no
+    parlai_empathy, so an import that only the parent process can satisfy, in the child's argument
+    parsing, would stop every run at its start), on the embedded ED sample: two updates, a
+    validation on two batches, the early-stopping path (counted from 0) with its test pass, then a
+    rerun that resumes from the checkpoint instead of starting again."""
     mime = os.environ['PARLAI_EMPATHY_MIME_REPO']
     before = git_status(mime)
     words = tmp_path / 'model.dict'
@@ -75,7 +76,8 @@ def test_reference_curve_smoke_and_resume(tmp_path):
 
     def run(steps):
         return subprocess.run(
-            [sys.executable, os.path.join(REPO, 'bench', 'reference_curve.py'), '--mime-repo', mime,
+            [sys.executable, os.path.join(REPO, 'projects', 'majumder2020_mime', 'diagnostics', 'reference_curve.py'),
+             '--mime-repo', mime,
              '--ref-python', os.environ['PARLAI_EMPATHY_REF_PYTHON'], '--dict', str(words),
              '--ed-dir', os.path.join(REPO, 'parlai_empathy', 'data', 'sample'), '--steps', str(steps),
              '--log-every', '1', '--save-every', '1', '--smoke-valid-batches', '2', '--count-after', '0',

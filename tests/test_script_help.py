@@ -1,7 +1,7 @@
 """``parlai <command> --help`` for every command of ours (every ``register_script`` in scripts/).
 
-Each must exit 0, list each option once, and say what every option does. ParlAI's superscript
-used to list every option twice, and the commands with a required option (``-mf``) ended their
+Each must exit 0, list each option once, and say what every option does. Unrepaired, ParlAI's
+superscript lists every option twice, and the commands with a required option (``-mf``) end their
 help with "Parse Error: the following arguments are required" and exit status 2
 (``parlai_empathy.compat`` repairs both).
 """

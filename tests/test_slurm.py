@@ -1,7 +1,7 @@
-"""ParlAI's SLURM path for real (issue 22): a one-node SLURM cluster on this machine
-(``bench/slurm/start.sh``: munged, slurmctld and slurmd on 127.0.0.1) and ``srun parlai
+"""ParlAI's SLURM path for real: a one-node SLURM cluster on this machine
+(``tools/slurm/start.sh``: munged, slurmctld and slurmd on 127.0.0.1) and ``srun parlai
 distributed_train -m empathy/mime`` across 2 tasks with gloo on CPU, cancelled once it has a
-checkpoint and resubmitted (``bench/slurm/mime_resume.py``): it must resume from the checkpoint
+checkpoint and resubmitted (``tools/slurm/mime_resume.py``): it must resume from the checkpoint
 and finish. The daemons need root; as root the test installs Debian's slurm-wlm and munge when
 they are missing. Where the cluster cannot start, the test is skipped and says why.
 """
@@ -15,7 +15,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLURM = os.path.join(REPO, 'bench', 'slurm')
+SLURM = os.path.join(REPO, 'tools', 'slurm')
 
 
 def say(capsys, text):

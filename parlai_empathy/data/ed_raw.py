@@ -268,7 +268,7 @@ def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Opt
     def looks_like_selfeval(value):
         return value == '' or bool(SELFEVAL_RE.match(value))
 
-    # Issue #40: the prompt sits in the utterance column and everything after it moved right.
+    # Some released rows repeat the prompt in the utterance column and shift every later field right.
     if (
         _normalized(parts[5]) == _normalized(prompt)
         and not SELFEVAL_RE.match(parts[6])

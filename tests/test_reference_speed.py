@@ -63,11 +63,10 @@ CURVE_MISSING = [name for name in CURVE_NEEDED if not os.environ.get(name)]
 @pytest.mark.skipif(bool(CURVE_MISSING), reason=f'reference checkout not given: set {", ".join(CURVE_MISSING)}')
 def test_reference_curve_smoke_and_resume(tmp_path):
     """``projects/majumder2020_mime/diagnostics/reference_curve.py`` end to end in the reference's own
-    venv (which has no
-    parlai_empathy, so an import that only the parent process can satisfy, in the child's argument
-    parsing, would stop every run at its start), on the embedded ED sample: two updates, a
-    validation on two batches, the early-stopping path (counted from 0) with its test pass, then a
-    rerun that resumes from the checkpoint instead of starting again."""
+    venv (which has no parlai_empathy, so an import that only the parent process can satisfy, in
+    the child's argument parsing, would stop every run at its start), on the embedded ED sample: two
+    updates, a validation on two batches, the early-stopping path (counted from 0) with its test
+    pass, then a rerun that resumes from the checkpoint instead of starting again."""
     mime = os.environ['PARLAI_EMPATHY_MIME_REPO']
     before = git_status(mime)
     words = tmp_path / 'model.dict'

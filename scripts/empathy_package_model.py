@@ -2,7 +2,7 @@
 """``parlai empathy_package_model -mf MODEL --name NAME``: a trained model as a zoo release.
 
     parlai empathy_package_model -mf runs/majumder2020_mime/mime/model --name mime \\
-        --project majumder2020_mime --row mime --results bench/leaderboard/results.json --install-zoo
+        --project majumder2020_mime --row mime --results projects/leaderboard/results.json --install-zoo
 
 Writes ``<outdir>/<name>-<version>.tar.gz`` (weights, options without local paths, dictionary,
 the pool and its encodings for rankers), its ``.sha256`` and the model card ``.card.md``, prints

@@ -9,7 +9,7 @@ the clone around it, or from the copy installed with the package.
 
 The evidence goes to ``<runs-dir>/projects/<paper>/runs/<row>/`` and the leaderboard to
 ``<runs-dir>/board``; ``--write-projects`` writes it over the committed rows of the clone instead
-and refills the project READMEs and ``bench/leaderboard`` (what a maintainer does to commit it).
+and refills the project READMEs and ``projects/leaderboard`` (what a maintainer does to commit it).
 
     parlai empathy_reproduce --project majumder2020_mime --rows mime --dry-run
     parlai empathy_reproduce --project majumder2020_mime --rows mime --runs-dir ~/parlai-empathy-runs
@@ -42,7 +42,7 @@ class EmpathyReproduce(ParlaiScript):
                             'project READMEs (default: under --runs-dir, leaving the clone as it is)')
         parser.add_argument('--board', type=str, default=None,
                             help='where the leaderboard gathered from the evidence goes ("" for none; default: '
-                            '<runs-dir>/board, or bench/leaderboard of the clone with --write-projects)')
+                            '<runs-dir>/board, or projects/leaderboard of the clone with --write-projects)')
         parser.add_argument('--dry-run', action='store_true', help='print the commands and their times, run nothing')
         return parser
 
@@ -97,7 +97,7 @@ class EmpathyReproduce(ParlaiScript):
                   '--write-projects writes over them)')
         board = opt['board']
         if board is None:
-            board = (os.path.join(os.path.dirname(os.path.abspath(projects_dir)), 'bench', 'leaderboard')
+            board = (os.path.join(os.path.abspath(projects_dir), 'leaderboard')
                      if opt['write_projects'] else os.path.join(os.path.abspath(opt['runs_dir']), 'board'))
         results = leaderboard.gather_artifacts(evidence_dir) if board else []
         if results:  # a plan without an evaluation step (a classifier's) leaves no row for a board

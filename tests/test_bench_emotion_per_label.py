@@ -1,4 +1,5 @@
-"""``bench/emotion_per_label.py`` on a hand-made reference ``output.txt`` and one of our outputs."""
+"""``projects/majumder2020_mime/diagnostics/emotion_per_label.py`` on a hand-made reference
+``output.txt`` and one of our outputs."""
 import gzip
 import json
 import os
@@ -21,7 +22,7 @@ def test_per_label_accuracy_prediction_counts_and_a_bad_line_named(tmp_path):
         for gold, pred in [('sad', 'joyful'), ('sad', 'sad'), ('joyful', 'joyful'), ('joyful', 'joyful')]:
             f.write(json.dumps({'emotion': gold, 'predicted_emotion': pred}) + '\n')
     out = tmp_path / 'per_label.json'
-    script = os.path.join(REPO, 'bench', 'emotion_per_label.py')
+    script = os.path.join(REPO, 'projects', 'majumder2020_mime', 'diagnostics', 'emotion_per_label.py')
     subprocess.run([sys.executable, script, '--mime-repo', ref, '--outputs', f'ours={ours}', '--out', out],
                    check=True, capture_output=True, text=True)
     models = json.loads(out.read_text())['models']

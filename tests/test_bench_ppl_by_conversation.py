@@ -1,5 +1,5 @@
-"""``bench/ppl_by_conversation.py``: per-response and per-conversation perplexity from a run's
-``outputs.jsonl.gz`` (the reference ETHREED's test loop weighs each conversation the same)."""
+"""``projects/li_ethreed/diagnostics/ppl_by_conversation.py``: per-response and per-conversation
+perplexity from a run's ``outputs.jsonl.gz`` (the reference ETHREED's test loop weighs each conversation the same)."""
 import gzip
 import json
 import math
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'bench'))
+sys.path.insert(0, os.path.join(REPO, 'projects', 'li_ethreed', 'diagnostics'))
 import ppl_by_conversation as pbc  # noqa: E402
 
 # conversation a: two responses (mean token NLL 1.0 and 3.0); conversation b: one (2.5)

@@ -1,4 +1,5 @@
-"""``bench/reference_curve.py --init ours``: the 300-d word file it writes for the reference's
+"""``projects/majumder2020_mime/diagnostics/reference_curve.py --init ours``: the 300-d word file it
+writes for the reference's
 ``gen_embeddings`` starts every word as our ``-m empathy/mime`` does under each ``--fill-std``."""
 import os
 import subprocess
@@ -7,7 +8,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'bench'))
+DIAGNOSTICS = os.path.join(REPO, 'projects', 'majumder2020_mime', 'diagnostics')
+sys.path.insert(0, DIAGNOSTICS)
 import reference_curve  # noqa: E402
 
 
@@ -55,7 +57,7 @@ def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
 @pytest.mark.parametrize('option', ['-1', 'wide', 'nan'])
 def test_fill_std_rejects_what_is_not_a_scale(option, tmp_path):
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'bench', 'reference_curve.py'), '--mime-repo',
+        [sys.executable, os.path.join(DIAGNOSTICS, 'reference_curve.py'), '--mime-repo',
          str(tmp_path), '--dict', str(tmp_path / 'none.dict'), '--out', str(tmp_path / 'c.json'),
          f'--fill-std={option}'], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
@@ -68,7 +70,7 @@ def test_child_reads_its_arguments_without_our_package(tmp_path):
     installed: reading its command line must not need it (a ``--fill-std`` type that imported it
     stopped every run at its start)."""
     code = ('import sys; sys.modules["parlai_empathy"] = None; '
-            f'sys.path.insert(0, {os.path.join(REPO, "bench")!r}); import reference_curve; '
+            f'sys.path.insert(0, {DIAGNOSTICS!r}); import reference_curve; '
             'args = reference_curve.build_parser().parse_args(["--child", "mime-curve", "--spec", "s.json"]); '
             'print(args.child, args.fill_std)')
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path)

@@ -1,6 +1,6 @@
 """``make gpu-bundle``: what the GPU machine lacks, in one ignored folder under 60 MiB (issue 19).
 
-    .venv/bin/python bench/gpu/bundle.py [--out .gpu]
+    .venv/bin/python tools/gpu/bundle.py [--out .gpu]
 
 The GPU machine has Python 3.12 with torch, transformers, sacrebleu, pandas, ... (the list is
 ``image_packages.txt``), no ParlAI and no network; at most 64 MiB of files travel with a command.
@@ -298,7 +298,7 @@ def tree_bytes() -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description='Build the GPU bundle (bench/gpu/README.md)')
+    parser = argparse.ArgumentParser(description='Build the GPU bundle (tools/gpu/README.md)')
     parser.add_argument('--out', default=os.path.join(REPO, '.gpu'))
     args = parser.parse_args(argv)
     build(args.out)
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
             print('the bundle and the working tree do not fit even two commands: ignore or remove files',
                   file=sys.stderr)
             return 1
-        print('the bundle and the working tree do not fit one command: send MiniLM first, as bench/gpu/README.md '
+        print('the bundle and the working tree do not fit one command: send MiniLM first, as tools/gpu/README.md '
               'says (carry [".gpu/minilm"], then [".gpu/MANIFEST.json", ".gpu/wheels", ".gpu/data"] with the run)')
     return 0
 

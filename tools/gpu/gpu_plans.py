@@ -1,7 +1,7 @@
 """Each table row's ``gpu`` plan, derived from its ``cpu`` plan (issue 19), and its time budget.
 
-    python bench/gpu/gpu_plans.py            # print the budget table, check the plans in table.json
-    python bench/gpu/gpu_plans.py --write    # (re)write only the "gpu" key of every row
+    python tools/gpu/gpu_plans.py            # print the budget table, check the plans in table.json
+    python tools/gpu/gpu_plans.py --write    # (re)write only the "gpu" key of every row
 
 The ``cpu`` plan of a row (``projects/<paper>/table.json``, ``reproduce.rows.<row>.cpu``) is what
 made its committed figures; the ``gpu`` plan trains the same model with the same settings, changed
@@ -23,11 +23,11 @@ only where a GPU makes another choice sensible:
   third of its updates, so that the last validation falls just before the last update; evaluation batches
   are 128; tagging ED takes batches of 65,536 tokens.
 
-The budgets come from one timing model of ``bench/gpu/run.sh full`` (all rows at once on one GPU,
+The budgets come from one timing model of ``tools/gpu/run.sh full`` (all rows at once on one GPU,
 finished within 9 minutes): a row starts when the rows it needs have done every step but their
 evaluation (``empathy_leaderboard`` makes evidence, never anything another row uses), and its
 training gets what is left before the end once its other steps are paid for. The per-step costs
-are estimates until a ``smoke`` run on the GPU measures them (see bench/gpu/README.md).
+are estimates until a ``smoke`` run on the GPU measures them (see tools/gpu/README.md).
 """
 import argparse
 import json
@@ -51,8 +51,8 @@ MIN_BUDGET = 60
 
 # Rows that run alone, in a GPU session of their own: all-mpnet-base-v2 (209 MiB in float16) first
 # travels in four pieces, one command each, and the last command joins them and runs the row
-# (bench/gpu/README.md). Their budget: the setup plus the join, and the evaluation as the first GPU
-# session measured it for MiniLM rankers (187-203 s on 2026-11-26, bench/gpu/results), not the
+# (tools/gpu/README.md). Their budget: the setup plus the join, and the evaluation as the first GPU
+# session measured it for MiniLM rankers (187-203 s on 2026-11-26, tools/gpu/results), not the
 # shared-run model's 75 s.
 ALONE = ('rashkin2019_empatheticdialogues/mpnet_ft', 'rashkin2019_empatheticdialogues/ed32_situation_mpnet')
 ALONE_SETUP = 70
@@ -106,7 +106,7 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
         for flag, value in (('--warmup-updates', 8000), ('--invsqrt-lr-decay-gamma', 8000), ('-vstep', 1000)):
             argv = _set(argv, flag, value * 16 // GENERATOR_BATCH)
     # ETHREED keeps its cpu plan's batch of 16 (the reference's ~16.5 responses per update): on
-    # 2026-11-28 (bench/gpu/results/2026-11-28-h200) one epoch at batch 64 left valid ppl_ex at
+    # 2026-11-28 (tools/gpu/results/2026-11-28-h200) one epoch at batch 64 left valid ppl_ex at
     # 43-46 where one epoch at 16 gives 37; and it is validated once an epoch (no -vtim): its
     # learning rate decays after the 4th and the 5th *validation* (--lr-milestones, the
     # reference's MultiStepLR over epochs), so a validation every minute would decay it after

@@ -7,7 +7,7 @@ float16 weights (``model.safetensors``), its ``model.opt`` and ``model.dict`` as
 split into ``<project>.<row>.model.NN`` files of at most :data:`PIECE_BYTES`; ``summary.json``
 records the pieces, the whole tar's sha256 and the largest rounding of a weight. Here:
 
-    .venv/bin/python bench/gpu/model_pieces.py join --pieces FOLDER --name li_ethreed.ethreed \\
+    .venv/bin/python tools/gpu/model_pieces.py join --pieces FOLDER --name li_ethreed.ethreed \\
         --summary FOLDER/summary.json --out ~/parlai-empathy-runs/li_ethreed/ethreed_gpu
 
 writes ``model`` (a ParlAI model file with float32 weights: float16 rounding, about 3 significant

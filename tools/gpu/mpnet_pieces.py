@@ -6,9 +6,9 @@ So the float16 weights travel as pieces, one per command, and are joined and che
 
     # here, once (DIR: the all-mpnet-base-v2 folder, e.g. the one --bert-model offline-mpnet
     # assembles under ParlAI's datapath from the [mpnet] extra):
-    .venv/bin/python bench/gpu/mpnet_pieces.py split --model-dir DIR --out .gpu-mpnet
-    # there, after every piece has been copied into one folder (bench/gpu/README.md):
-    python3 bench/gpu/mpnet_pieces.py join --pieces ~/mpnet-pieces --out ~/all-mpnet-base-v2
+    .venv/bin/python tools/gpu/mpnet_pieces.py split --model-dir DIR --out .gpu-mpnet
+    # there, after every piece has been copied into one folder (tools/gpu/README.md):
+    python3 tools/gpu/mpnet_pieces.py join --pieces ~/mpnet-pieces --out ~/all-mpnet-base-v2
 
 ``split`` writes ``.gpu-mpnet/p0 .. pN``: each holds one slice of the float16 ``model.safetensors``
 (``PIECE_MIB`` at most) and ``pieces.json`` (the sha256 of every slice and of the whole); ``p0``

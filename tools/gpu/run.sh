@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh PROFILE: every table row's gpu plan at once on one GPU (issue 19).
+# tools/gpu/run.sh PROFILE: every table row's gpu plan at once on one GPU (issue 19).
 #   PROFILE: cpu-tiny (this CPU, tiny models, for the tests) | smoke (GPU, a few updates, < 2 min)
 #            | full (GPU, the plans in projects/*/table.json, < 9 min)
 # Needs the bundle (make gpu-bundle) and OUT, the folder whose files come back. Optional:
@@ -14,7 +14,7 @@
 # bundle's wheels installed into it, once per bundle; a second run (full after smoke) reuses it.
 set -euo pipefail
 started=$(date +%s)
-profile=${1:?usage: bench/gpu/run.sh cpu-tiny|smoke|full}
+profile=${1:?usage: tools/gpu/run.sh cpu-tiny|smoke|full}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 bundle=${GPU_BUNDLE:-$repo/.gpu}

@@ -1,5 +1,5 @@
-"""The GPU run of every table row (issue 19). ``bench/gpu/run.sh PROFILE`` calls this with the
-Python of the environment it made from the bundle's wheels; see bench/gpu/README.md.
+"""The GPU run of every table row (issue 19). ``tools/gpu/run.sh PROFILE`` calls this with the
+Python of the environment it made from the bundle's wheels; see tools/gpu/README.md.
 
 1. unpacks the bundle (checksums verified): ED, GoEmotions, GloVe rows, MiniLM with float32
    weights restored; ``cpu-tiny`` and ``smoke`` cut the data sets short;
@@ -166,13 +166,13 @@ def prepare_data(bundle: str, scratch: str, name: str, profile: Profile, manifes
 
 def prepare_mpnet(pieces: str, scratch: str) -> Dict[str, str]:
     """all-mpnet-base-v2 joined from the float16 pieces earlier commands left in ``pieces``
-    (``mpnet_pieces.py``, bench/gpu/README.md) into a float32 folder, once, checked against the
+    (``mpnet_pieces.py``, tools/gpu/README.md) into a float32 folder, once, checked against the
     pieces' sha256; the package finds it through ``$PARLAI_EMPATHY_MPNET_DIR``."""
     import mpnet_pieces
 
     if not os.path.isfile(os.path.join(pieces, mpnet_pieces.MANIFEST)):
         raise FileNotFoundError(f'--mpnet-pieces {pieces} holds no {mpnet_pieces.MANIFEST}: send every piece first '
-                                '(bench/gpu/README.md, all-mpnet-base-v2)')
+                                '(tools/gpu/README.md, all-mpnet-base-v2)')
     os.makedirs(scratch, exist_ok=True)
     return {offline_models.MPNET_DIR_ENV: mpnet_pieces.join(pieces, os.path.join(scratch, 'mpnet-float32'))}
 
@@ -394,7 +394,7 @@ class Tee:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description='The GPU run of every table row (bench/gpu/README.md)')
+    parser = argparse.ArgumentParser(description='The GPU run of every table row (tools/gpu/README.md)')
     parser.add_argument('profile', choices=sorted(PROFILES))
     parser.add_argument('--bundle', required=True)
     parser.add_argument('--scratch', required=True)
@@ -421,7 +421,7 @@ def main(argv=None) -> int:
     if args.eval_workers > 1:
         profile = replace(profile, evaluate=profile.evaluate + ['--eval-workers', str(args.eval_workers)])
     train_rows = [r for r in args.train_rows.split(',') if r]
-    if args.seconds is not None or args.train_args:  # a session's own limits (bench/gpu/README.md)
+    if args.seconds is not None or args.train_args:  # a session's own limits (tools/gpu/README.md)
         profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
                           train=profile.train + ([] if train_rows else shlex.split(args.train_args)))
     clock0 = args.started or time.time()
@@ -487,7 +487,7 @@ def main(argv=None) -> int:
     }
     written = pack(args.out, projects, runs, os.path.join(work, 'logs'), board, rows)
     summary['weights'] = {}
-    for key in bring:  # the trained model itself, float16, in pieces (bench/gpu/model_pieces.py)
+    for key in bring:  # the trained model itself, float16, in pieces (tools/gpu/model_pieces.py)
         if not os.path.isfile(rows[key].plan.model):
             say(f'{key}: no model file to bring back')
             continue

@@ -1,13 +1,13 @@
 """Train MIME across two SLURM tasks, cancel the job, resubmit it, and check that it resumed.
 
-Needs a running cluster (``bench/slurm/start.sh``; ``SLURM_CONF`` set or ``--slurm-conf``). The
+Needs a running cluster (``tools/slurm/start.sh``; ``SLURM_CONF`` set or ``--slurm-conf``). The
 job is ``srun parlai distributed_train -t empathy_ed_clean -m empathy/mime ...`` with tiny sizes on
 the embedded ED sample, gloo on CPU. It validates (and writes ``model.checkpoint``) every
 ``--valid-steps`` updates; once a checkpoint exists the job is ``scancel``-ed, then the very same
 job is submitted again and must go on from the checkpoint to ``--steps`` updates.
 
     export SLURM_CONF=/tmp/parlai-empathy-slurm/slurm.conf
-    .venv/bin/python bench/slurm/mime_resume.py --workdir /tmp/mime-slurm [--tasks 2 --steps 40]
+    .venv/bin/python tools/slurm/mime_resume.py --workdir /tmp/mime-slurm [--tasks 2 --steps 40]
 
 Prints the figures (wall times, steps at the cancel, the resume point, final steps) and writes them
 with both jobs' logs to ``<workdir>/figures.json``.

@@ -5,7 +5,7 @@
 #     apt-get install --no-install-recommends slurm-wlm munge        (or: start.sh --install)
 # Then use the cluster with SLURM_CONF pointing at the config this prints, e.g.
 #     export SLURM_CONF=/tmp/parlai-empathy-slurm/slurm.conf; srun -n 2 hostname
-# bench/slurm/stop.sh stops it. Settings (environment):
+# tools/slurm/stop.sh stops it. Settings (environment):
 #     SLURM_LOCAL_DIR   folder for everything (default /tmp/parlai-empathy-slurm)
 #     SLURM_LOCAL_CPUS  CPUs of the node (default 2)
 #     SLURM_LOCAL_PORT  slurmctld port; slurmd uses the next one (default 6817)
@@ -37,7 +37,7 @@ fi
 SOCKET="$DIR/munge/munge.socket"
 
 cat > "$DIR/slurm.conf" <<CONF
-# written by bench/slurm/start.sh: one node, $CPUS CPUs, everything on 127.0.0.1
+# written by tools/slurm/start.sh: one node, $CPUS CPUs, everything on 127.0.0.1
 ClusterName=parlai-empathy
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$PORT

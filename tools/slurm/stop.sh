@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the one-node cluster bench/slurm/start.sh started (only the daemons whose pid files it wrote).
+# Stop the one-node cluster tools/slurm/start.sh started (only the daemons whose pid files it wrote).
 DIR=${SLURM_LOCAL_DIR:-/tmp/parlai-empathy-slurm}
 quiet=${1:-}
 stop() {  # pid file, name

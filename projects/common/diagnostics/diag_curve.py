@@ -7,17 +7,19 @@ frozen venv was installed from and the machine and load it ran under. The model'
 written beside it as ``model.opt`` (machine paths as placeholders, ``evidence.portable_opt``; set
 ``PARLAI_EMPATHY_RUNS_DIR`` to the runs folder so that it reads ``{runs}``). ``--table`` prints several such curves side by side at equal updates.
 
-    python bench/diag_curve.py --trainstats RUNS/majumder2020_mime/diag_ctx/model.trainstats \\
-        --out projects/majumder2020_mime/runs/diag_ctx/curve.json --commit a512ebe \\
+    python projects/common/diagnostics/diag_curve.py \\
+        --trainstats RUNS/majumder2020_mime/diag_ctx/model.trainstats \\
+        --out projects/majumder2020_mime/runs/diagnostics/ctx/curve.json --commit a512ebe \\
         --what '...' --command '...' --machine '...'
-    python bench/diag_curve.py --table NAME=curve.json NAME=curve.json [--metrics ppl_ex_gold emo_acc]
+    python projects/common/diagnostics/diag_curve.py --table NAME=curve.json NAME=curve.json \\
+        [--metrics ppl_ex_gold emo_acc]
 """
 import argparse
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from parlai_empathy import evidence
 from parlai_empathy.learning_curve import read_curve

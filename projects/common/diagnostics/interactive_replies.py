@@ -7,7 +7,8 @@ message and followed by ``[DONE]`` (a fresh episode each). The script pipes them
 ``--fields``, e.g. the predicted emotion) off its console output, and writes a JSON transcript
 with the number of distinct replies:
 
-    .venv/bin/python bench/interactive_replies.py -mf ~/parlai-empathy-runs/majumder2020_mime/mime/model \\
+    .venv/bin/python projects/common/diagnostics/interactive_replies.py \\
+        -mf ~/parlai-empathy-runs/majumder2020_mime/mime/model \\
         --n 100 --fields predicted_emotion,emotion_polarity --out projects/majumder2020_mime/runs/mime/interactive.json
 """
 import argparse

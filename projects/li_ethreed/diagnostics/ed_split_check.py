@@ -10,7 +10,8 @@ committed test outputs:
   train's) Listener turns. If test were only harder by its mix of labels, the reweighted accuracy
   would approach the valid one.
 
-    python bench/ed_split_check.py --outputs projects/li_ethreed/runs/ethreed/outputs.jsonl.gz \\
+    python projects/li_ethreed/diagnostics/ed_split_check.py \\
+        --outputs projects/li_ethreed/runs/ethreed/outputs.jsonl.gz \\
         --outputs projects/majumder2020_mime/runs/mime/outputs.jsonl.gz --out splits.json
 """
 import argparse
@@ -20,7 +21,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from parlai_empathy import evidence
 from parlai_empathy.data.ed_raw import read_clean
@@ -84,8 +85,8 @@ def main():
     mixes = {split: listener_label_mix(conversations[split]) for split in SPLITS}
     report = {
         'what': 'ED valid/test against train: overlap, and rows\' per-label test accuracy reweighted to '
-                'other splits\' Listener label mix (bench/ed_split_check.py)',
-        'command': ['python', 'bench/ed_split_check.py'] + sys.argv[1:],
+                'other splits\' Listener label mix (projects/li_ethreed/diagnostics/ed_split_check.py)',
+        'command': ['python', 'projects/li_ethreed/diagnostics/ed_split_check.py'] + sys.argv[1:],
         'code': evidence.code_version(),
         'machine': evidence.machine(),
         'ed_sha256_12': {split: file_checksum(os.path.join(ed_dir, f'{split}.csv'))[:12] for split in SPLITS},

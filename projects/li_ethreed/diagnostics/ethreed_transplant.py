@@ -73,7 +73,8 @@ reference's ``OOVDict`` stays empty and ``ext_vocab_size`` is the vocabulary siz
 Run with the reference's Python (the one ``reference_speed.py`` sets up; our model only needs
 torch)::
 
-    ../ref-venv/bin/python bench/ethreed_transplant.py --ethreed-repo /tmp/ref-ethreed [--out F.json]
+    ../ref-venv/bin/python projects/li_ethreed/diagnostics/ethreed_transplant.py --ethreed-repo /tmp/ref-ethreed \\
+        [--out F.json]
 """
 import argparse
 import ast
@@ -83,9 +84,9 @@ import sys
 import tempfile
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, 'bench'))  # reference_speed: how a reference checkout is made to run
+sys.path.insert(0, os.path.join(ROOT, 'projects', 'common', 'diagnostics'))  # transplant_common
 sys.path.insert(0, ROOT)
 from transplant_common import Mapping, report  # noqa: E402
 
@@ -508,7 +509,8 @@ def main():
           '| L2:', 'reference (none)' if args.keep_ref_l2 else 'equalised (KL(q||p) added to the reference)',
           '| dtype:', torch.get_default_dtype())
     losses = {key: [ref_losses[key], our_losses.get(key)] for key in ref_losses}
-    report(mapping, stages, losses, out, what='bench/ethreed_transplant.py: the reference ETHREED '
+    report(mapping, stages, losses, out,
+           what='projects/li_ethreed/diagnostics/ethreed_transplant.py: the reference ETHREED '
            '(outsider-lj/ethreed) and ours on the same weights and batch', repo=repo, placeholder='REF_ETHREED',
            cli=cli, extra={'dtype': str(torch.get_default_dtype()), 'turns': turns, 'responses': len(index)},
            show_unmapped=True)

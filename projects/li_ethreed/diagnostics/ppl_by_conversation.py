@@ -13,9 +13,10 @@ count (``tokens``) and its id ``<conversation>/<turn>``, so no model is run.
 
 Usage (from the repository root)::
 
-    python bench/ppl_by_conversation.py --outputs ethreed=projects/li_ethreed/runs/ethreed \\
+    python projects/li_ethreed/diagnostics/ppl_by_conversation.py \\
+        --outputs ethreed=projects/li_ethreed/runs/ethreed \\
         ethreed_no_policy=projects/li_ethreed/runs/ethreed_no_policy \\
-        --out projects/li_ethreed/runs/diag_ppl_conversation/ppl.json
+        --out projects/li_ethreed/runs/diagnostics/ppl_conversation/ppl.json
 
 Each ``NAME=PATH`` is a run folder (``outputs.jsonl.gz``, and ``report.json`` whose ``ppl_ex``
 the per-response figure must reproduce) or an ``outputs.jsonl.gz`` file. Prints a markdown table.
@@ -30,7 +31,7 @@ import time
 
 from parlai_empathy import evidence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def read_outputs(path):
@@ -122,8 +123,8 @@ def main(argv=None):
         report = {
             'what': 'perplexity per response (ppl_ex) and per conversation (outsider-lj/ethreed '
                     'test loop: eval batch = one conversation) from committed outputs.jsonl.gz '
-                    '(bench/ppl_by_conversation.py)',
-            'command': ['python', 'bench/ppl_by_conversation.py', '--outputs']
+                    '(projects/li_ethreed/diagnostics/ppl_by_conversation.py)',
+            'command': ['python', 'projects/li_ethreed/diagnostics/ppl_by_conversation.py', '--outputs']
                        + [f"{row['name']}={row['path']}" for row in rows] + ['--out', relative(args.out)],
             'code': evidence.code_version(REPO),
             'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),

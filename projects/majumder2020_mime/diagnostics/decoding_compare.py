@@ -7,7 +7,7 @@ replies with our suite: mean length (13a tokens), distinct replies, corpus Disti
 replies (greedy, beam, top-k) to the same first N examples are scored beside them (multi-bleu
 against its own tokenized golds; AVG BLEU is left out there: case and tokens differ).
 
-    python bench/decoding_compare.py -mf MODEL -n 304 --mime-repo /work/ref-mime \\
+    python projects/majumder2020_mime/diagnostics/decoding_compare.py -mf MODEL -n 304 --mime-repo /work/ref-mime \\
         --decoding 'beam_top=--inference beam --beam-stop top' \\
         --decoding 'beam_finished=--inference beam --beam-stop finished' \\
         --decoding 'greedy=--inference greedy --beam-size 1' --outdir OUT
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from parlai_empathy import evidence
@@ -74,8 +74,9 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     places = evidence.path_placeholders({os.path.abspath(args.outdir): '{outdir}'})
-    report = {'what': 'one model, several decodings, the same first N ED test examples (bench/decoding_compare.py)',
-              'command': evidence.portable(['python', 'bench/decoding_compare.py'] + [
+    script = 'projects/majumder2020_mime/diagnostics/decoding_compare.py'
+    report = {'what': f'one model, several decodings, the same first N ED test examples ({script})',
+              'command': evidence.portable(['python', script] + [
                   'REF_MIME' if args.mime_repo and a == args.mime_repo else a for a in sys.argv[1:]], places),
               'code': evidence.code_version(), 'machine': evidence.machine(), 'decodings': {}}
     for item in args.decoding:

@@ -5,15 +5,15 @@ ED test examples) could be a bug that hits some labels (a label mapped to the wr
 split that sends a label to the wrong polarity) or a classifier that is weaker everywhere. This
 reads each example's gold and predicted emotion from our evaluation outputs
 (``runs/<row>/outputs.jsonl.gz``) and from the reference's ``output.txt`` (parsed by
-``bench/reference_outputs.py``), and writes per label: examples, accuracy, how often the label is
+``reference_outputs.py`` beside this script), and writes per label: examples, accuracy, how often the label is
 predicted, and a summary (on how many labels the reference is ahead; how concentrated the
 predictions are: the share of the four most predicted labels and the entropy of the predicted
 labels, in bits; log2(32) = 5 is uniform).
 
-    python bench/emotion_per_label.py --mime-repo REF_MIME \\
+    python projects/majumder2020_mime/diagnostics/emotion_per_label.py --mime-repo REF_MIME \\
         --outputs mime=projects/majumder2020_mime/runs/mime/outputs.jsonl.gz \\
                   multitask_transformer=projects/majumder2020_mime/runs/multitask_transformer/outputs.jsonl.gz \\
-        --out projects/majumder2020_mime/runs/reference_outputs/per_label.json
+        --out projects/majumder2020_mime/runs/diagnostics/reference_outputs/per_label.json
 """
 import argparse
 import collections
@@ -23,7 +23,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from parlai_empathy import evidence
@@ -77,8 +77,8 @@ def main():
                 if label in ref)
     report = {
         'what': 'emotion accuracy per gold label on ED test: our rows\' outputs and the MIME reference\'s '
-                'released output.txt (bench/emotion_per_label.py)',
-        'command': ['python', 'bench/emotion_per_label.py'] + [
+                'released output.txt (projects/majumder2020_mime/diagnostics/emotion_per_label.py)',
+        'command': ['python', 'projects/majumder2020_mime/diagnostics/emotion_per_label.py'] + [
             'REF_MIME' if a == args.mime_repo else a for a in sys.argv[1:]],
         'reference_commit': evidence.code_version(args.mime_repo).get('commit'),
         'code': evidence.code_version(),

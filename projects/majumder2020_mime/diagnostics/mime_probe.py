@@ -18,7 +18,7 @@ forward hooks on the context encoder during a ParlAI world's evaluation loop.
 
 Usage::
 
-    .venv/bin/python bench/mime_probe.py -mf MODEL --out probe.json [--ed-datapath DIR]
+    .venv/bin/python projects/majumder2020_mime/diagnostics/mime_probe.py -mf MODEL --out probe.json [--ed-datapath DIR]
 """
 import argparse
 import json
@@ -127,7 +127,8 @@ def main():
     train = collect(args.model_file, 'train', args.ed_datapath, args.batchsize, args.train_limit)
     valid = collect(args.model_file, 'valid', args.ed_datapath, args.batchsize, 0)
     report = {
-        'what': 'linear probes of a MIME context encoding for the user emotion (bench/mime_probe.py)',
+        'what': 'linear probes of a MIME context encoding for the user emotion '
+                '(projects/majumder2020_mime/diagnostics/mime_probe.py)',
         'command': ['python'] + sys.argv, 'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
         'train_examples': int(len(train['emotion'])), 'valid_examples': int(len(valid['emotion'])),
         'chance_majority_valid': float(torch.bincount(valid['emotion'], minlength=32).max()

@@ -1,8 +1,8 @@
 """Weight transplant: the reference MIME and ours, same weights, same batch, stage by stage.
 
 Issue 15: the reference's emotion classifier leaves chance at ~4,500 updates, ours never does,
-with the same data, word table, loss, optimizer and schedule (``bench/reference_curve.py``). This
-script finds where the two models compute different functions. It builds declare-lab/MIME's
+with the same data, word table, loss, optimizer and schedule (``reference_curve.py`` beside this
+script). This script finds where the two models compute different functions. It builds declare-lab/MIME's
 ``Train_MIME`` (7c34f3a, unchanged, initialised as its ``main.py`` does) and our
 ``parlai_empathy.models.mime.Mime`` in one process, copies every reference weight into the
 matching place of ours (fused query/key/value maps, the emotion-encoder input map split in two,
@@ -30,7 +30,8 @@ remains is what nobody has documented:
 Run with the reference's Python (the one ``reference_speed.py`` sets up; our model only needs
 torch)::
 
-    ../ref-venv/bin/python bench/mime_transplant.py --mime-repo /tmp/ref-mime [--out transplant.json]
+    ../ref-venv/bin/python projects/majumder2020_mime/diagnostics/mime_transplant.py --mime-repo /tmp/ref-mime \\
+        [--out transplant.json]
 """
 import argparse
 import math
@@ -38,9 +39,9 @@ import os
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, 'bench'))  # reference_speed: how a reference checkout is made to run
+sys.path.insert(0, os.path.join(ROOT, 'projects', 'common', 'diagnostics'))  # transplant_common
 sys.path.insert(0, ROOT)
 from transplant_common import Mapping, report  # noqa: E402
 
@@ -367,7 +368,8 @@ def main():
               'emotion CE (ref / ours)': [ref_ce.item(), parts['cls'].item()],
               'KL summed, pos + neg (ref / ours)': [sum(v.item() for v in kl_values[:2]),
                                                    (parts['kl_pos'] + parts['kl_neg']).item() * B]}
-    report(mapping, stages, losses, out, what='bench/mime_transplant.py: the reference MIME (declare-lab/MIME) '
+    report(mapping, stages, losses, out,
+           what='projects/majumder2020_mime/diagnostics/mime_transplant.py: the reference MIME (declare-lab/MIME) '
            'and ours on the same weights and batch', repo=os.path.abspath(args.mime_repo),
            placeholder='REF_MIME', cli=cli)
 

@@ -45,15 +45,15 @@ Word table at the start (``--init``):
   reference's ``gen_embeddings`` reads; so the curves differ by the code, not the initial table.
   ``--fill-std`` is our agent's ``--glove-fill-std``: ``0.01`` (default; the agent's default since
   2026-11-29 and the reference's own rule for values its GloVe lacks) or ``glove`` (the std of the
-  found GloVe values: the rule of the rows trained before, and of ``runs/diag_reference``);
+  found GloVe values: the rule of the rows trained before, and of ``runs/diagnostics/reference``);
 * ``reference``: an empty embedding file: the reference's own fallback, 0.01 * randn for every
   word (what it does for words its GloVe 300d lacks).
 
 Usage (from the repository root; the workdir of a ``reference_speed.py`` run holds the converted
 ED files, or they are written there)::
 
-    .venv/bin/python bench/reference_curve.py --mime-repo /tmp/ref-mime --ref-python ../ref-venv/bin/python \\
-        --dict M.dict --steps 8000 --threads 1 --workdir WORKDIR --out curve.json
+    .venv/bin/python projects/majumder2020_mime/diagnostics/reference_curve.py --mime-repo /tmp/ref-mime \\
+        --ref-python ../ref-venv/bin/python --dict M.dict --steps 8000 --threads 1 --workdir WORKDIR --out curve.json
 """
 import argparse
 import json
@@ -62,8 +62,9 @@ import platform
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reference_speed as rs
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(REPO, 'bench'))  # reference_speed: how a reference checkout is made to run
+import reference_speed as rs  # noqa: E402
 
 
 class StopCurve(BaseException):
@@ -401,7 +402,7 @@ def main():
         open(emb_file, 'w').close()
     report = {
         'what': 'declare-lab/MIME main.py training loop, unchanged, its train and valid figures '
-                'at equal updates (bench/reference_curve.py)',
+                'at equal updates (projects/majumder2020_mime/diagnostics/reference_curve.py)',
         'command': ['python'] + [a for a in sys.argv],
         'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
         'reference_commit': rs.git_commit(os.path.abspath(args.mime_repo)),

@@ -5,11 +5,11 @@ search, beam search and top-k sampling (``model/common_layer.evaluate``: ``decod
 ``Translator.beam_search`` with beam 5, ``decoder_topk`` with k = 3), each block with the gold
 reply, the gold emotion and the predicted one. Scoring them with the suite our rows use tells what
 the paper's own model gives on figures the paper does not report (Distinct-n on our tokens, AVG
-BLEU) and how varied its replies are in the setting of ``bench/interactive_replies.py`` (the first
+BLEU) and how varied its replies are in the setting of ``projects/common/diagnostics/interactive_replies.py`` (the first
 100 conversations' opening Speaker utterance, one reply each).
 
-    python bench/reference_outputs.py --mime-repo /work/ref-mime \\
-        --out projects/majumder2020_mime/runs/reference_outputs/scores.json
+    python projects/majumder2020_mime/diagnostics/reference_outputs.py --mime-repo /work/ref-mime \\
+        --out projects/majumder2020_mime/runs/diagnostics/reference_outputs/scores.json
 """
 import argparse
 import ast
@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from parlai_empathy import evidence
 from parlai_empathy.metrics.bleu import corpus_bleu
@@ -74,8 +74,9 @@ def main():
         }
     report = {
         'what': "declare-lab/MIME's released output.txt (its own model's ED test replies) scored by "
-                'parlai_empathy.metrics (bench/reference_outputs.py)',
-        'command': ['python', 'bench/reference_outputs.py', '--mime-repo', 'REF_MIME'] + sys.argv[3:],
+                'parlai_empathy.metrics (projects/majumder2020_mime/diagnostics/reference_outputs.py)',
+        'command': ['python', 'projects/majumder2020_mime/diagnostics/reference_outputs.py', '--mime-repo', 'REF_MIME']
+                   + sys.argv[3:],
         'reference_commit': evidence.code_version(args.mime_repo).get('commit'),
         'code': evidence.code_version(),
         'machine': evidence.machine(),

@@ -103,7 +103,7 @@ def listener_examples(conversations, n):
 
 def build(vocab, hidden=24, **switches):
     torch.manual_seed(0)
-    config = EthreedConfig(hidden=hidden, **{'dropout': 0.0, **switches})
+    config = EthreedConfig(hidden_size=hidden, **{'dropout': 0.0, **switches})
     return Ethreed(WordEmbedding(len(vocab), hidden, PAD), len(vocab), config, PAD, START, END, UNK)
 
 
@@ -315,7 +315,7 @@ def test_utterance_vector_is_forward_last_backward_first_and_padding_free(data):
 
 def test_dialogue_is_encoded_the_same_alone_or_beside_a_longer_one(data):
     vocab, examples = data
-    model = build(vocab, policy=False).eval()  # the policy samples: compare without it
+    model = build(vocab, emp_policy=False).eval()  # the policy samples: compare without it
     short = [e for e in examples if len(e[0]) == 1][0]
     long = max(examples, key=lambda e: len(e[0]))
     assert len(long[0]) > 1
@@ -394,7 +394,7 @@ def test_bilinear_is_nn_bilinear(out_features, bias):
     torch.testing.assert_close(ours(x1[0, 0], x2[0, 0]), theirs(x1[0, 0], x2[0, 0]), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('switch', ['policy', 'gps', 'party_gru', 'emotion_gru', 'emotion_track'])
+@pytest.mark.parametrize('switch', ['emp_policy', 'gps', 'party_gru', 'emotion_gru', 'emo_track'])
 def test_each_ablation_changes_the_computation(data, switch):
     vocab, examples = data
     full, ablated = build(vocab), build(vocab, **{switch: False})
@@ -417,9 +417,9 @@ def test_each_ablation_changes_the_computation(data, switch):
         assert not torch.equal(lp_full.nll, lp_abl.nll)
     if switch in ('party_gru', 'emotion_gru'):  # the tracked emotions themselves change
         assert not torch.allclose(enc_full.aux.answered_logits, enc_abl.aux.answered_logits)
-    if switch in ('policy', 'emotion_track'):
+    if switch in ('emp_policy', 'emo_track'):
         assert ablated.encoder.policy is None and float(parts_abl['kl']) == 0
-    if switch == 'emotion_track':
+    if switch == 'emo_track':
         assert ablated.decoder.emotion_gate is None
     if switch == 'party_gru':
         assert ablated.encoder.tracker.party_gru is None
@@ -452,9 +452,9 @@ def test_loss_decreases_overfitting_real_conversations(data):
 
 def test_parameter_count_in_paper_config_is_near_the_papers():
     vocab_size = 8648  # the reference implementation's ED vocabulary
-    model = Ethreed(WordEmbedding(vocab_size, 300), vocab_size, EthreedConfig(hidden=300))
+    model = Ethreed(WordEmbedding(vocab_size, 300), vocab_size, EthreedConfig(hidden_size=300))
     count = sum(p.numel() for p in model.parameters())
     assert abs(count - 11.98e6) / 11.98e6 < 0.10, count
     smaller = Ethreed(WordEmbedding(vocab_size, 300), vocab_size,
-                      EthreedConfig(hidden=300, party_gru=False, emotion_gru=False))
+                      EthreedConfig(hidden_size=300, party_gru=False, emotion_gru=False))
     assert sum(p.numel() for p in smaller.parameters()) < count

@@ -18,12 +18,12 @@ from parlai_empathy.models.mime import Mime, MimeConfig, gaussian_kl
 from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
-TINY = TransformerSize(d_model=64, n_heads=2, attn_dim=32, ffn_dim=64, n_layers=1)
+TINY = TransformerSize(embedding_size=64, n_heads=2, attention_size=32, ffn_size=64, n_layers=1)
 
 
 def tiny(size=TINY, **fields):
     """MIME at the tests' width, each z_g as wide as D_h."""
-    return MimeConfig(size=size, latent_dim=None, **fields)
+    return MimeConfig(size=size, latent_size=None, **fields)
 
 
 def config_for(cls, size=TINY):
@@ -66,7 +66,7 @@ def test_forward_shapes_and_interface(cls, sample_batch):
     model = cls(len(vocab), config_for(cls))
     scores, preds, states = model(context, speakers, emotion, ys=response)
     assert scores.shape == (*response.shape, len(vocab)) and preds.shape == response.shape
-    assert states.memory.shape == (8, context.size(1) + 1, TINY.d_model)  # +1: the CTX token
+    assert states.memory.shape == (8, context.size(1) + 1, TINY.embedding_size)  # +1: the CTX token
     assert states.aux.emotion_logits.shape == (8, 32)
     reordered = model.reorder_encoder_states(states, [2, 2, 0])
     assert torch.equal(reordered.memory[1], states.memory[2])
@@ -226,7 +226,7 @@ def test_conv_over_padding_is_the_reference_padding(sample_batch):
     n = int(lengths[short])
     for over, same in ((False, True), (True, False)):
         torch.manual_seed(0)
-        model = Mime(len(vocab), tiny(TINY._replace(conv_over_padding=over))).eval()
+        model = Mime(len(vocab), tiny(dataclasses.replace(TINY, conv_over_padding=over))).eval()
         with torch.no_grad():
             batched = model.encoder.context_encoder(*model.encoder.embedding(context, speakers))
             alone = model.encoder.context_encoder(*model.encoder.embedding(context[short:short + 1, :n],
@@ -270,7 +270,7 @@ def test_ablation_switches_change_the_computation(sample_batch):
     assert torch.allclose(_memory(no_mimicry, context, speakers, positive),
                           _memory(no_mimicry, context, speakers, negative))
 
-    no_grouping = Mime(len(vocab), tiny(grouping=False))
+    no_grouping = Mime(len(vocab), tiny(emotion_grouping=False))
     aux = no_grouping.encoder(context, speakers, emotion).aux
     assert aux.group_names == ('all',) and len(aux.distributions) == len(aux.kl) == 1
     assert aux.distributions[0].shape == (8, 32) and (aux.kl[0] > 0).all()
@@ -312,7 +312,7 @@ def test_emotion_embeddings_learn_from_the_response_loss(sample_batch):
 def test_incremental_decoding_matches_full_decoding(cls, sample_batch, final_relu):
     vocab, _, (context, speakers, response, _) = sample_batch
     torch.manual_seed(0)
-    model = cls(len(vocab), config_for(cls, TINY._replace(ffn_final_relu=final_relu))).eval()
+    model = cls(len(vocab), config_for(cls, dataclasses.replace(TINY, ffn_final_relu=final_relu))).eval()
     with torch.no_grad():
         states = model.encoder(context, speakers)
         inputs = torch.cat([model.START.expand(8, 1), response[:, :-1]], dim=1)
@@ -342,7 +342,7 @@ def test_paper_configuration_parameter_count():
 
 
 def test_bad_input_errors():
-    model = Mime(100, tiny(TINY._replace(max_positions=16)))
+    model = Mime(100, tiny(dataclasses.replace(TINY, max_positions=16)))
     with pytest.raises(ValueError, match='max_positions'):
         model.encoder(torch.ones(1, 20, dtype=torch.long))
     with pytest.raises(ValueError, match='ys'):

@@ -46,73 +46,34 @@ import contextlib
 import math
 
 import torch
-from parlai.core.dict import DictionaryAgent
 from parlai.core.metrics import AverageMetric
-from parlai.core.torch_generator_agent import PPLMetric
 from parlai.utils.misc import warn_once
 
 from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.config_options import add_config_options, config_from_opt
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
+# MoelDictionaryAgent also by this module's name: saved models' options name their dictionary
+# class as parlai_empathy.agents.emotion_generator:MoelDictionaryAgent (--dict-class)
+from parlai_empathy.agents.generator_common import (
+    MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
+)
 from parlai_empathy.agents.safety import is_blank_chat_message
-from parlai_empathy.data.moel_text import moel_tokens
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity
 from parlai_empathy.metrics.parlai_metrics import batch_emotion_metrics
 from parlai_empathy.models.embeddings import WordEmbedding
 from parlai_empathy.models.generator_interface import EmotionTransformerConfig
-from parlai_empathy.models import glove
 from parlai_empathy.models.glove import fill_std_value, glove_fill_std
 from parlai_empathy.models.mime import MimeReadout
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
 USER, MODEL = 0, 1
-# the one source of the layer-size defaults (MIME's and Multi-TR's): the options default to its fields
+# the one source of the layer-size defaults (MIME's and Multi-TR's): the options are its fields
 SIZE = EmotionTransformerConfig().size
-NOAM_PEAK_LR = SIZE.d_model ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
+NOAM_PEAK_LR = SIZE.embedding_size ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
-PAPER_GLOVE_DIM = 300
-
-
-def warn_unless_papers_word_table(model, paper_file, glove_path, glove_dim, d_model, glove_fit='pad'):
-    """One start-up warning when a fresh word table starts from other vectors than the paper's
-    (GloVe of ``paper_file``, 300-d): which file, its width against the embedding size, and the
-    option that gives the paper's. The offline default (6B 50d, padded to 300 with random
-    columns) trains, but is not "the paper's settings" however every other option is set."""
-    if glove_dim == PAPER_GLOVE_DIM:
-        return
-    if glove_fit == 'project':
-        fit = f'mapped to the {d_model}-d embedding by a learned projection'
-    elif glove_dim < d_model:
-        fit = f'padded to the {d_model}-d embedding: {d_model - glove_dim} of its {d_model} columns start random'
-    elif glove_dim > d_model:
-        fit = f'cut to the {d_model}-d embedding'
-    else:
-        fit = f'as wide as the {d_model}-d embedding'
-    warn_once(f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
-              f'({paper_file}); this run from {glove.source_name(glove_path)}: {glove_dim}-d vectors, '
-              f'{fit}. For the paper\'s word table pass --glove-path /path/to/{paper_file} (any '
-              f'{PAPER_GLOVE_DIM}-d GloVe text file, with --embedding-size {PAPER_GLOVE_DIM}).')
-
-
-class MoelDictionaryAgent(DictionaryAgent):
-    """ParlAI's dictionary with ``--dict-tokenizer moel``: MoEL's tokens (see ``moel_text``)."""
-
-    @staticmethod
-    def moel_tokenize(text):
-        return moel_tokens(text)
-
-
-def record_response_metrics(agent, response, suffix=''):
-    """ParlAI's generator metrics (loss, ppl, token_acc, token_em) and ``ppl_ex`` from a
-    :class:`~parlai_empathy.models.generator_interface.ResponseLoss`."""
-    nll, tokens = response.nll.detach().float().cpu(), response.tokens.detach().float().cpu()
-    correct = response.correct.detach().float().cpu()
-    if not suffix:
-        agent.record_local_metric('loss', AverageMetric.many(nll, tokens))
-        agent.record_local_metric('token_acc', AverageMetric.many(correct, tokens))
-        agent.record_local_metric('token_em', AverageMetric.many(correct == tokens))
-    agent.record_local_metric('ppl' + suffix, PPLMetric.many(nll, tokens))
-    agent.record_local_metric('ppl_ex' + suffix, PPLMetric.many(nll / tokens.clamp(min=1), [1] * len(nll)))
+# forms a new model takes and a saved one reads from its options (``_new_model_flag``): unset
+NEW_MODEL_FLAGS = ('ffn_final_relu', 'reference_tags')
 
 
 def history_turns(strings, vecs, parse, delimiter, delimiter_len):
@@ -158,16 +119,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('Emotion-aware transformer (parlai-empathy)')
-        group.add_argument('--embedding-size', '-esz', type=int, default=SIZE.d_model,
-                           help='D_h, the model width (paper: 300)')
-        group.add_argument('--n-heads', type=int, default=SIZE.n_heads)
-        group.add_argument('--attention-size', type=int, default=SIZE.attn_dim,
-                           help='total key/value width of attention (MIME reference: 40)')
-        group.add_argument('--ffn-size', type=int, default=SIZE.ffn_dim, help='FFN width (MIME reference: 50)')
-        group.add_argument('--n-layers', type=int, default=SIZE.n_layers)
-        group.add_argument('--ffn-kernel', type=int, default=SIZE.ffn_kernel,
-                           help='width of the feed-forward convolutions (reference: 3; 1 = linear)')
-        group.add_argument('--dropout', type=float, default=SIZE.dropout)
+        # the layer sizes, alpha and the tag form: EmotionTransformerConfig's fields, under their names
+        add_config_options(group, EmotionTransformerConfig, defaults={key: None for key in NEW_MODEL_FLAGS})
         group.add_argument('--label-smoothing', type=float, default=0.1,
                            help='label smoothing of the training loss (reference: 0.1); '
                            'perplexity is always the plain NLL')
@@ -189,21 +142,6 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                            help='multiply word and speaker embeddings by sqrt(D_h) before the input '
                            "projection, as the reference's Embeddings.forward (default: true for a new "
                            'model; a model saved without this option keeps the unscaled form it was trained with)')
-        group.add_argument('--ffn-final-relu', type='bool', default=None,
-                           help="a ReLU after the feed-forward layer's last convolution too, as the "
-                           "reference's PositionwiseFeedForward applies it (default: true for a new model; "
-                           'a model saved without this option keeps the form it was trained with, none)')
-        group.add_argument('--reference-tags', type='bool', default=None,
-                           help="the CTX and speaker vectors parametrised as the reference's CLS/USR/SYS word "
-                           'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
-                           'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
-                           'a model saved without this option keeps the form it was trained with)')
-        group.add_argument('--conv-over-padding', type='bool', default=SIZE.conv_over_padding,
-                           help="the reference's padding: encoder convolutions run over padded positions "
-                           "and MIME's posterior averages them (ours by default: padding is zeroed and "
-                           "skipped, so a token's features do not depend on its batch)")
-        group.add_argument('--emotion-loss-weight', type=float, default=EmotionTransformerConfig().cls_weight,
-                           help='alpha: weight of the user-emotion classification loss')
         group.add_argument('--beam-stop', choices=['top', 'finished'], default='top',
                            help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
                            'hypotheses that ended stay in the beam, the search stops when the best one has just '
@@ -252,12 +190,13 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     # ----- model construction -------------------------------------------------------------
     def transformer_size(self):
+        """The layer sizes from the options (the fields' own names); the timing signal covers the
+        truncation lengths."""
         opt = self.opt
-        return TransformerSize(
-            opt['embedding_size'], opt['n_heads'], opt['attention_size'], opt['ffn_size'],
-            opt['n_layers'], opt['dropout'], opt.get('ffn_kernel', 3),
-            max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
-            self._new_model_flag('ffn_final_relu'), bool(opt.get('conv_over_padding')),
+        return config_from_opt(
+            TransformerSize, opt,
+            max_positions=max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
+            ffn_final_relu=self._new_model_flag('ffn_final_relu'),
         )
 
     def build_words(self):
@@ -266,14 +205,14 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
         scale = self._embeddings_scale(size)
         if not self.opt.get('glove_init') or self.opt.get('init_model') or self._model_exists():
-            return WordEmbedding(len(vocab), size.d_model, self.NULL_IDX,
+            return WordEmbedding(len(vocab), size.embedding_size, self.NULL_IDX,
                                  self._glove_table_dim(size), scale)
-        words, hit_rate = WordEmbedding.from_glove(vocab, size.d_model, self.NULL_IDX,
+        words, hit_rate = WordEmbedding.from_glove(vocab, size.embedding_size, self.NULL_IDX,
                                                    self.opt.get('glove_path'), self.opt['glove_fit'], scale,
                                                    fill_std=fill_std_value(self.opt.get('glove_fill_std')))
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
         warn_unless_papers_word_table(self.opt.get('model') or type(self).__name__, self.paper_glove,
-                                      self.opt.get('glove_path'), words.glove_dim, size.d_model,
+                                      self.opt.get('glove_path'), words.glove_dim, size.embedding_size,
                                       self.opt['glove_fit'])
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim
@@ -281,7 +220,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     def _embeddings_scale(self, size):
         """sqrt(D_h) or 1 (``--embeddings-scale``, see :meth:`_new_model_flag`)."""
-        return math.sqrt(size.d_model) if self._new_model_flag('embeddings_scale') else 1.0
+        return math.sqrt(size.embedding_size) if self._new_model_flag('embeddings_scale') else 1.0
 
     def _glove_table_dim(self, size):
         if self.opt.get('word_table_dim'):
@@ -289,12 +228,13 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         # models saved before word_table_dim was recorded: the offline GloVe is 50d
         if self.opt.get('glove_init') and self.opt.get('glove_fit') == 'project':
             return 300 if self.opt.get('glove_path') else 50
-        return size.d_model
+        return size.embedding_size
 
-    def common_config(self):
-        """The :class:`EmotionTransformerConfig` fields MIME and Multi-TR share, from the options."""
-        return dict(size=self.transformer_size(), cls_weight=self.opt['emotion_loss_weight'],
-                    reference_tags=self._new_model_flag('reference_tags'))
+    def model_config(self, config_class):
+        """``config_class`` (an :class:`EmotionTransformerConfig`) from the options, each field
+        from the option of its name."""
+        return config_from_opt(config_class, self.opt, size=self.transformer_size(),
+                               reference_tags=self._new_model_flag('reference_tags'))
 
     def build_generator(self, model_class, config):
         """``model_class(vocab_size, config, words, ...)`` on this agent's dictionary and word table."""

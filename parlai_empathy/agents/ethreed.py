@@ -50,7 +50,8 @@ from parlai.utils.misc import warn_once
 
 from parlai_empathy.agents.batch_defaults import training_defaults
 from parlai_empathy.agents.detokenize import detokenize
-from parlai_empathy.agents.emotion_generator import (
+from parlai_empathy.agents.config_options import add_config_options, config_from_opt
+from parlai_empathy.agents.generator_common import (
     MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
 )
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
@@ -67,7 +68,6 @@ from parlai_empathy.models.ethreed import (
     IGNORE, LISTENER, SPEAKER, Ethreed, EthreedConfig,
 )
 
-DEFAULTS = EthreedConfig()  # the one source of the model options' defaults
 ROLE_IDS = {'speaker': SPEAKER, 'listener': LISTENER}
 NO_TAGS = 'none'
 # Diagnostic upper bound: every listener utterance labelled with the conversation's ED emotion,
@@ -150,18 +150,10 @@ class EthreedAgent(EncoderReadoutAgent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('ETHREED (parlai-empathy)')
-        group.add_argument('--hidden-size', type=int, default=DEFAULTS.hidden,
-                           help='size of every GRU state and of R (paper: 300)')
+        # the model's sizes, dropout, L2 weight and ablations: EthreedConfig's fields, under their names
+        add_config_options(group, EthreedConfig)
         group.add_argument('--embedding-size', '-esz', type=int, default=300,
                            help='word embedding size (paper: 300)')
-        group.add_argument('--dropout', type=float, default=DEFAULTS.dropout,
-                           help='dropout on every tracker state and on R before its classifier '
-                           '(reference: 0.5)')
-        group.add_argument('--history-attention', choices=['simple', 'bilinear'],
-                           default=DEFAULTS.history_attention,
-                           help="the party GRU's attention over earlier global states: w^T g_j "
-                           '(reference) or u_t^T W g_j (the paper\'s equation)')
-        group.add_argument('--kl-weight', type=float, default=DEFAULTS.kl_weight, help='weight of L2 (paper: 1)')
         group.add_argument('--glove-init', type='bool', default=True,
                            help='initialize word embeddings from GloVe (missing columns random)')
         group.add_argument('--glove-path', type=str, default=None,
@@ -197,14 +189,6 @@ class EthreedAgent(EncoderReadoutAgent):
                            'upper bound on what better listener tags can give, not the paper)')
         group.add_argument('--tag-cache-dir', type=str, default=None,
                            help='tag cache root, as given to parlai empathy_tag_ed')
-        group.add_argument('--emp-policy', type='bool', default=DEFAULTS.policy,
-                           help='empathetic policy network (ablation w/o emp-policy: false)')
-        group.add_argument('--gps', type='bool', default=DEFAULTS.gps,
-                           help='KL constraint L2 (ablation w/o GPS: false)')
-        group.add_argument('--party-gru', type='bool', default=DEFAULTS.party_gru, help='ablation: false')
-        group.add_argument('--emotion-gru', type='bool', default=DEFAULTS.emotion_gru, help='ablation: false')
-        group.add_argument('--emo-track', type='bool', default=DEFAULTS.emotion_track,
-                           help='emotion states reach the decoder (ablation w/o emo-track: false)')
         parser.set_defaults(
             dict_tokenizer='ethreed', dict_lower=False, dict_minfreq=3, dict_maxtokens=-1,
             label_truncate=40, text_truncate=256, truncate=256, train_experiencer_only=True,
@@ -287,12 +271,7 @@ class EthreedAgent(EncoderReadoutAgent):
                                           opt.get('glove_path'), words.glove_dim, opt['embedding_size'])
         else:
             words = WordEmbedding(len(vocab), opt['embedding_size'], self.NULL_IDX)
-        config = EthreedConfig(  # (the .get fallbacks: what models saved before the option had)
-            hidden=opt['hidden_size'], dropout=opt['dropout'],
-            history_attention=opt.get('history_attention', 'simple'),
-            kl_weight=opt.get('kl_weight', 1.0), policy=opt['emp_policy'], gps=opt['gps'],
-            party_gru=opt['party_gru'], emotion_gru=opt['emotion_gru'], emotion_track=opt['emo_track'],
-        )
+        config = config_from_opt(EthreedConfig, opt)
         unk = self.dict[self.dict.unk_token]
         return Ethreed(words, len(vocab), config, self.NULL_IDX, self.START_IDX, self.END_IDX, unk)
 

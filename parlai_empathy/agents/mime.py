@@ -7,13 +7,11 @@ setup (Adam under the Noam schedule, peak lr 6.455e-4, batch 16, beam 5): see th
 """
 from parlai.core.loader import register_agent
 
-from parlai_empathy.agents.emotion_generator import (
-    EmotionGeneratorAgent,
-    record_response_metrics,
-)
+from parlai_empathy.agents.config_options import add_config_options
+from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent
+from parlai_empathy.agents.generator_common import record_response_metrics
+from parlai_empathy.models.generator_interface import EmotionTransformerConfig
 from parlai_empathy.models.mime import Mime, MimeConfig
-
-DEFAULTS = MimeConfig()  # the one source of the MIME options' defaults
 
 
 @register_agent('empathy/mime')
@@ -22,16 +20,8 @@ class MimeAgent(EmotionGeneratorAgent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('MIME')
-        group.add_argument('--latent-size', type=int, default=DEFAULTS.latent_dim,
-                           help='size of each emotion group latent z_g')
-        group.add_argument('--elbo-weight', type=float, default=DEFAULTS.elbo_weight,
-                           help='beta: weight of ELBO_pos + ELBO_neg')
-        group.add_argument('--mimicry', type='bool', default=DEFAULTS.mimicry,
-                           help='emotion mimicry by user polarity (ablation: false)')
-        group.add_argument('--emotion-grouping', type='bool', default=DEFAULTS.grouping,
-                           help='13 positive / 19 negative groups (ablation: false, one group)')
-        group.add_argument('--stochastic', type='bool', default=DEFAULTS.stochastic,
-                           help='sample z_g with prior/posterior (ablation: false, z_g = mu_g)')
+        # MimeConfig's own fields (the shared ones are the base agent's options)
+        add_config_options(group, MimeConfig, inherited=EmotionTransformerConfig)
         # the reference's main.py: `if config.model == "mimic" and n_iter < 10000: continue` before
         # its best-PPL / patience bookkeeping (so its first counted validation is after 11,000)
         # its early stopping reads the valid PPL of train_one_batch(train=False), which samples the
@@ -51,8 +41,4 @@ class MimeAgent(EmotionGeneratorAgent):
         record_response_metrics(self, response, suffix='_gold')
 
     def build_model(self):
-        opt = self.opt
-        return self.build_generator(Mime, MimeConfig(
-            latent_dim=opt['latent_size'], mimicry=opt['mimicry'], grouping=opt['emotion_grouping'],
-            stochastic=opt['stochastic'], elbo_weight=opt['elbo_weight'], **self.common_config(),
-        ))
+        return self.build_generator(Mime, self.model_config(MimeConfig))

@@ -17,4 +17,4 @@ class MultitaskTransformerAgent(EmotionGeneratorAgent):
         self.id = 'MultitaskTransformer'
 
     def build_model(self):
-        return self.build_generator(MultitaskTransformer, MultitaskConfig(**self.common_config()))
+        return self.build_generator(MultitaskTransformer, self.model_config(MultitaskConfig))

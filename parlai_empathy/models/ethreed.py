@@ -60,16 +60,16 @@ Deviations from the reference code (outsider-lj/ethreed @ 397bb20), each on purp
 with these deviations equalised: every stage, loss term and gradient agrees to float rounding
 (``projects/li_ethreed/runs/diag_transplant/``).
 
-Ablations (:class:`EthreedConfig`): ``policy=False`` (w/o emp-policy: the responder's last
+Ablations (:class:`EthreedConfig`): ``emp_policy=False`` (w/o emp-policy: the responder's last
 tracked emotion state replaces R, no L2), ``gps=False`` (w/o GPS: the policy is kept, L2 = 0),
 ``party_gru=False`` (p_t = tanh(W [u_t ; a_t])), ``emotion_gru=False`` (e_t = tanh(W p_t)),
-``emotion_track=False`` (w/o emo-track: no emotion reaches the decoder and no policy; L1 still
+``emo_track=False`` (w/o emo-track: no emotion reaches the decoder and no policy; L1 still
 trains the tracker so that emotion accuracy stays measurable).
 
 Weights are initialised in one place, :meth:`Ethreed.init_weights`, as the reference does.
 Nothing here imports ParlAI; the ParlAI generator contract comes from ``generator_interface``.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -88,23 +88,33 @@ IGNORE = -100  # label of an utterance whose emotion is unknown (skipped by L1)
 NO_COPY = -1e4  # copy-switch logit of an example with nothing to copy from
 
 
-class EthreedConfig(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class EthreedConfig:
     """Sizes (paper: all 300), the reference's dropout and loss weights, and the ablations: the
-    one source of these defaults (``-m empathy/ethreed``'s options default to the fields here)."""
+    one source of these defaults (``-m empathy/ethreed``'s options are the fields here, under the
+    same names; ``help`` is the option's help text)."""
 
-    hidden: int = 300
-    dropout: float = 0.5
-    history_attention: str = 'simple'
-    answered_weight: float = 0.5  # L1, the answered party's emotion
-    responder_weight: float = 0.5  # L1, the responder's real emotion
-    kl_weight: float = 1.0  # L2
-    coverage_weight: float = 1.0  # L4
-    coverage_steps: int = 40  # L4 is divided by the reference's max_unroll
-    policy: bool = True
-    gps: bool = True
-    party_gru: bool = True
-    emotion_gru: bool = True
-    emotion_track: bool = True
+    hidden_size: int = field(default=300, metadata={'help': 'size of every GRU state and of R (paper: 300)'})
+    dropout: float = field(default=0.5, metadata={
+        'help': 'dropout on every tracker state and on R before its classifier (reference: 0.5)'})
+    history_attention: str = field(default='simple', metadata={
+        'choices': ('simple', 'bilinear'),
+        'help': "the party GRU's attention over earlier global states: w^T g_j "
+        "(reference) or u_t^T W g_j (the paper's equation)"})
+    # the loss weights no option sets: the reference's
+    answered_weight: float = field(default=0.5, metadata={'option': False})  # L1, the answered party's emotion
+    responder_weight: float = field(default=0.5, metadata={'option': False})  # L1, the responder's real emotion
+    kl_weight: float = field(default=1.0, metadata={'help': 'weight of L2 (paper: 1)'})
+    coverage_weight: float = field(default=1.0, metadata={'option': False})  # L4
+    # L4 is divided by the reference's max_unroll
+    coverage_steps: int = field(default=40, metadata={'option': False})
+    emp_policy: bool = field(default=True, metadata={
+        'help': 'empathetic policy network (ablation w/o emp-policy: false)'})
+    gps: bool = field(default=True, metadata={'help': 'KL constraint L2 (ablation w/o GPS: false)'})
+    party_gru: bool = field(default=True, metadata={'help': 'ablation: false'})
+    emotion_gru: bool = field(default=True, metadata={'help': 'ablation: false'})
+    emo_track: bool = field(default=True, metadata={
+        'help': 'emotion states reach the decoder (ablation w/o emo-track: false)'})
 
 
 def in_vocabulary(tokens: torch.Tensor, vocab_size: int, unk_idx: int) -> torch.Tensor:
@@ -269,15 +279,15 @@ class EthreedEncoder(nn.Module):
 
     def __init__(self, words, config):
         super().__init__()
-        hidden = config.hidden
+        hidden = config.hidden_size
         self.config = config
         self.utterances = UtteranceEncoder(words, hidden)
         self.tracker = DialogueTracker(self.utterances.output_dim, hidden, config.party_gru,
                                        config.emotion_gru, config.history_attention, config.dropout)
         self.classifier = nn.Linear(hidden, NUM_EMOTIONS)
-        self.policy = EmpatheticPolicy(hidden) if config.policy and config.emotion_track else None
+        self.policy = EmpatheticPolicy(hidden) if config.emp_policy and config.emo_track else None
         self.decoder_init = nn.Linear(hidden, hidden)
-        self.response_emotion = nn.Linear(hidden, hidden) if config.emotion_track else None
+        self.response_emotion = nn.Linear(hidden, hidden) if config.emo_track else None
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, utt_tokens: torch.Tensor, utt_lengths: torch.Tensor,
@@ -477,8 +487,8 @@ class Ethreed(GeneratorModel):
         self.vocab_size, self.UNK_IDX = vocab_size, unk_idx
         self.encoder = EthreedEncoder(words, config)
         self.decoder = PointerGeneratorDecoder(
-            words, config.hidden, self.encoder.utterances.output_dim, vocab_size, unk_idx,
-            emotion=config.emotion_track,
+            words, config.hidden_size, self.encoder.utterances.output_dim, vocab_size, unk_idx,
+            emotion=config.emo_track,
         )
         self.init_weights()
 

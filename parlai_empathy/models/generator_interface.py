@@ -76,17 +76,24 @@ class EncoderStates(NamedTuple):
     aux: Optional[ModelOutput] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EmotionTransformerConfig:
     """What MIME and Multi-TR share: the layer sizes and the emotion-classifier side, the paper's by
-    default. The one source of these defaults: the agents' options default to these fields (and
-    to :class:`TransformerSize`'s); :class:`~parlai_empathy.models.mime.MimeConfig` adds MIME's."""
+    default. The one source of these defaults: the agents' options are these fields (and
+    :class:`TransformerSize`'s), under the same names; :class:`~parlai_empathy.models.mime.MimeConfig`
+    adds MIME's."""
 
     size: TransformerSize = TransformerSize()
-    cls_weight: float = 1.0  # alpha, the batch-mean emotion cross-entropy
-    response_weight: float = 1.0  # gamma, the response loss
-    reference_tags: bool = True  # the reference's speaker/CTX tag parametrisation
-    n_speakers: int = 2
+    emotion_loss_weight: float = dataclasses.field(default=1.0, metadata={  # the batch-mean emotion cross-entropy
+        'help': 'alpha: weight of the user-emotion classification loss'})
+    # gamma, the response loss (MoEL's weight; no option sets it)
+    response_weight: float = dataclasses.field(default=1.0, metadata={'option': False})
+    reference_tags: bool = dataclasses.field(default=True, metadata={
+        'help': "the CTX and speaker vectors parametrised as the reference's CLS/USR/SYS word "
+        'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
+        'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
+        'a model saved without this option keeps the form it was trained with)'})
+    n_speakers: int = dataclasses.field(default=2, metadata={'option': False})  # the user and the model
 
 
 class ResponseDecoder(nn.Module):
@@ -270,4 +277,4 @@ class GeneratorModel(nn.Module):
 
 def build_response_side(words, vocab_size, size):
     """The decoder (sharing the word table ``words``) and output layer both models use."""
-    return ResponseDecoder(words, size), nn.Linear(size.d_model, vocab_size)
+    return ResponseDecoder(words, size), nn.Linear(size.embedding_size, vocab_size)

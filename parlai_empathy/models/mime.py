@@ -30,7 +30,7 @@ tokens + sum_g KL_g summed over batch and latent dimensions + the batch-mean emo
 cross-entropy (alpha = beta = gamma = 1). :meth:`Mime.extra_losses` gives the last two.
 
 Ablations (the paper's Table 4): ``mimicry=False`` (m = e_pos and m~ = e_neg whatever the user's
-polarity), ``grouping=False`` (one distribution over all 32 emotions, one emotion encoder, no
+polarity), ``emotion_grouping=False`` (one distribution over all 32 emotions, one emotion encoder, no
 fusion), ``stochastic=False`` (z_g = mu_g: no sampling, no posterior, no KL).
 
 Inference draws each example's z_g from a generator seeded by that example's own context tokens
@@ -48,7 +48,7 @@ Deviations from the reference, on purpose:
   averages every position, as the reference does.
 """
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -95,16 +95,21 @@ def seeded_normal(seeds: Sequence[int], shape, like: torch.Tensor) -> torch.Tens
     return torch.stack(rows).to(device=like.device, dtype=like.dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MimeConfig(EmotionTransformerConfig):
     """MIME's settings, the paper's and the reference's by default: the shared ones (sizes, alpha,
-    gamma, tags) and these; ``-m empathy/mime``'s options default to the fields."""
+    gamma, tags) and these; ``-m empathy/mime``'s options are the fields, under the same names."""
 
-    latent_dim: Optional[int] = 300  # each group's z_g (the reference: D_h); None: size.d_model
-    mimicry: bool = True  # ablation: False
-    grouping: bool = True  # ablation: False
-    stochastic: bool = True  # ablation: False
-    elbo_weight: float = 1.0  # beta, sum_g KL_g
+    latent_size: Optional[int] = field(default=300, metadata={  # the reference: D_h; None: the model width
+        'help': 'size of each emotion group latent z_g'})
+    mimicry: bool = field(default=True, metadata={
+        'help': 'emotion mimicry by user polarity (ablation: false)'})
+    emotion_grouping: bool = field(default=True, metadata={
+        'help': '13 positive / 19 negative groups (ablation: false, one group)'})
+    stochastic: bool = field(default=True, metadata={
+        'help': 'sample z_g with prior/posterior (ablation: false, z_g = mu_g)'})
+    elbo_weight: float = field(default=1.0, metadata={  # beta, sum_g KL_g
+        'help': 'beta: weight of ELBO_pos + ELBO_neg'})
 
 
 @dataclass
@@ -199,8 +204,8 @@ class EmotionContextEncoder(nn.Module):
 
     def __init__(self, size):
         super().__init__()
-        self.merge_hidden = nn.Linear(size.d_model, size.d_model, bias=False)
-        self.merge_emotion = nn.Linear(size.d_model, size.d_model, bias=False)
+        self.merge_hidden = nn.Linear(size.embedding_size, size.embedding_size, bias=False)
+        self.merge_emotion = nn.Linear(size.embedding_size, size.embedding_size, bias=False)
         self.encoder = size.encoder(project_input=False)
 
     def forward(self, hidden: torch.Tensor, emotion: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -214,7 +219,7 @@ class MimeEncoder(nn.Module):
     def __init__(self, words, size, padding_idx=0, n_speakers=2, latent_dim=None, mimicry=True,
                  grouping=True, stochastic=True, reference_tags=True):
         super().__init__()
-        d_model = size.d_model
+        d_model = size.embedding_size
         self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
         self.pool_padding = size.conv_over_padding
         self.padding_idx = padding_idx
@@ -297,12 +302,12 @@ class Mime(GeneratorModel):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         size = config.size
-        words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
+        words = words or WordEmbedding(vocab_size, size.embedding_size, padding_idx)
         self.encoder = MimeEncoder(words, size, padding_idx, config.n_speakers,
-                                   config.latent_dim or size.d_model, config.mimicry,
-                                   config.grouping, config.stochastic, config.reference_tags)
+                                   config.latent_size or size.embedding_size, config.mimicry,
+                                   config.emotion_grouping, config.stochastic, config.reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
-        self.cls_weight, self.elbo_weight = config.cls_weight, config.elbo_weight  # alpha, beta
+        self.cls_weight, self.elbo_weight = config.emotion_loss_weight, config.elbo_weight  # alpha, beta
         self.response_weight = config.response_weight  # gamma
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 

@@ -5,9 +5,10 @@ state (c = H_0). Built from the same blocks as MIME (embeddings, transformer_blo
 differ only in what sits between the context encoder and the decoder.
 
 Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with ``--multitask``):
-response_weight * label-smoothed response loss summed over tokens + cls_weight * the batch-mean
+response_weight * label-smoothed response loss summed over tokens + emotion_loss_weight * the batch-mean
 emotion cross-entropy.
 """
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -21,6 +22,7 @@ from parlai_empathy.models.generator_interface import (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
 class MultitaskConfig(EmotionTransformerConfig):
     """Multi-TR's settings: the shared ones alone (MIME's layer sizes, MoEL's loss weights)."""
 
@@ -34,7 +36,7 @@ class MultitaskEncoder(nn.Module):
         self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
                                            dropout=size.dropout, reference_tags=reference_tags)
         self.context_encoder = size.encoder(input_dim=words.d_model)
-        self.classifier = nn.Linear(size.d_model, n_emotions)
+        self.classifier = nn.Linear(size.embedding_size, n_emotions)
 
     def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
                 emotion: Optional[torch.Tensor] = None) -> EncoderStates:
@@ -54,11 +56,11 @@ class MultitaskTransformer(GeneratorModel):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         size = config.size
-        words = words or WordEmbedding(vocab_size, size.d_model, padding_idx)
+        words = words or WordEmbedding(vocab_size, size.embedding_size, padding_idx)
         self.encoder = MultitaskEncoder(words, size, padding_idx, config.n_speakers,
                                         reference_tags=config.reference_tags)
         self.decoder, self.output = build_response_side(words, vocab_size, size)
-        self.cls_weight = config.cls_weight
+        self.cls_weight = config.emotion_loss_weight
         self.response_weight = config.response_weight
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 

@@ -36,7 +36,8 @@ reordering.
 Masks: ``keep`` tensors are ``[B, S]`` booleans, True at real tokens.
 """
 import math
-from typing import Dict, NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -271,28 +272,40 @@ def reorder_cache(cache, indices):
     return cache
 
 
-class TransformerSize(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class TransformerSize:
     """Layer sizes. The defaults are MIME's paper/reference configuration (D_h = 300, one layer,
-    2 heads, attention width 40, FFN width 50, convolution width 3), also Multi-TR's."""
+    2 heads, attention width 40, FFN width 50, convolution width 3), also Multi-TR's. The field
+    names are the agents' option names; ``help`` is the option's help text."""
 
-    d_model: int = 300
+    embedding_size: int = field(default=300, metadata={'help': 'D_h, the model width (paper: 300)',
+                                                       'aliases': ('-esz',)})
     n_heads: int = 2
-    attn_dim: int = 40
-    ffn_dim: int = 50
+    attention_size: int = field(default=40, metadata={
+        'help': 'total key/value width of attention (MIME reference: 40)'})
+    ffn_size: int = field(default=50, metadata={'help': 'FFN width (MIME reference: 50)'})
     n_layers: int = 1
     dropout: float = 0.0
-    ffn_kernel: int = 3
-    max_positions: int = 1024
-    ffn_final_relu: bool = True
-    conv_over_padding: bool = False  # the reference's padding (a deviation of ours, see the top)
+    ffn_kernel: int = field(default=3, metadata={
+        'help': 'width of the feed-forward convolutions (reference: 3; 1 = linear)'})
+    # the agent sizes the timing signal to its truncation lengths
+    max_positions: int = field(default=1024, metadata={'option': False})
+    ffn_final_relu: bool = field(default=True, metadata={
+        'help': "a ReLU after the feed-forward layer's last convolution too, as the "
+        "reference's PositionwiseFeedForward applies it (default: true for a new model; "
+        'a model saved without this option keeps the form it was trained with, none)'})
+    conv_over_padding: bool = field(default=False, metadata={  # a deviation of ours, see the top
+        'help': "the reference's padding: encoder convolutions run over padded positions "
+        "and MIME's posterior averages them (ours by default: padding is zeroed and "
+        "skipped, so a token's features do not depend on its batch)"})
 
     def encoder(self, input_dim=None, project_input=True):
-        return TransformerEncoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
+        return TransformerEncoder(self.embedding_size, self.n_heads, self.attention_size, self.ffn_size,
                                   self.n_layers, self.dropout, self.ffn_kernel, input_dim,
                                   self.max_positions, project_input, self.ffn_final_relu,
                                   self.conv_over_padding)
 
     def decoder(self, input_dim=None):
-        return TransformerDecoder(self.d_model, self.n_heads, self.attn_dim, self.ffn_dim,
+        return TransformerDecoder(self.embedding_size, self.n_heads, self.attention_size, self.ffn_size,
                                   self.n_layers, self.dropout, self.ffn_kernel, input_dim,
                                   self.max_positions, self.ffn_final_relu)

@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PARLAI := $(VENV)/bin/parlai
 DEMO_DIR ?= /tmp/parlai_empathy_demo
 
-.PHONY: install reinstall demo demo-run test clean browser
+.PHONY: install reinstall demo demo-run test test-fast clean browser
 
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
 	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser')"
@@ -91,6 +91,12 @@ browser:
 TEST_WORKERS ?= 2
 test: install browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
+
+# The edit loop's tier: the in-process model, metric, data and evidence tests, without the four
+# markers of pyproject.toml (the parlai command, the browser, the long tests, the diagnostics).
+FAST := not cli and not browser and not slow and not diagnostic
+test-fast: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs -m "$(FAST)" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
 
 clean:
 	rm -rf build *.egg-info $(VENV)

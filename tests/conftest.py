@@ -3,11 +3,13 @@
 Tests read the shared data sets (never copies in the repo): ``PARLAI_EMPATHY_ED_DIR`` /
 ``PARLAI_EMPATHY_GOEMOTIONS_DIR`` when set, else ``<repo>/../shared/data/...`` as CI lays it out.
 """
+
 import contextlib
 import fcntl
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -28,6 +30,76 @@ def install_lock(shared=False):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# Markers (registered in pyproject.toml) by what a test needs; `make test-fast` leaves out all
+# four. They are assigned here, from one table, so that a test file carries no bookkeeping:
+# a test that asks for the ``run_parlai`` fixture is ``cli`` and one that asks for ``browser``
+# (headless Chromium) is ``browser`` wherever they sit; the table adds what no fixture shows
+# (commands run through a file's own helpers or in a module fixture, the long tests, the tests
+# of scripts outside the package). Keys are test file names, ``file::test`` for one test of a
+# file, or ``file::test[param]`` for one of its parametrizations.
+FIXTURE_MARKS = {'run_parlai': 'cli', 'browser': 'browser'}
+TABLE_MARKS = {
+    # the parlai command (or `python -m parlai`) runs in a fixture every test of the file needs:
+    # tiny trained models (tiny_models), a tiny ranker, ParlAI world logs (humaneval_helpers)
+    'test_bert_ranker_cli.py': ('cli',),
+    'test_chat.py': ('cli',),
+    'test_ethreed_cli.py': ('cli', 'slow'),
+    'test_humaneval_abuse.py': ('cli',),
+    'test_humaneval_browser.py': ('cli', 'browser'),
+    'test_humaneval_server.py': ('cli',),
+    'test_humaneval_units.py': ('cli',),
+    'test_journey_humaneval.py': ('cli', 'browser', 'slow'),
+    'test_model_zoo.py': ('cli', 'slow'),
+    'test_offline_hub.py': ('cli',),
+    'test_prompt_robustness.py': ('cli',),
+    'test_safe_loading.py': ('cli', 'slow'),
+    'test_script_help.py': ('cli',),
+    'test_sharded_eval.py': ('cli', 'slow'),
+    'test_demo.py': ('cli', 'slow'),
+    'test_readme_commands.py': ('cli', 'slow'),
+    'test_emotions_tagging.py::test_command_killed_mid_run_resumes': ('cli',),
+    'test_emotions_tagging.py::test_tag_ed_on_a_folder_without_examples_ends_with_the_file_error_alone': ('cli',),
+    # in-process but long: over 20 s each on a shared 2-core machine (pytest --durations)
+    'test_cache_race.py': ('slow',),  # processes started together on one cache, each loading models
+    'test_leaderboard.py::test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry': ('slow',),
+    'test_emotions_patterns.py::test_patterns_teacher_serves_the_subset': ('slow',),
+    'test_emotions_patterns.py::test_min_lift_auto_is_the_lowest_grid_lift_leaving_43_percent_without': ('slow',),
+    'test_emotions_patterns.py::test_subsets_fractions_disjoint_pools_and_reproducible': ('slow',),
+    # the whole ED test split sharded: two workers stay in the fast tier, three and eight are slow
+    'test_metrics_merge.py::test_sharded_reports_add_up_to_the_one_worker_figures[3]': ('slow',),
+    'test_metrics_merge.py::test_sharded_reports_add_up_to_the_one_worker_figures[8]': ('slow',),
+    # scripts outside the installed package: the projects' diagnostics, bench/, tools/
+    'test_bench_emotion_per_label.py': ('diagnostic',),
+    'test_bench_ppl_by_conversation.py': ('diagnostic',),
+    'test_reference_curve_init.py': ('diagnostic',),
+    'test_reference_speed.py': ('diagnostic', 'slow'),
+    'test_humaneval_load.py': ('diagnostic', 'cli', 'slow'),
+    'test_gpu_runbook.py': ('diagnostic',),
+    'test_gpu_runbook.py::test_cpu_tiny_runs_the_runbook_end_to_end': ('cli', 'slow'),
+    'test_slurm.py': ('diagnostic', 'cli', 'slow'),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(config, items):
+    modules = {}
+    for item in items:
+        names = set(getattr(item, 'fixturenames', ()))
+        marks = {mark for fixture, mark in FIXTURE_MARKS.items() if fixture in names}
+        test = getattr(item, 'originalname', item.name)
+        for key in (item.path.name, f'{item.path.name}::{test}', f'{item.path.name}::{item.name}'):
+            marks.update(TABLE_MARKS.get(key, ()))
+        for mark in sorted(marks):
+            item.add_marker(mark)
+        if getattr(item, 'module', None) is not None:
+            modules[item.path.name] = item.module
+    # a renamed test would silently lose its marks
+    pairs = [key.split('[')[0].split('::') for key in TABLE_MARKS if '::' in key]
+    stale = [f'{file}::{test}' for file, test in pairs if file in modules and not hasattr(modules[file], test)]
+    if stale:
+        warnings.warn(f'tests/conftest.py TABLE_MARKS names tests that do not exist: {", ".join(stale)}', stacklevel=2)
 
 
 def _data_dir(env, name):
@@ -57,9 +129,11 @@ def run_parlai(tmp_path, ed_dir):
     """Run the stock ``parlai`` CLI (or any command) of this venv; returns CompletedProcess."""
 
     def run(*args, check=True, env=None, timeout=600, input=None):
-        command = [os.path.join(VENV_BIN, 'parlai')] + [str(a) for a in args] if args[0] != 'python' else [
-            sys.executable
-        ] + [str(a) for a in args[1:]]
+        command = (
+            [os.path.join(VENV_BIN, 'parlai')] + [str(a) for a in args]
+            if args[0] != 'python'
+            else [sys.executable] + [str(a) for a in args[1:]]
+        )
         full_env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, **(env or {}))
         full_env.setdefault('HF_HUB_OFFLINE', '1')
         done = subprocess.run(
@@ -67,7 +141,8 @@ def run_parlai(tmp_path, ed_dir):
         )
         if check and done.returncode != 0:
             raise AssertionError(
-                f'{command} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}'
+                f'{command} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}'
+                f'\n--- stderr\n{done.stderr[-6000:]}'
             )
         return done
 

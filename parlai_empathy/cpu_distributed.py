@@ -11,9 +11,10 @@ Rendezvous: ParlAI initializes with ``init_method='tcp://HOST:PORT'``, whose sto
 interface. On CPU the primary worker instead binds the store's socket to the address HOST resolves
 to (127.0.0.1 for ``localhost`` and a one-node cluster), and the group is built on that store.
 
-Importing this module registers the repairs with :mod:`parlai_empathy.compat` (import-light: torch
-is only imported when a repaired ParlAI module is). For every process, including spawned workers,
-the import must happen at start-up, i.e. from ``parlai_empathy.compat`` itself.
+Importing this module changes nothing; :func:`install` arms the repairs through
+:func:`parlai_empathy.compat.repair` (import-light: torch is only imported when a repaired ParlAI
+module is). The start-up hook (:mod:`parlai_empathy.startup`) calls it in every process that
+imports ParlAI, spawned workers included.
 
 Teardown: torch's gloo process group joins its worker threads in its C++ destructor, which runs
 with the GIL held (the last reference usually goes with DDP's reducer, when the train loop is
@@ -38,7 +39,7 @@ import contextlib
 import socket
 from urllib.parse import urlsplit
 
-from parlai_empathy.compat import _ModuleView, _repairs_for
+from parlai_empathy.compat import _ModuleView, repair
 
 # gloo process groups whose destruction is left to interpreter shutdown (see the module docstring)
 _GROUPS_KEPT_UNTIL_EXIT = []
@@ -97,7 +98,6 @@ def tcp_store(dist, init_method: str, rank: int, world_size: int, timeout=None):
     return dist.TCPStore(url.hostname, url.port, world_size, True, master_listen_fd=listener.detach(), **kwargs)
 
 
-@_repairs_for('parlai.utils.distributed')
 def _repair_distributed(module):
     torch = module.torch
     if isinstance(torch, _ModuleView) or not _cuda_missing(torch):
@@ -156,5 +156,8 @@ def _repair_ddp_wrapping(module):
     module.torch = _ModuleView(torch, nn=_ModuleView(torch.nn, parallel=parallel))
 
 
-for _agent_module in ('parlai.core.torch_ranker_agent', 'parlai.core.torch_generator_agent'):
-    _repairs_for(_agent_module)(_repair_ddp_wrapping)
+def install() -> None:
+    """Arm the repairs (idempotent); each acts only where CUDA is unavailable."""
+    repair('parlai.utils.distributed', _repair_distributed)
+    for agent_module in ('parlai.core.torch_ranker_agent', 'parlai.core.torch_generator_agent'):
+        repair(agent_module, _repair_ddp_wrapping)

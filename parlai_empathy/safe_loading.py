@@ -10,9 +10,10 @@ opening a shared model file could run code. Here:
   (:func:`parlai_safe_globals`). A file that needs anything else is refused
   (:class:`UnsafeModelFile`, naming the file and what it asked for); a truncated, empty or foreign
   file gives a :class:`ModelFileError` that names the file and says what is wrong with it.
-* ``.opt`` files are read as JSON only: the repair below (armed by :mod:`parlai_empathy.compat`
-  in every process) makes ``Opt.load`` refuse pickled ones, and name the file, line and column of
-  broken JSON.
+* ``.opt`` files are read as JSON only: the repair below (armed by :func:`install`, which the
+  start-up hook calls in every process that imports ParlAI) makes ``Opt.load`` refuse pickled
+  ones, and name the file, line and column of broken JSON. A JSON ``.opt``, the only kind ParlAI
+  1.7.2 writes, loads exactly as before.
 
 * A model folder is opened by the agent its ``.opt`` names, and only the project's agents load
   weights-only: :func:`check_model_trust` reads that ``model`` field as JSON (importing nothing it
@@ -30,7 +31,7 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
-from parlai_empathy.compat import _ModuleView, _repairs_for
+from parlai_empathy.compat import _ModuleView, repair
 
 ZIP_MAGIC = b'PK\x03\x04'
 
@@ -158,7 +159,6 @@ def _refuse_pickled_opt(handle, *args, **kwargs):
         'load it with pickle and save it with parlai.core.opt.Opt(...).save(path).')
 
 
-@_repairs_for('parlai.core.opt')
 def _repair_opt(module):
     if isinstance(module.json, _ModuleView):
         return
@@ -340,7 +340,6 @@ def add_trust_flag(parser, opt_in: bool = True):
     return parser
 
 
-@_repairs_for('parlai.core.params')
 def _repair_model_name(module):
     """``get_model_name`` reads the ``model`` of ``-mf``'s ``.opt`` for the parser, which imports it
     next: for a command of ours (its options hold ``trust_model_file``) the file is checked first."""
@@ -363,3 +362,10 @@ def _repair_model_name(module):
 
     get_model_name._empathy_trust_checked = True
     module.get_model_name = get_model_name
+
+
+def install() -> None:
+    """Arm the two repairs of ParlAI's loading (idempotent): ``Opt.load`` reads JSON only, and the
+    parser of a command of ours checks a model folder's agent before it imports it."""
+    repair('parlai.core.opt', _repair_opt)
+    repair('parlai.core.params', _repair_model_name)

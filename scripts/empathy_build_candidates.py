@@ -8,14 +8,15 @@ at most ``--max-tokens`` tokens (20 in Rashkin et al.'s code; 0 keeps all). Pass
 it), and an existing one is reused.
 """
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import response_pool
 from parlai_empathy.data.file_errors import exit_on_data_errors
 
 
 @register_script('empathy_build_candidates')
-class EmpathyBuildCandidates(ParlaiScript):
+class EmpathyBuildCandidates(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(False, False, 'Build the ED train listener-response pool for fixed-candidate retrieval')

@@ -8,14 +8,15 @@ Each reply shows the emotion the model read in your message (ETHREED: the speake
 tracks and the one planned for its reply). See :mod:`parlai_empathy.chat`.
 """
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 from parlai.utils import logging
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_chat')
-class EmpathyChat(ParlaiScript):
+class EmpathyChat(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Chat with a parlai-empathy model in the browser')

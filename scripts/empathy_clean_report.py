@@ -1,14 +1,15 @@
 """``parlai empathy_clean_report``: print (and write) the ED cleaning report of each split."""
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.tasks.ed import clean_report_dir
 
 
 @register_script('empathy_clean_report')
-class EmpathyCleanReport(ParlaiScript):
+class EmpathyCleanReport(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Print the EmpatheticDialogues cleaning report')

@@ -16,6 +16,8 @@ from parlai.core.script import register_script
 import parlai.scripts.distributed_eval as parlai_distributed_eval
 import parlai.scripts.distributed_train as parlai_distributed_train
 
+from parlai_empathy.commands import prepare
+
 
 def world_size_from_slurm(opt) -> None:
     """Fill ``distributed_world_size`` from ``SLURM_NTASKS``; a given size must agree with it."""
@@ -32,6 +34,10 @@ def world_size_from_slurm(opt) -> None:
 
 @register_script('distributed_train', hidden=True)
 class DistributedTrain(parlai_distributed_train.DistributedTrain):
+    @classmethod
+    def setup_args(cls):
+        return prepare(super().setup_args())  # each option listed once in --help
+
     def run(self):
         world_size_from_slurm(self.opt)
         return super().run()
@@ -39,6 +45,10 @@ class DistributedTrain(parlai_distributed_train.DistributedTrain):
 
 @register_script('distributed_eval', hidden=True)
 class DistributedEval(parlai_distributed_eval.DistributedEval):
+    @classmethod
+    def setup_args(cls):
+        return prepare(super().setup_args())  # each option listed once in --help
+
     def run(self):
         world_size_from_slurm(self.opt)
         return super().run()

@@ -8,8 +8,9 @@
     parlai empathy_humaneval_analyze --db task.db --outdir results/
 """
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.humaneval import providers
 from parlai_empathy.humaneval.db import TaskDB
 
@@ -21,7 +22,7 @@ def _parser(description: str) -> ParlaiParser:
 
 
 @register_script('empathy_humaneval_build')
-class HumanEvalBuild(ParlaiScript):
+class HumanEvalBuild(EmpathyScript):
     """Build a Likert or A/B rating task from eval_model world logs or ACUTE pairings."""
 
     @classmethod
@@ -77,7 +78,7 @@ class HumanEvalBuild(ParlaiScript):
 
 
 @register_script('empathy_humaneval_links')
-class HumanEvalLinks(ParlaiScript):
+class HumanEvalLinks(EmpathyScript):
     """Create local workers and print one private, signed link each (for pilots)."""
 
     @classmethod
@@ -99,7 +100,7 @@ class HumanEvalLinks(ParlaiScript):
 
 
 @register_script('empathy_humaneval_serve')
-class HumanEvalServe(ParlaiScript):
+class HumanEvalServe(EmpathyScript):
     """Serve the worker and admin pages (binds 127.0.0.1 unless --host says otherwise)."""
 
     @classmethod
@@ -162,7 +163,7 @@ class HumanEvalServe(ParlaiScript):
 
 
 @register_script('empathy_humaneval_mturk')
-class HumanEvalMTurk(ParlaiScript):
+class HumanEvalMTurk(EmpathyScript):
     """Post ExternalQuestion HITs for a served task on MTurk (sandbox by default)."""
 
     @classmethod
@@ -199,7 +200,7 @@ class HumanEvalMTurk(ParlaiScript):
 
 
 @register_script('empathy_humaneval_analyze')
-class HumanEvalAnalyze(ParlaiScript):
+class HumanEvalAnalyze(EmpathyScript):
     """Tables (mean ± SEM or win/lose/tie %), agreement (Fleiss/Cohen kappa) and plots."""
 
     @classmethod

@@ -8,12 +8,13 @@ import os
 
 from parlai.core.agents import create_agent
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
 
 
 @register_script('empathy_init_model')
-class EmpathyInitModel(ParlaiScript):
+class EmpathyInitModel(EmpathyScript):
     @classmethod
     def setup_args(cls):
         return add_trust_flag(ParlaiParser(True, True, 'Save a model file without training (zero-shot baselines)'))

@@ -21,12 +21,13 @@ import subprocess
 import sys
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_package_model')
-class EmpathyPackageModel(ParlaiScript):
+class EmpathyPackageModel(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Package a trained model: release archive, sha256, model card')

@@ -10,8 +10,9 @@ import os
 from dataclasses import replace
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import patterns, subsets
@@ -20,7 +21,7 @@ from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params
 
 
 @register_script('empathy_patterns')
-class EmpathyPatterns(ParlaiScript):
+class EmpathyPatterns(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Emotion-interaction patterns of GoEmotions-tagged ED')

@@ -12,7 +12,9 @@ writes the report as JSON.
 import json
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+
+from parlai_empathy.commands import EmpathyScript
 
 NO_BERTSCORE = 'none'
 MINILM = 'minilm'
@@ -55,7 +57,7 @@ def bertscore_from_opt(opt):
 
 
 @register_script('empathy_score', hidden=False)
-class EmpathyScore(ParlaiScript):
+class EmpathyScore(EmpathyScript):
     @classmethod
     def setup_args(cls):
         return setup_args()

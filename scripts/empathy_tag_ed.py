@@ -8,7 +8,8 @@ Probabilities and thresholded labels go to a versioned cache beside ParlAI's bui
 resumes where it stopped; a finished cache is reused as is.
 """
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 
 from parlai_empathy.data import ed_source
@@ -20,7 +21,7 @@ from parlai_empathy.models.precision import bf16_option, resolve_bf16
 
 
 @register_script('empathy_tag_ed')
-class EmpathyTagED(ParlaiScript):
+class EmpathyTagED(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)')

@@ -12,12 +12,13 @@ before and after, in ``M.thresholds.json``.
 import json
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_tune_thresholds')
-class EmpathyTuneThresholds(ParlaiScript):
+class EmpathyTuneThresholds(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Tune per-label thresholds of a multi-label emotion tagger on dev')

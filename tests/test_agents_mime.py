@@ -251,7 +251,7 @@ def test_flattened_contexts_keep_their_speakers():
 
 def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
     """ParlAI 1.7.2 restores only the epoch of the last validation on resuming, so ``-vstep 3``
-    would validate again at the resumed run's first update (5); compat restores the update count
+    would validate again at the resumed run's first update (5); the project's training loop restores the update count
     too, and the resumed run validates at 6, on the grid. The end of each run's schedule (4, then 7)
     is validated too: ParlAI checks its budget before its validation schedule, so the last updates
     of a fixed schedule would never be validated."""
@@ -304,7 +304,7 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
 def test_a_run_resumed_under_another_validation_metric_recomputes_its_best(run_parlai, tmp_path):
     """Saved under ``-vmt exs -vmm max`` (best 8), resumed under ``-vmt ppl -vmm min``: ParlAI
     would compare the new PPLs with 8 (never beaten: the best stays 8 and no model is saved);
-    compat recomputes the best from the earlier validations' ``ppl`` and says so."""
+    the project's training loop recomputes the best from the earlier validations' ``ppl`` and says so."""
     import json
 
     model_file = tmp_path / 'model'
@@ -329,7 +329,7 @@ def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run
     ``--save-every-n-secs`` alone allows), a run resumes from the older checkpoint, whose best
     figure predates that model: ParlAI would let a worse repeated validation overwrite the model
     file, and a resumed run that never beats its best would end by saving its last weights over it.
-    compat keeps the model file's best and the file itself (and our agents default to
+    the project's training loop keeps the model file's best and the file itself (and our agents default to
     ``--save-after-valid``, which leaves no such gap), and the run's final reports are of that
     file."""
     import json

@@ -1,4 +1,4 @@
-"""parlai_empathy.compat repairs ParlAI 1.7.2 for torch 2.13 / numpy 2 / setuptools>=81."""
+"""parlai_empathy.compat: the version shims ParlAI 1.7.2 needs on torch 2.13 / numpy 2 / setuptools>=81."""
 import subprocess
 import sys
 import textwrap
@@ -35,7 +35,7 @@ def test_torch_and_numpy_themselves_are_untouched():
     import parlai.core.dict
     import parlai.nn.lr_scheduler
 
-    compat.apply()
+    compat.install()
     assert 'verbose' not in torch.optim.lr_scheduler.ReduceLROnPlateau.__init__.__code__.co_varnames
     assert not hasattr(np, 'int')
     assert parlai.core.dict.np.int is int
@@ -71,55 +71,3 @@ def test_pkg_resources_stand_in_when_setuptools_has_none():
     )
     exists, missing, path = out.split()
     assert (exists, missing) == ('True', 'False') and path.endswith('opt_presets/docs.py')
-
-
-def test_replay_validations_follows_train_loop_bookkeeping():
-    from parlai_empathy.compat import replay_validations
-
-    reports = [{'train_steps': s, 'ppl': p, 'acc': a}
-               for s, p, a in [(1000, 50.0, 0.1), (2000, 40.0, 0.3), (3000, 41.0, 0.2), (4000, 42.0, 0.25)]]
-    assert replay_validations(reports, 'ppl', -1) == (40.0, 2)
-    assert replay_validations(reports, 'acc', 1) == (0.3, 2)
-    # --count-validations-after: validations at or before it start the bookkeeping afresh
-    assert replay_validations(reports, 'ppl', -1, count_after=2000) == (41.0, 1)
-    assert replay_validations(reports, 'ppl', -1, count_after=4000) == (None, 0)
-    assert replay_validations(reports + [{'train_steps': 5000}], 'ppl', -1) is None
-
-
-def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
-    """``--seed`` is set before the model is built (ParlAI 1.7.2 seeds after), so two runs with
-    the same seed train the same weights and another seed trains others."""
-    from parlai_empathy.safe_loading import load_checkpoint
-
-    def weights(name, seed):
-        model_file = tmp_path / name / 'model'
-        run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                   '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
-                   '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '--max-train-steps', 2,
-                   '-vme', 8, '--short-final-eval', 'true', '--skip-generation', 'true', '--seed', seed)
-        return load_checkpoint(str(model_file))['model']
-
-    first, again, other = weights('a', 5), weights('b', 5), weights('c', 6)
-    assert first.keys() == again.keys() == other.keys()
-    assert all(torch.equal(first[k], again[k]) for k in first)
-    assert not all(torch.equal(first[k], other[k]) for k in first)
-
-
-def test_a_schedule_that_ends_by_its_linear_learning_rate_is_validated_at_its_end(run_parlai, tmp_path):
-    """ParlAI's linear schedule ends training by an exception out of the world's parley, before the
-    loop's budget check and its validation: the last stretch was trained and thrown away (the model
-    stayed the last validated one). Its end is validated too, and a better end becomes the model."""
-    model_file = tmp_path / 'model'
-    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                      '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
-                      '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '-lr', 1e-3,
-                      '--lr-scheduler', 'linear', '--warmup-updates', 0, '--max-train-steps', 6, '-vstep', 4,
-                      '-vme', 8, '-vmt', 'ppl', '-vmm', 'min', '--short-final-eval', 'true',
-                      '--skip-generation', 'true')
-    log = done.stdout + done.stderr
-    assert 'End of Linear LR Schedule' in log
-    assert 'the training schedule ends at 6 updates: validating its last weights' in log
-    import json
-
-    stats = json.loads((tmp_path / 'model.trainstats').read_text())
-    assert [report['total_train_updates'] for report in stats['valid_reports']] == [4, 6]

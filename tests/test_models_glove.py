@@ -91,7 +91,7 @@ TINY_ETHREED = ['-m', 'empathy/ethreed', '--embedding-size', 16, '--hidden-size'
 
 
 def _train_log(run_parlai, folder, *args):
-    # one update: the schedule's end is then validated at the run's first update (compat's repair)
+    # one update: the schedule's end is then validated at the run's first update (the project's training loop)
     done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', folder / 'model',
                       '-bs', 4, '--max-train-steps', 1, '-vme', 4, '--short-final-eval', 'true',
                       '--skip-generation', 'true', '--dict-maxtokens', 500, *args)

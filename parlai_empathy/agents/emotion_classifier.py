@@ -57,7 +57,7 @@ def decision_threshold(opt):
     tensor when there is one per class."""
     threshold = classifier_files.decision_threshold(opt)
     if isinstance(threshold, list):
-        if opt.get('classes') is not None and len(threshold) != len(opt['classes']):
+        if opt.get('classes') and len(threshold) != len(opt['classes']):
             raise ValueError(f'{len(threshold)} tuned thresholds for {len(opt["classes"])} classes: re-run '
                              '`parlai empathy_tune_thresholds -mf MODEL`')
         return torch.tensor(threshold)
@@ -149,6 +149,10 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
             validation_metric='macro_f1',
             validation_metric_mode='max',
             history_size=1,  # the input is one text (see _set_text_vec); keep no dialogue history
+            # "not given" is an empty list, not None: the agent fills it from the teacher when it is
+            # built, but ParlAI compares a resumed run's options with its checkpoint's before that, and
+            # its comparison raises TypeError on a list option that is None
+            classes=[],
         )
         # batch 16 for training and evaluation, never at the interactive prompt (a batch of 16 chats
         # reading one console: no reply is shown and [EXIT] ends in a traceback)
@@ -170,7 +174,7 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
     @staticmethod
     def _classes_from_task(opt):
         """Fill ``--classes`` / ``--multilabel`` from the teacher when the user left them out."""
-        need_classes = opt.get('classes') is None and opt.get('classes_from_file') is None
+        need_classes = not opt.get('classes') and opt.get('classes_from_file') is None
         if not (need_classes or opt.get('multilabel') is None) or not opt.get('task'):
             return
         teacher = load_teacher_module(opt['task'].split(',')[0])

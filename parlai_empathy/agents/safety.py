@@ -1,4 +1,4 @@
-"""What every agent of the project shares to be safe to open and safe at the prompt.
+"""What every agent of the project shares: safe to open, safe at the prompt, our training loop.
 
 :class:`SafeAgentMixin` goes first in an agent's bases (``class MimeAgent(SafeAgentMixin, ...)``):
 
@@ -15,11 +15,14 @@
   blank message is answered with :data:`EMPTY_INPUT_REPLY` without running the model, and leaves
   no trace in the dialogue history (a message with a label, as in evaluation, is scored as usual);
 * ``parlai interactive``, ``eval_model -d`` and ``display_model`` show the emotion fields of the
-  replies (``display_fields``: ``--display-add-fields`` by default; a given value replaces it).
+  replies (``display_fields``: ``--display-add-fields`` by default; a given value replaces it);
+* built by ``parlai train_model``'s loop, the agent gives that loop the project's training
+  behaviour (:mod:`parlai_empathy.agents.training_loop`; a stock agent's loop is left alone).
 """
 import os
 import sys
 
+from parlai_empathy.agents import training_loop
 from parlai_empathy.safe_loading import ModelFileError, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
@@ -79,6 +82,7 @@ class SafeAgentMixin:
             resolve_model_dir_paths(opt)
             if opt.get('interactive_mode'):
                 tolerate_undecodable_stdin()
+            training_loop.attach(opt)  # before the model is built: --seed fixes its weights
         return super().__new__(cls)
 
     def observe(self, observation):

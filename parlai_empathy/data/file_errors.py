@@ -39,6 +39,11 @@ class DataNotFound(FileNotFoundError):
     """A data file or folder that is not there; the message says where it was looked for."""
 
 
+class DataSourceError(Exception):
+    """An error of another data source a teacher reads (an emotion tag cache, a classifier's
+    files), whose message says itself what to run; the sources subclass it."""
+
+
 def no_examples(path, why: str) -> DataFileError:
     return DataFileError(path, None, None, f'no examples ({why})')
 
@@ -115,13 +120,7 @@ class DataFileExit(SystemExit):
         self.error = error
 
 
-def _data_errors():
-    errors = [DataFileError, DataNotFound]
-    # errors of the other data sources a teacher reads, which say themselves what to run
-    from parlai_empathy.emotions.tag_cache import TagCacheError
-    from parlai_empathy.emotions.classifier_files import ClassifierFilesError
-
-    return tuple(errors + [TagCacheError, ClassifierFilesError])
+_DATA_ERRORS = (DataFileError, DataNotFound, DataSourceError)
 
 
 @contextlib.contextmanager
@@ -131,7 +130,7 @@ def exit_on_data_errors():
     except DataFileExit:
         raise
     except Exception as err:
-        if isinstance(err, _data_errors()):
+        if isinstance(err, _DATA_ERRORS):
             raise DataFileExit(err) from None
         raise
 

@@ -12,7 +12,7 @@ from typing import List
 
 import torch
 
-from parlai_empathy.data.file_errors import DataFileError, decode_line, read_lines
+from parlai_empathy.data.file_errors import DataFileError, DataSourceError, decode_line, read_lines
 from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
 from parlai_empathy.safe_loading import ModelFileError, parse_opt_text
@@ -27,7 +27,7 @@ def decision_threshold(opt: dict):
     return float(opt.get('multilabel_threshold', DEFAULT_THRESHOLD))
 
 
-class ClassifierFilesError(FileNotFoundError):
+class ClassifierFilesError(DataSourceError, FileNotFoundError):
     """A path that is not a trained emotion classifier."""
 
 
@@ -76,7 +76,7 @@ def read_settings(model_file: str) -> dict:
         if not os.path.exists(needed):
             raise ClassifierFilesError(f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
     opt = _read_opt(model_file + '.opt', hint)
-    if opt.get('classes') is None:
+    if not opt.get('classes'):
         raise ClassifierFilesError(f'{model_file}.opt has no "classes": not an emotion classifier ({hint})')
     settings = dict(
         classes=list(opt['classes']),

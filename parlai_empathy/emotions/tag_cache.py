@@ -23,6 +23,7 @@ import numpy as np
 
 from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data import ed_raw, ed_source
+from parlai_empathy.data.file_errors import DataSourceError
 from parlai_empathy.emotions import inference
 from parlai_empathy.emotions.classifier_files import LoadedClassifier, load_classifier
 
@@ -37,7 +38,7 @@ def default_root(parlai_datapath: str, explicit: Optional[str] = None) -> str:
     return explicit or os.path.join(parlai_datapath, CACHE_SUBDIR)
 
 
-class TagCacheError(RuntimeError):
+class TagCacheError(DataSourceError, RuntimeError):
     """A missing, incomplete or corrupt tag cache; the message says what to run."""
 
 

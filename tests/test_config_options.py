@@ -150,3 +150,75 @@ def test_a_changed_option_reaches_the_config_under_the_same_name():
     parser, _ = _agent_actions('empathy/ethreed')
     opt = _parse(parser, ['--hidden-size', '12', '--emp-policy', 'false', '--emo-track', 'false'])
     assert config_from_opt(EthreedConfig, opt) == EthreedConfig(hidden_size=12, emp_policy=False, emo_track=False)
+
+
+# ----- options that saved models lack: one migration table per agent ------------------------------
+
+def test_migrations_fill_only_what_the_saved_options_lack_in_version_order():
+    from parlai_empathy.agents.config_options import migrate_saved_opt
+
+    tables = {2: {'b': 'two', 'c': 'two'}, 1: {'a': 1, 'b': 'one'}}
+    assert migrate_saved_opt({'a': 5}, tables) == {'a': 5, 'b': 'one', 'c': 'two'}
+    assert migrate_saved_opt({}, {}) == {}
+
+
+def _committed_opts():
+    import glob
+    import json
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path in sorted(glob.glob(os.path.join(root, 'projects', '**', '*.opt'), recursive=True)):
+        with open(path) as f:
+            opt = json.load(f)
+        yield os.path.relpath(path, root), opt
+
+
+def _agent_class(model):
+    from parlai.core.loader import load_agent_module
+
+    return load_agent_module(model)
+
+
+# the options a saved generator's own options decide when unset (``_new_model_flag``)
+SAVED_FORM_OPTIONS = ('embeddings_scale', 'ffn_final_relu', 'reference_tags', 'amsgrad')
+GENERATORS = ('empathy/mime', 'empathy/multitask_transformer', 'empathy/ethreed')
+
+
+def test_every_committed_model_lacking_such_an_option_is_covered_by_its_agents_table():
+    """A committed run's options lacking an option whose saved form differs from a new model's:
+    the agent's migration table says what that run had, so loading its options again gives the
+    form it was trained with."""
+    seen = 0
+    for path, opt in _committed_opts():
+        if opt.get('model') not in GENERATORS:
+            continue
+        table = {}
+        for values in _agent_class(opt['model']).OPT_MIGRATIONS.values():
+            table.update(values)
+        for key in SAVED_FORM_OPTIONS:
+            if key == 'amsgrad' or opt['model'] != 'empathy/ethreed':
+                seen += 1
+                assert key in opt or key in table, f'{path}: {key} is neither saved nor migrated'
+    assert seen
+
+
+def test_upgrade_opt_gives_a_saved_model_what_it_had():
+    from parlai.core.opt import Opt
+
+    saved = {'inference': 'beam', 'beam_size': 5}  # what ParlAI's own upgrades read
+
+    mime = _agent_class('empathy/mime').upgrade_opt(Opt({**saved, 'ffn_final_relu': True}))
+    assert (mime['ffn_final_relu'], mime['reference_tags'], mime['embeddings_scale'], mime['amsgrad']) == \
+        (True, False, False, True)
+    ethreed = _agent_class('empathy/ethreed').upgrade_opt(Opt(saved))
+    assert ethreed['amsgrad'] is True
+
+
+def test_the_rankers_committed_models_saved_the_options_whose_fallbacks_were_retired():
+    """The ranker keeps no migration table: every committed ranker run saved these options."""
+    retired = ('add_special_tokens', 'truncate_side', 'turn_separator', 'freeze_word_embeddings')
+    rankers = [(path, opt) for path, opt in _committed_opts() if opt.get('model') == 'empathy/bert_ranker']
+    assert rankers
+    for path, opt in rankers:
+        assert all(key in opt for key in retired), path

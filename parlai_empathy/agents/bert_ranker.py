@@ -37,7 +37,6 @@ Our CPU recipe for all-MiniLM-L6-v2 names its options instead (``projects/*/tabl
 restore what earlier versions did by default: ``--projection-dim 0 --add-special-tokens true
 --truncate-side left --turn-separator none --freeze-word-embeddings false --gradient-clip 0.1
 --validation-every-n-epochs -1``.
-Models saved before these options existed load with those earlier behaviours (``upgrade_opt``).
 
 * Training: ``--candidates batch`` (in-batch negatives, a softmax over the batch). Larger batches
   give more negatives per example: the paper used 256, Metz & You 32. ``--negatives-chunk N``
@@ -84,9 +83,6 @@ DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offli
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
 PAPER_BATCH_SIZE = 256
 NO_SEPARATOR = ('', 'none')  # --turn-separator values that join turns as text (--context-delimiter)
-# what a model saved before these options existed did: upgrade_opt gives them to its options
-EARLIER_BEHAVIOUR = {'add_special_tokens': True, 'truncate_side': 'left', 'turn_separator': 'none',
-                     'freeze_word_embeddings': False}
 EMOTION_MEMO_SIZE = 200_000  # texts whose EmoPrepend prefix is kept in memory (the ED pool: ~60k)
 
 
@@ -212,21 +208,13 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         training_defaults(parser, partial_opt, PAPER_BATCH_SIZE)
         return parser
 
-    @classmethod
-    def upgrade_opt(cls, opt_from_disk: Opt) -> Opt:
-        """A model saved before an option existed keeps the behaviour it was trained with."""
-        opt_from_disk = super().upgrade_opt(opt_from_disk)
-        for key, value in EARLIER_BEHAVIOUR.items():
-            opt_from_disk.setdefault(key, value)
-        return opt_from_disk
-
     def __init__(self, opt: Opt, shared=None):
         if not shared:  # --bf16 auto: what this machine multiplies natively, saved as true/false
             resolve_bf16_option(opt)
         # set before TorchRankerAgent.__init__, which vectorizes the fixed candidates
         self.emo_classifier = None
         # with a classifier but k = 0 nothing is prepended: replies only show its emotion
-        self._prepending = opt.get('emo_prepend_k', 0) > 0
+        self._prepending = opt['emo_prepend_k'] > 0
         if self._prepending or opt.get('emo_classifier_file'):
             self.emo_classifier = shared['emo_classifier'] if shared else self._load_emotion_classifier(opt)
         # one memo for the agent and all its batch copies: ParlAI vectorizes each example in the
@@ -260,16 +248,16 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             pad_id=self.NULL_IDX,
             pooling=self.opt['pooling'],
             projection_dim=self.opt['projection_dim'],
-            similarity=self.opt.get('similarity') or 'dot',
-            cosine_scale=self.opt.get('cosine_scale') or DEFAULT_COSINE_SCALE,
+            similarity=self.opt['similarity'],
+            cosine_scale=self.opt['cosine_scale'],
         )
         separator = self.turn_separator_id
         if separator is not None and UNUSED_TOKEN.fullmatch(self.opt['turn_separator']):
             model.redraw_token_embeddings([separator])  # trained weights, if any, are loaded after this
-        if self.opt.get('freeze_word_embeddings'):
+        if self.opt['freeze_word_embeddings']:
             model.freeze_word_embeddings()  # before TorchRankerAgent builds the optimizer
-        model.set_bf16(self.opt.get('bf16', False))
-        model.set_fused_inference(self.opt.get('fused_inference', True))
+        model.set_bf16(self.opt['bf16'])
+        model.set_fused_inference(self.opt['fused_inference'])
         datatype = self.opt.get('datatype', '')
         # `parlai interactive` keeps the default datatype "train": interactive mode never trains
         inference_only = 'train' not in datatype or 'evalmode' in datatype or self.opt.get('interactive_mode')
@@ -290,7 +278,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def turn_separator_id(self) -> Optional[int]:
         """The vocabulary id of ``--turn-separator``; None when turns are joined as text."""
         if not hasattr(self, '_turn_separator_id'):
-            token = self.opt.get('turn_separator', 'none')
+            token = self.opt['turn_separator']
             self._turn_separator_id = None if token in NO_SEPARATOR else self.dict.tok2ind.get(token)
             if token not in NO_SEPARATOR and self._turn_separator_id is None:
                 raise ValueError(
@@ -340,7 +328,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         return torch.LongTensor(ids or [self.dict[self.dict.unk_token]])  # a text of no word piece
 
     def _special_tokens(self, add_start, add_end):
-        if not self.opt.get('add_special_tokens', True):
+        if not self.opt['add_special_tokens']:
             return False, False
         return bool(add_start), bool(add_end)
 
@@ -424,7 +412,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         The ED teachers give them in ``context_utterances``; otherwise (interactive, other
         tasks) they come from ParlAI's dialogue history.
         """
-        turns = max(self.opt.get('context_turns', 4), 1)
+        turns = max(self.opt['context_turns'], 1)
         if obs.get('context_utterances'):
             utterances = [str(u) for u in obs['context_utterances']]
         else:
@@ -439,7 +427,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         utterances = [u for u in self._context_utterances(obs, history) if u.strip()]
         if not utterances:
             return obs
-        context = self.opt.get('context_delimiter', '\n').join(utterances)
+        context = self.opt['context_delimiter'].join(utterances)
         obs['full_text'] = context
         separator = self.turn_separator_id
         if separator is None:
@@ -449,7 +437,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             for turn in self.dict.batch_txt2vec(utterances):
                 ids += turn + [separator]
             ids = ids[1:-1]
-        keep_last = self.opt.get('truncate_side', 'left') == 'left'
+        keep_last = self.opt['truncate_side'] == 'left'
         prefix = self._emotion_prefixes([context])[0]
         vec, original, _ = self._truncated_vec(ids, prefix, True, True, truncate, keep_last)
         obs.force_set('context_original_length', original)
@@ -543,7 +531,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                 '`parlai empathy_build_candidates --ed-datapath DIR -o FILE`), or --pool-ed-datapath DIR '
                 '(or env PARLAI_EMPATHY_ED_DIR) to build the ED train pool automatically.'
             )
-        max_tokens = self.opt.get('pool_max_tokens', response_pool.RASHKIN_MAX_TOKENS)
+        max_tokens = self.opt['pool_max_tokens']
         if self.opt.get('model_file'):
             out_dir = os.path.dirname(os.path.abspath(self.opt['model_file']))
         else:
@@ -582,7 +570,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             'vectorizer': (
                 f'tokenizer={self.opt["bert_model"]};vocab={len(self.dict)};'
                 f'label_truncate={self.label_truncate};emo_prepend_k={self.opt.get("emo_prepend_k", 0)}'
-                + ('' if self.opt.get('add_special_tokens', True) else ';no_special_tokens')
+                + ('' if self.opt['add_special_tokens'] else ';no_special_tokens')
                 + (';bf16' if self.opt.get('bf16') else '')
                 + (';cosine' if self.bi_encoder.similarity == 'cosine' else '')
                 + (f';emo_classifier={self.emo_classifier.key}' if self._prepending else '')

@@ -128,3 +128,16 @@ def _field_names(config_cls):
         kind = _field_type(config_cls, field)
         names |= _field_names(kind) if _is_config(kind) else {field.name}
     return names
+
+
+def migrate_saved_opt(opt, migrations: Mapping[int, Mapping[str, Any]]):
+    """``opt`` (a saved model's options) given, for every option it lacks, what a model saved
+    without that option had: ``migrations`` maps a table version to ``{option: that value}``,
+    applied in version order. An option missing and in no table gets today's default, as ParlAI
+    gives every option a saved model lacks."""
+    for version in sorted(migrations):
+        for key, value in migrations[version].items():
+            if key not in opt:
+                opt[key] = value
+    return opt
+

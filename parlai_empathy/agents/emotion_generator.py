@@ -72,7 +72,8 @@ USER, MODEL = 0, 1
 SIZE = EmotionTransformerConfig().size
 NOAM_PEAK_LR = SIZE.embedding_size ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
-# forms a new model takes and a saved one reads from its options (``_new_model_flag``): unset
+# config fields whose option is unset by default: a new model takes the field's default, a saved
+# one what its options say (``_new_model_flag``)
 NEW_MODEL_FLAGS = ('ffn_final_relu', 'reference_tags')
 
 
@@ -113,6 +114,11 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
     """Base agent; subclasses define ``build_model`` with :meth:`build_generator`."""
 
     display_fields = ('predicted_emotion', 'emotion_polarity')  # shown by parlai interactive
+    # what a MIME or Multi-TR model whose options lack these was trained with (the reference's
+    # forms and plain Adam came later); kept while committed runs' options lack them
+    OPT_MIGRATIONS = {
+        1: {'embeddings_scale': False, 'ffn_final_relu': False, 'reference_tags': False, 'amsgrad': True},
+    }
     paper_glove = 'glove.6B.300d.txt'  # MIME's config.py default, for Multi-TR too
 
     @classmethod
@@ -196,7 +202,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return config_from_opt(
             TransformerSize, opt,
             max_positions=max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
-            ffn_final_relu=self._new_model_flag('ffn_final_relu'),
+            ffn_final_relu=self._new_model_flag('ffn_final_relu', new=SIZE.ffn_final_relu),
         )
 
     def build_words(self):
@@ -220,21 +226,19 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     def _embeddings_scale(self, size):
         """sqrt(D_h) or 1 (``--embeddings-scale``, see :meth:`_new_model_flag`)."""
-        return math.sqrt(size.embedding_size) if self._new_model_flag('embeddings_scale') else 1.0
+        return math.sqrt(size.embedding_size) if self._new_model_flag('embeddings_scale', new=True) else 1.0
 
     def _glove_table_dim(self, size):
-        if self.opt.get('word_table_dim'):
-            return self.opt['word_table_dim']
-        # models saved before word_table_dim was recorded: the offline GloVe is 50d
-        if self.opt.get('glove_init') and self.opt.get('glove_fit') == 'project':
-            return 300 if self.opt.get('glove_path') else 50
-        return size.embedding_size
+        """The width of the saved word table: GloVe's (recorded when it was built from GloVe), else
+        the model's."""
+        return self.opt.get('word_table_dim') or size.embedding_size
 
     def model_config(self, config_class):
         """``config_class`` (an :class:`EmotionTransformerConfig`) from the options, each field
         from the option of its name."""
         return config_from_opt(config_class, self.opt, size=self.transformer_size(),
-                               reference_tags=self._new_model_flag('reference_tags'))
+                               reference_tags=self._new_model_flag(
+                                   'reference_tags', new=EmotionTransformerConfig().reference_tags))
 
     def build_generator(self, model_class, config):
         """``model_class(vocab_size, config, words, ...)`` on this agent's dictionary and word table."""
@@ -297,7 +301,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             )
         if not training and gold is not None:
             self.record_extra_eval_metrics(batch, gold)  # before the pass whose readout is kept
-        smoothing = self.opt.get('label_smoothing', 0.0) if training else 0.0
+        smoothing = self.opt['label_smoothing'] if training else 0.0
         with self._training_precision():
             response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
                                                      loss_smoothing=smoothing)
@@ -322,7 +326,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     def _treesearch_factory(self, device, verbose=False):
         search = super()._treesearch_factory(device, verbose)
-        if self.opt.get('inference') == 'beam' and self.opt.get('beam_stop', 'top') == 'top':
+        if self.opt.get('inference') == 'beam' and self.opt['beam_stop'] == 'top':
             from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
 
             search.__class__ = ReferenceBeamSearch  # the same settings, the reference's rule

@@ -13,6 +13,8 @@ It also holds what every generator shares about *training* like its reference:
   ``amsgrad=True``. The MIME and ETHREED references step plain ``torch.optim.Adam``; so a new model
   trains with plain Adam, and a model saved before the option keeps the AMSGrad it was trained with.
 * ``_new_model_flag``: options added to follow a reference after models were saved without them.
+  What such a model had is each agent's one migration table (``OPT_MIGRATIONS``), applied where a
+  saved model's options are read: :meth:`EncoderReadoutAgent.upgrade_opt`.
 """
 import os
 
@@ -20,18 +22,19 @@ import torch
 from parlai.core.torch_generator_agent import TorchGeneratorAgent
 import parlai.utils.logging as logging
 
+from parlai_empathy.agents.config_options import migrate_saved_opt
 from parlai_empathy.agents.detokenize import detokenize
 from parlai_empathy.agents.safety import SafeAgentMixin
 
 
-def _saved_option(model_file, key, default):
-    """``key`` of a saved model's options, ``default`` when absent (or without an ``.opt`` file)."""
-    from parlai_empathy.leaderboard import read_model_opt  # only for saved models: not at start-up
+def _saved_options(model_file):
+    """A saved model's options as saved, ``{}`` without an ``.opt`` file."""
+    from parlai_empathy.model_opt import read_model_opt
 
     try:
-        return read_model_opt(model_file).get(key, default)
+        return read_model_opt(model_file)
     except FileNotFoundError:
-        return default
+        return {}
 
 
 def set_amsgrad(optimizer, amsgrad):
@@ -65,6 +68,9 @@ def warn_world_logs_without_replies(opt):
 class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
     """``add_readout_fields(output, aux)`` is what a subclass writes into its replies."""
 
+    # the agent's migration table: version -> {option: what a model saved without it had}
+    OPT_MIGRATIONS = {}
+
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
@@ -97,16 +103,24 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         path = self.opt.get('model_file')
         return bool(path) and os.path.isfile(path)
 
-    def _new_model_flag(self, key, new=True, saved_without=False):
+    @classmethod
+    def upgrade_opt(cls, opt_from_disk):
+        """A saved model's options, with what a model saved without an option had (the agent's
+        ``OPT_MIGRATIONS``); ParlAI calls this when it loads a model file."""
+        return migrate_saved_opt(super().upgrade_opt(opt_from_disk), cls.OPT_MIGRATIONS)
+
+    def _new_model_flag(self, key, new):
         """A boolean option added to follow a reference after models were saved without it.
 
         Unset, a new model takes the reference's form (``new``); a saved model (``-mf`` that
-        exists, or ``--init-model``) what its own options say, ``saved_without`` when they predate
-        the option. The choice is written into the options, so it is saved with the model."""
+        exists, or ``--init-model``) what its own options say, through the migration table
+        (:meth:`upgrade_opt`) when they predate the option. The choice is written into the
+        options, so it is saved with the model."""
         flag = self.opt.get(key)
         if flag is None:
             saved = self.opt['model_file'] if self._model_exists() else self.opt.get('init_model')
-            flag = bool(_saved_option(saved, key, saved_without)) if saved else new
+            options = migrate_saved_opt(dict(_saved_options(saved)), self.OPT_MIGRATIONS) if saved else {}
+            flag = bool(options.get(key, new))
             self.opt[key] = flag
         return bool(flag)
 
@@ -116,7 +130,7 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         restores the saved parameter groups, their ``amsgrad`` included."""
         failed = super().init_optim(params, optim_states, saved_optim_type, is_finetune)
         if self.opt.get('optimizer') == 'adam':
-            amsgrad = self._new_model_flag('amsgrad', new=False, saved_without=True)
+            amsgrad = self._new_model_flag('amsgrad', new=False)
             set_amsgrad(getattr(self.optimizer, 'optimizer', self.optimizer), amsgrad)
         return failed
 

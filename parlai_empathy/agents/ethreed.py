@@ -145,6 +145,9 @@ def parse_milestones(value):
 class EthreedAgent(EncoderReadoutAgent):
     # parlai interactive shows the tracked speaker emotion and the planned reply emotion
     display_fields = ('predicted_emotion', 'predicted_listener_emotion')
+    # what an ETHREED model whose options lack these was trained with (plain Adam came later);
+    # kept while committed runs' options lack them
+    OPT_MIGRATIONS = {1: {'amsgrad': True}}
 
     @classmethod
     def add_cmdline_args(cls, parser, partial_opt=None):

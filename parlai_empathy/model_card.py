@@ -50,8 +50,8 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
     placeholders kept ({runs}, {model}, {artifacts})."""
     if not (projects_dir and project and row):
         return None, None
-    from parlai_empathy.leaderboard import project_tables
     from parlai_empathy.evidence import read_json
+    from parlai_empathy.leaderboard.rows import project_tables
     from parlai_empathy.reproduce import Step
 
     path = os.path.join(projects_dir, project, 'table.json')
@@ -79,27 +79,24 @@ def _ours(results: Optional[str], row: str, project: Optional[str] = None) -> Di
     its rows ``project/row``, a board of ad-hoc entries by their names."""
     if not results:
         return {}
-    from parlai_empathy.leaderboard import Entry, earlier_result
+    from parlai_empathy.leaderboard.evaluation import earlier_result
+    from parlai_empathy.leaderboard.records import Entry
 
     if project and '#' not in results:
         try:
-            return earlier_result(Entry(row, f'{results}#{project}/{row}')).get('values', {})
+            return earlier_result(Entry(row, f'{results}#{project}/{row}')).values
         except ValueError:
             pass
-    return earlier_result(Entry(row, results)).get('values', {})
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return ''
-    return f'{value:.4g}' if isinstance(value, float) else str(value)
+    return earlier_result(Entry(row, results)).values
 
 
 def evaluation_table(spec: Optional[Dict], table_row: Optional[Dict], ours: Dict) -> List[str]:
+    from parlai_empathy.leaderboard.formatting import figure
+
     if spec:
         metrics = spec['metrics']
     else:
-        from parlai_empathy.leaderboard import SHOWN
+        from parlai_empathy.leaderboard.columns import SHOWN
 
         metrics = [{'key': k, 'label': k, 'scale': 1} for k in SHOWN if k in ours]
     paper = (table_row or {}).get('paper', {})
@@ -108,8 +105,8 @@ def evaluation_table(spec: Optional[Dict], table_row: Optional[Dict], ours: Dict
         mine = ours.get(m['key'])
         if mine is None and m['key'] not in paper:
             continue
-        lines.append(f'| {m["label"]} | {_fmt(mine * m.get("scale", 1) if mine is not None else None)} '
-                     f'| {_fmt(paper.get(m["key"]))} |')
+        lines.append(f'| {m["label"]} | {figure(mine * m.get("scale", 1) if mine is not None else None)} '
+                     f'| {figure(paper.get(m["key"]))} |')
     return lines if len(lines) > 2 else []
 
 

@@ -32,7 +32,8 @@ def setup_args():
 
     parser = ParlaiParser(True, False, 'Evaluate models on ED test with the parlai-empathy metric suite')
     group = parser.add_argument_group('empathy_leaderboard')
-    group.add_argument('--entries', nargs='+', default=[], help='name=PATH (model file, report .json, world logs .jsonl)')
+    group.add_argument('--entries', nargs='+', default=[],
+                       help='name=PATH (model file, report .json, world logs .jsonl)')
     group.add_argument('--artifacts', default=None,
                        help="write each evaluated model's evidence into ARTIFACTS/<name>/ (a project's runs/)")
     group.add_argument('--from-artifacts', default=None,
@@ -46,7 +47,8 @@ def setup_args():
     group.add_argument('--pool', default=None, help='retrieval pool for rankers; default: built from ED train')
     group.add_argument('--pool-max-tokens', type=int, default=20, help="Rashkin's filter; <= 0 keeps all")
     group.add_argument('--eval-args', default='-bs 32', help='extra eval_model arguments for every model')
-    group.add_argument('--entry-args', nargs='*', default=[], help="NAME=ARGS: extra eval_model arguments for one entry")
+    group.add_argument('--entry-args', nargs='*', default=[],
+                       help='NAME=ARGS: extra eval_model arguments for one entry')
     group.add_argument('--projects-dir', default=None,
                        help='after writing --artifacts, rewrite the projects/<paper>/README.md tables')
     group.add_argument('--p100-shuffled', type='bool', default=True,
@@ -72,11 +74,11 @@ class EmpathyLeaderboard(ParlaiScript):
         return setup_args()
 
     def run(self):
+        from parlai.scripts.empathy_score import bertscore_from_opt
         from tqdm import tqdm
 
-        from parlai.scripts.empathy_score import bertscore_from_opt
-        from parlai_empathy import leaderboard
         from parlai_empathy.data import ed_source, response_pool
+        from parlai_empathy.leaderboard import artifacts, board, evaluation, readme_tables, rows
 
         opt = self.opt
         if opt['from_artifacts']:
@@ -84,8 +86,7 @@ class EmpathyLeaderboard(ParlaiScript):
         if not opt['entries']:
             raise ValueError('give --entries NAME=PATH ... (or --from-artifacts PROJECTS)')
         started = time.time()
-        entries = leaderboard.parse_entries(opt['entries'])
-        leaderboard.attach_entry_args(entries, opt['entry_args'])
+        entries = evaluation.attach_entry_args(evaluation.parse_entries(opt['entries']), opt['entry_args'])
         trust = bool(opt['trust_model_file'])
         for entry in entries:  # every model file, before any is opened: the message alone
             if entry.source == 'model':
@@ -97,32 +98,31 @@ class EmpathyLeaderboard(ParlaiScript):
         if opt.get('ed_datapath'):
             common += ['--ed-datapath', opt['ed_datapath']]
         pool = opt['pool']
-        needs_pool = any(e.source == 'model' and leaderboard.model_kind(e.path, trust) == 'ranker' for e in entries)
+        needs_pool = any(e.source == 'model' and evaluation.model_kind(e.path, trust) == 'ranker' for e in entries)
         if needs_pool and not pool:
             folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
             pool = response_pool.ensure_pool(folder, opt['pool_max_tokens'], opt['outdir'])
         scorer = bertscore_from_opt(opt)
         results = []
         for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
-            result = leaderboard.evaluate_entry(
+            result = evaluation.evaluate_entry(
                 entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
                 workers=opt['eval_workers'], trust=trust)
-            leaderboard.add_bertscore(result, scorer)
-            leaderboard.add_offline_figures(result)
-            if opt['artifacts'] and result['source'] == 'model':
+            result = evaluation.add_offline_figures(evaluation.add_bertscore(result, scorer))
+            if opt['artifacts'] and result.source == 'model':
                 command = 'parlai empathy_leaderboard ' + shlex.join(self._command_args(entry.name))
-                paths = leaderboard.write_entry_artifacts(result, os.path.join(opt['artifacts'], entry.name), command)
+                paths = artifacts.write_entry_artifacts(result, os.path.join(opt['artifacts'], entry.name), command)
                 print(f'{entry.name}: evidence in {os.path.dirname(paths["report.json"])}')
             results.append(result)
-        notes = leaderboard.board_notes(results)
+        notes = rows.board_notes(results)
         notes['total time'] = f'{time.time() - started:.0f} s'
-        paths = leaderboard.write_outputs(results, opt['outdir'], notes)
+        paths = board.write_outputs(results, opt['outdir'], notes)
         with open(paths['leaderboard.md']) as f:
             print(f.read())
         for name, path in paths.items():
             print(f'{name}: {path}')
         if opt['projects_dir']:
-            for readme in leaderboard.fill_project_tables(opt['projects_dir']):
+            for readme in readme_tables.fill_project_tables(opt['projects_dir']):
                 print(f'filled {readme}')
         return results
 
@@ -143,11 +143,11 @@ class EmpathyLeaderboard(ParlaiScript):
 
     @staticmethod
     def _from_artifacts(projects_dir, outdir):
-        from parlai_empathy import leaderboard
+        from parlai_empathy.leaderboard import board, readme_tables, rows
 
-        results = leaderboard.gather_artifacts(projects_dir)
-        paths = leaderboard.write_outputs(results, outdir, leaderboard.board_notes(results))
-        for readme in leaderboard.fill_project_tables(projects_dir):
+        results = rows.gather_artifacts(projects_dir)
+        paths = board.write_outputs(results, outdir, rows.board_notes(results))
+        for readme in readme_tables.fill_project_tables(projects_dir):
             print(f'filled {readme}')
         for name, path in paths.items():
             print(f'{name}: {path}')

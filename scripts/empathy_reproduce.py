@@ -82,11 +82,12 @@ class EmpathyReproduce(ParlaiScript):
         return commands
 
     def gather(self, projects_dir, evidence_dir, plans):
-        from parlai_empathy import leaderboard
+        from parlai_empathy.leaderboard import readme_tables, rows
+        from parlai_empathy.leaderboard.board import write_outputs
 
         opt = self.opt
         if opt['write_projects']:
-            for readme in leaderboard.fill_project_tables(projects_dir):
+            for readme in readme_tables.fill_project_tables(projects_dir):
                 print(f'[reproduce] filled {readme}')
         else:
             for project in sorted({plan.project for plan in plans}):  # the board reads the rows' tables
@@ -99,9 +100,9 @@ class EmpathyReproduce(ParlaiScript):
         if board is None:
             board = (os.path.join(os.path.abspath(projects_dir), 'leaderboard')
                      if opt['write_projects'] else os.path.join(os.path.abspath(opt['runs_dir']), 'board'))
-        results = leaderboard.gather_artifacts(evidence_dir) if board else []
+        results = rows.gather_artifacts(evidence_dir) if board else []
         if results:  # a plan without an evaluation step (a classifier's) leaves no row for a board
-            leaderboard.write_outputs(results, board, leaderboard.board_notes(results))
+            write_outputs(results, board, rows.board_notes(results))
             print(f'[reproduce] leaderboard: {board}')
 
 

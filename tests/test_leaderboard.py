@@ -1,6 +1,7 @@
 """``parlai empathy_leaderboard`` on two stock baselines trained for a few steps on the sample (stock
 ParlAI agents unpickle their checkpoints: the board opens them only with ``--trust-model-file``)."""
 import csv
+import dataclasses
 import json
 import os
 
@@ -62,7 +63,8 @@ def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, ru
             if key in report['values']:
                 assert value == pytest.approx(report['values'][key], rel=1e-6), (name, key)
         assert 'evidence in' in done.stdout
-    assert sum(r.get('p@1,100') is not None for r in evidence.read_outputs(str(artifacts / 'rank' / 'outputs.jsonl.gz'))) == 100
+    ranked = evidence.read_outputs(str(artifacts / 'rank' / 'outputs.jsonl.gz'))
+    assert sum(r.get('p@1,100') is not None for r in ranked) == 100
 
     # boards made one run at a time are gathered into one, nothing evaluated again
     merged = tmp_path / 'lb2'
@@ -92,34 +94,35 @@ def test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry(
     """A batch of episodes of unequal length leaves slots padded while others still have turns: the
     loop must count real examples, not batchsize per parley (which once stopped 2 turns early and
     scored 5,198 of ED test's 5,200 P@1,100 examples at -bs 64)."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard.eval_loop import run_eval
+    from parlai_empathy.leaderboard.worldlogs import p100_hits
 
     monkeypatch.setenv('PARLAI_EMPATHY_ED_DIR', ed_dir)
     logs = str(tmp_path / 'logs.jsonl')
-    report = leaderboard._eval(['-t', 'empathy_ed_clean', '--ed-candidates', 'rashkin100', '-dt', 'test',
-                                '-m', 'echo_ranker:EchoRanker', '-bs', '64', '--datapath', str(tmp_path)],
-                               logs, 'echo', False)
-    hits = leaderboard.p100_hits(logs, int(report['exs'].value()))
+    report = run_eval(['-t', 'empathy_ed_clean', '--ed-candidates', 'rashkin100', '-dt', 'test',
+                       '-m', 'echo_ranker:EchoRanker', '-bs', '64', '--datapath', str(tmp_path)],
+                      logs, 'echo', False)
+    hits = p100_hits(logs, int(report['exs'].value()))
     assert len(hits) == int(report['exs'].value()) == 5200
 
 
 def test_a_row_whose_evidence_came_from_its_gpu_plan_is_marked_with_the_card(tmp_path):
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import readme_tables
 
     row = {'artifacts': 'runs/r'}
     (tmp_path / 'runs' / 'r').mkdir(parents=True)
     meta = tmp_path / 'runs' / 'r' / 'meta.json'
     meta.write_text(json.dumps({'plan': {'profile': 'cpu'}, 'machine': {'gpu': None}}))
-    assert leaderboard._gpu_note(str(tmp_path), row) == ''
+    assert readme_tables._gpu_note(str(tmp_path), row) == ''
     meta.write_text(json.dumps({'plan': {'profile': 'gpu'}, 'machine': {'gpu': 'NVIDIA H200'}}))
-    assert leaderboard._gpu_note(str(tmp_path), row) == ' (gpu plan, NVIDIA H200)'
-    assert leaderboard._gpu_note(str(tmp_path), {'artifacts': 'runs/none'}) == ''
+    assert readme_tables._gpu_note(str(tmp_path), row) == ' (gpu plan, NVIDIA H200)'
+    assert readme_tables._gpu_note(str(tmp_path), {'artifacts': 'runs/none'}) == ''
 
 
 def test_a_row_can_fill_a_column_from_its_own_key(tmp_path):
     """Multi-TR has no polarity: the reference's PPL definition is its ``ppl_ex``, which fills the
     ``ppl_ex_gold`` column (table cell, example count, learning curve and minutes to target)."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import readme_tables
 
     (tmp_path / 'runs' / 'r').mkdir(parents=True)
     (tmp_path / 'runs' / 'r' / 'report.json').write_text(json.dumps(
@@ -127,12 +130,13 @@ def test_a_row_can_fill_a_column_from_its_own_key(tmp_path):
     curve = [{'minutes': 10.0, 'updates': 1000, 'ppl_ex': 60.0}, {'minutes': 20.0, 'updates': 2000, 'ppl_ex': 37.0}]
     (tmp_path / 'runs' / 'r' / 'meta.json').write_text(json.dumps({'training': {'curve': curve}}))
     table = {'id': '', 'metrics': [{'key': 'ppl_ex_gold', 'label': 'PPL'}, {'key': 'ppl', 'label': 'corpus'}],
-             'rows': [{'entry': 'r', 'label': 'R', 'paper': {}, 'artifacts': 'runs/r', 'keys': {'ppl_ex_gold': 'ppl_ex'}}]}
+             'rows': [{'entry': 'r', 'label': 'R', 'paper': {}, 'artifacts': 'runs/r',
+                       'keys': {'ppl_ex_gold': 'ppl_ex'}}]}
     target = {'metric': 'ppl_ex_gold', 'value': 37.54, 'mode': 'min'}
-    line = leaderboard.render_project_table(str(tmp_path), table, target).splitlines()[-1]
+    line = readme_tables.render_project_table(str(tmp_path), table, target).splitlines()[-1]
     assert line.split(' | ')[1:] == ['', '', '40.31', '48', '5,259', '20 (2,000 updates)', '[runs/r](runs/r) |']
     del table['rows'][0]['keys']  # without it the column stays empty
-    line = leaderboard.render_project_table(str(tmp_path), table, target).splitlines()[-1]
+    line = readme_tables.render_project_table(str(tmp_path), table, target).splitlines()[-1]
     assert line.split(' | ')[3] == ''
 
 
@@ -142,14 +146,14 @@ PROJECTS = os.path.join(REPO, 'projects')
 
 def _table_rows():
     """(project, table metric key -> its scale, row) of every projects/*/table.json row."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard.rows import project_tables
 
     for paper in sorted(os.listdir(PROJECTS)):
         path = os.path.join(PROJECTS, paper, 'table.json')
         if os.path.isfile(path):
             with open(path) as f:
                 spec = json.load(f)
-            for table in leaderboard.project_tables(spec):
+            for table in project_tables(spec):
                 scales = {m['key']: m.get('scale', 1) for m in table['metrics']}
                 for row in table['rows']:
                     yield paper, scales, row
@@ -157,9 +161,9 @@ def _table_rows():
 
 @pytest.fixture(scope='module')
 def board_results():
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard.rows import gather_artifacts
 
-    return leaderboard.gather_artifacts(PROJECTS)
+    return gather_artifacts(PROJECTS)
 
 
 def _drawn(results, tmp_path, monkeypatch):
@@ -167,7 +171,7 @@ def _drawn(results, tmp_path, monkeypatch):
     rows' y tick labels, bars (y centre, width) and paper markers (x, y centre); and the legend's labels."""
     import matplotlib.figure
 
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import plot
 
     drawn = []
     savefig = matplotlib.figure.Figure.savefig
@@ -186,7 +190,7 @@ def _drawn(results, tmp_path, monkeypatch):
                           'bars': bars, 'markers': markers})
 
     monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', spy)
-    leaderboard.plot_headline(results, str(tmp_path / 'board.png'))
+    plot.plot_headline(results, str(tmp_path / 'board.png'))
     return drawn[0]['legend'], drawn[1:]
 
 
@@ -212,10 +216,10 @@ def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels
 
 
 def test_the_legend_names_only_what_the_figure_draws(board_results, tmp_path, monkeypatch):
-    rankers = [r for r in board_results if r['kind'] == 'ranker']
+    rankers = [r for r in board_results if r.kind == 'ranker']
     legend, _ = _drawn(rankers, tmp_path, monkeypatch)
     assert legend == ['ranker', "paper's figure (same scale)"]
-    legend, _ = _drawn([dict(r, paper={}) for r in rankers], tmp_path, monkeypatch)
+    legend, _ = _drawn([dataclasses.replace(r, paper={}) for r in rankers], tmp_path, monkeypatch)
     assert legend == ['ranker']
 
 
@@ -223,9 +227,9 @@ def test_the_panels_hold_each_papers_figure_as_its_table_prints_it(board_results
     """Every paper figure of a table.json row with evidence is on the panel of its metric, equal to
     the table's figure converted to the panel's unit (P@1,100 65.92 in a table in percent is 65.92
     on the percent panel; emotion accuracy 0.34 in a table of fractions is 34 on the percent panel)."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard.plot import headline_panels
 
-    panels = {p.key: p for p in leaderboard.headline_panels(board_results)}
+    panels = {p.key: p for p in headline_panels(board_results)}
     bars = {(key, bar.name): bar for key, panel in panels.items() for bar in panel.bars}
     expected, undrawn = 0, set()
     for paper, scales, row in _table_rows():
@@ -251,26 +255,26 @@ def test_the_panels_hold_each_papers_figure_as_its_table_prints_it(board_results
 
 
 def test_each_panel_names_a_project_once_above_its_rows_short_labels(board_results):
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import plot
 
-    for panel in leaderboard.headline_panels(board_results):
+    for panel in plot.headline_panels(board_results):
         projects = [project for project, _ in panel.groups]
         assert len(projects) == len(set(projects)), f'{panel.key}: a project split into two groups'
         for project, bars in panel.groups:
             for bar in bars:
-                assert all(len(line) <= leaderboard.LABEL_WIDTH for line in bar.label.split('\n'))
+                assert all(len(line) <= plot.LABEL_WIDTH for line in bar.label.split('\n'))
                 assert f'{project}/{bar.label.replace(chr(10), "")}' == bar.name  # still identifies the row
         names = [bar.name for bar in panel.bars]
-        assert names == [r['name'] for r in board_results if panel.key in r['values']]
+        assert names == [r.name for r in board_results if panel.key in r.values]
 
 
 def test_a_long_label_wraps_at_underscores_and_keeps_every_character():
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard.plot import short_label
 
-    label = leaderboard.short_label('ethreed_no_emotion_gru_and_no_party_and_no_kl', 24)
+    label = short_label('ethreed_no_emotion_gru_and_no_party_and_no_kl', 24)
     assert label.split('\n') == ['ethreed_no_emotion_gru_', 'and_no_party_and_no_kl']
-    assert leaderboard.short_label('x' * 30, 24).split('\n') == ['x' * 24, 'x' * 6]
-    assert leaderboard.short_label('mime', 24) == 'mime'
+    assert short_label('x' * 30, 24).split('\n') == ['x' * 24, 'x' * 6]
+    assert short_label('mime', 24) == 'mime'
 
 
 def _md_tables(text):
@@ -291,10 +295,10 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
     """The main table holds the metrics a researcher compares, on the figure's scale; each family's
     other figures follow in tables of their own (raw, as the CSV has them): no table is 29 columns
     wide, and every figure of the CSV is in exactly one markdown cell."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import board, columns, plot, rows
 
-    monkeypatch.setattr(leaderboard, 'plot_headline', lambda results, path: None)
-    paths = leaderboard.write_outputs(board_results, str(tmp_path), leaderboard.board_notes(board_results))
+    monkeypatch.setattr(plot, 'plot_headline', lambda results, path: None)
+    paths = board.write_outputs(board_results, str(tmp_path), rows.board_notes(board_results))
     with open(paths['leaderboard.md']) as f:
         tables = _md_tables(f.read())
     with open(paths['leaderboard.csv']) as f:
@@ -304,7 +308,7 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
     assert len(main[0]) <= 13 and all(len(t[0]) <= 16 for t in tables), [len(t[0]) for t in tables]
     for wanted in ('P@1,100', 'PPL', 'emotion acc', 'AVG BLEU', 'Dist-1', 'Dist-2', 'BERTScore', 'macro-F1'):
         assert any(wanted in header for header in main[0][1:]), wanted
-    headlines = {h.column: h for h in leaderboard.HEADLINE}
+    headlines = {h.column: h for h in columns.HEADLINE}
     assert [row[0] for row in main[1:]] == [row['model'] for row in csv_rows]
     seen = set()
     for table in tables:
@@ -325,11 +329,11 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
 def test_rows_of_one_project_share_one_group_and_rows_with_none_are_not_under_anothers_name(board_results):
     """A board of ``--entries`` may list one project's rows apart, or mix them with rows that have
     no project: each project is still named once, and the rows with none get a group of their own."""
-    from parlai_empathy import leaderboard
+    from parlai_empathy.leaderboard import plot
 
-    rankers = [r for r in board_results if r['kind'] == 'ranker']
-    mixed = [rankers[0], rankers[-1], rankers[1], dict(rankers[2], name='plain')]
-    panel = leaderboard.headline_panels(mixed)[0]
-    assert [project for project, _ in panel.groups] == [rankers[0]['name'].split('/')[0],
-                                                        rankers[-1]['name'].split('/')[0], '']
-    assert [label for label, bar in leaderboard._slots(panel) if bar is None][-1] == '(no project)'
+    rankers = [r for r in board_results if r.kind == 'ranker']
+    mixed = [rankers[0], rankers[-1], rankers[1], dataclasses.replace(rankers[2], name='plain')]
+    panel = plot.headline_panels(mixed)[0]
+    assert [project for project, _ in panel.groups] == [rankers[0].name.split('/')[0],
+                                                        rankers[-1].name.split('/')[0], '']
+    assert [label for label, bar in plot._slots(panel) if bar is None][-1] == '(no project)'

@@ -1,0 +1,70 @@
+"""The board's files: ``results.json`` and ``leaderboard.csv`` hold every figure,
+``leaderboard.md`` the headline metrics in one table (then each model family's other figures),
+``leaderboard.png`` one panel per headline metric (:mod:`parlai_empathy.leaderboard.plot`)."""
+import csv
+import os
+from typing import Dict, List
+
+from parlai_empathy import evidence
+from parlai_empathy.leaderboard import plot
+from parlai_empathy.leaderboard.columns import HEADLINE, board_columns
+from parlai_empathy.leaderboard.formatting import figure
+from parlai_empathy.leaderboard.records import EntryResult
+
+BOARD_FILES = ('results.json', 'leaderboard.md', 'leaderboard.csv', 'leaderboard.png')
+FAMILIES = [('ranker', 'Response rankers'), ('generator', 'Response generators'), ('classifier', 'Emotion classifiers'),
+            (None, 'Other rows')]
+
+
+def write_outputs(results: List[EntryResult], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:
+    """results.json and leaderboard.csv hold every figure; leaderboard.md the headline table (and
+    the other figures by model family); leaderboard.png the headline panels."""
+    os.makedirs(outdir, exist_ok=True)
+    columns = board_columns(results)
+    paths = {name: os.path.join(outdir, name) for name in BOARD_FILES}
+    evidence.write_json(paths['results.json'], {'results': [r.to_json() for r in results], 'notes': notes})
+    with open(paths['leaderboard.csv'], 'w', newline='') as f:
+        writer = csv.writer(f, lineterminator='\n')
+        writer.writerow(['model'] + columns)
+        for r in results:
+            writer.writerow([r.name] + [r.values.get(c, '') for c in columns])
+    with open(paths['leaderboard.md'], 'w') as f:
+        f.write(markdown_board(results, notes))
+    plot.plot_headline(results, paths['leaderboard.png'])
+    return paths
+
+
+def _md_table(header: List[str], rows: List[List[str]]) -> List[str]:
+    return (['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
+            + ['| ' + ' | '.join(cells) + ' |' for cells in rows])
+
+
+def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
+    """leaderboard.md: the headline metrics of every row in one table, on the scale the figure
+    shows them; then, for each model family, its rows' other figures as the suite reports them
+    (so every figure of the CSV is in one of the tables); the settings notes; the commands."""
+    headlines = [h for h in HEADLINE if any(h.key in r.values for r in results)]
+    lines = _md_table(['model'] + [h.column for h in headlines],
+                      [[r.name] + [figure(r.values[h.key] * h.scale) if h.key in r.values else ''
+                                   for h in headlines] for r in results])
+    lines += ['', 'Columns (the `leaderboard.csv` column, times the factor the table shows it at):', '']
+    lines += [f'- **{h.column}** = `{h.key}`' + (f' × {h.scale:g}' if h.scale != 1 else '') + f': {h.title} ({h.unit})'
+              + (f'; {h.note}' if h.note else '') for h in headlines]
+    lines += ['', 'Every figure of every row, unrounded, is in `leaderboard.csv` and `results.json`; the tables '
+              "below give each family's other figures as the suite reports them (rates as fractions)."]
+    shown = {h.key for h in headlines}
+    known = {kind for kind, _ in FAMILIES}
+    for kind, title in FAMILIES:
+        rows = [r for r in results if (r.kind if r.kind in known else None) == kind]
+        columns = [c for c in board_columns(rows) if c not in shown]
+        if rows and columns:
+            lines += ['', f'### {title}: other figures', '']
+            lines += _md_table(['model'] + columns, [[r.name] + [figure(r.values.get(c)) for c in columns]
+                                                     for r in rows])
+    lines += ['', '### Settings', '']
+    lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]
+    lines += ['', '### Commands', '']
+    for r in results:
+        for command in r.commands or []:
+            lines.append(f'- `{r.name}`: `{command}`')
+    return '\n'.join(lines) + '\n'

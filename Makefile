@@ -101,8 +101,8 @@ test-fast: install
 clean:
 	rm -rf build *.egg-info $(VENV)
 
-# The GPU runbook's bundle (bench/gpu/README.md): ParlAI and the other wheels the GPU image lacks,
+# The GPU runbook's bundle (tools/gpu/README.md): ParlAI and the other wheels the GPU image lacks,
 # ED and GoEmotions, all-MiniLM-L6-v2 in float16, GloVe 50d rows of ED's words; fails over 60 MiB.
 .PHONY: gpu-bundle
 gpu-bundle: $(VENV)/.deps-installed
-	$(PY) bench/gpu/bundle.py --out .gpu
+	$(PY) tools/gpu/bundle.py --out .gpu

@@ -119,11 +119,10 @@ def test_label_set_mismatch_is_a_clear_error(run_parlai, tiny_bert, goemotions_d
 
 def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_bert, tmp_path):
     """A killed run may leave only ``model.checkpoint*`` (here: after the validation at the end of a
-    2-update run, its model files deleted). Resuming it
-    initialises from that checkpoint, whose ``.opt`` holds ``--classes`` (filled from the teacher
-    when the agent is built, after ParlAI compares the options): ParlAI's comparison raised
-    TypeError on the list that is None now, so a killed classifier run could not resume (the ED32
-    row's did not)."""
+    2-update run, its model files deleted). Resuming it initialises from that checkpoint, whose
+    ``.opt`` holds ``--classes`` (filled from the teacher when the agent is built, after ParlAI
+    compares the options). ParlAI's comparison raises TypeError on a saved list whose current
+    value is None, so "not given" is an empty list."""
     mf = tmp_path / 'ed' / 'model'
 
     def train(steps):

@@ -26,8 +26,9 @@ $(VENV)/.deps-installed: requirements.txt requirements-test.txt
 	touch $@
 
 # Our package is installed for real (not -e): its leaf modules must land in site-packages/parlai/.
+# build/ goes first: setuptools would package a module deleted or moved in the tree from its copy there.
 reinstall: $(VENV)/.deps-installed
-	flock /tmp/parlai-empathy-install.lock $(PIP) install --quiet --no-deps --no-build-isolation --force-reinstall .
+	flock /tmp/parlai-empathy-install.lock sh -c 'rm -rf build && $(PIP) install --quiet --no-deps --no-build-isolation --force-reinstall .'
 
 install: reinstall
 

@@ -23,7 +23,9 @@ import shlex
 import time
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
+
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import ModelFileError, add_trust_flag, check_model_trust
 
 
@@ -68,7 +70,7 @@ def setup_args():
 
 
 @register_script('empathy_leaderboard')
-class EmpathyLeaderboard(ParlaiScript):
+class EmpathyLeaderboard(EmpathyScript):
     @classmethod
     def setup_args(cls):
         return setup_args()

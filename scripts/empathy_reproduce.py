@@ -19,13 +19,14 @@ import os
 import shutil
 
 from parlai.core.params import ParlaiParser
-from parlai.core.script import ParlaiScript, register_script
+from parlai.core.script import register_script
 
 from parlai_empathy import reproduce
+from parlai_empathy.commands import EmpathyScript
 
 
 @register_script('empathy_reproduce')
-class EmpathyReproduce(ParlaiScript):
+class EmpathyReproduce(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(False, False, "Re-create table rows: run each row's plan, then gather the evidence")

@@ -129,7 +129,8 @@ def test_negatives_chunk_trains_with_the_same_loss_and_gradients_through_parlai(
         agent.update_params = lambda: None  # keep the gradients to compare them
         cached_batches = []
         encode_for_cache = agent.bi_encoder.gradient_cached
-        agent.bi_encoder.gradient_cached = lambda *a: cached_batches.append(1) or encode_for_cache(*a)
+        agent.bi_encoder.gradient_cached = (
+            lambda *a, batches=cached_batches, encode=encode_for_cache: batches.append(1) or encode(*a))
         observations = []
         for e in examples:
             observations.append(agent.observe({'text': e.context_utterances[-1], 'labels': [e.label],
@@ -161,7 +162,8 @@ def test_interactive_context_comes_from_the_dialogue_history_tokenized_once(tiny
         assert torch.equal(obs['text_vec'], agent._vectorize_text(obs['full_text'], True, True, 100, True))
     else:
         assert agent.dict.tok2ind[separator] in obs['text_vec'].tolist()
-        assert obs['text_vec'].tolist() == sum(([agent.dict.tok2ind[separator]] + agent.dict.txt2vec(t) for t in turns), [])[1:]
+        joined = sum(([agent.dict.tok2ind[separator]] + agent.dict.txt2vec(t) for t in turns), [])
+        assert obs['text_vec'].tolist() == joined[1:]
     assert agent.history.history_vecs == []  # utterances are not tokenized one by one as well
 
 
@@ -325,14 +327,17 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
         assert agent.dict.vec2txt(cvec).split()[:2] == expected_prefix(cand)
     # batch copies (eval with -bs N) share one memo: a block's candidates are classified once
     from parlai.core.agents import create_agent_from_shared
+
     from parlai_empathy.emotions import inference as inference_module
 
     copy = create_agent_from_shared(agent.share())
     classified = []
     original = inference_module.predict_all
-    inference_module.predict_all = lambda clf, texts, *a, **k: classified.append(list(texts)) or original(clf, texts, *a, **k)
+    inference_module.predict_all = (
+        lambda clf, texts, *a, **k: classified.append(list(texts)) or original(clf, texts, *a, **k))
     try:
-        copy.observe({'text': 'My cat died.', 'eval_labels': [cands[1]], 'label_candidates': cands, 'episode_done': True})
+        copy.observe({'text': 'My cat died.', 'eval_labels': [cands[1]], 'label_candidates': cands,
+                      'episode_done': True})
     finally:
         inference_module.predict_all = original
     assert classified == [['My cat died.']], 'the candidates were classified already, by the other copy'

@@ -10,11 +10,20 @@ import torch.nn.functional as F
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.emotions import NUM_EMOTIONS, emotion_to_id
 from parlai_empathy.models.attention import (
-    Bilinear, BilinearAttention, SimpleAttention, coverage_loss, masked_softmax,
+    Bilinear,
+    BilinearAttention,
+    SimpleAttention,
+    coverage_loss,
+    masked_softmax,
 )
 from parlai_empathy.models.embeddings import WordEmbedding
 from parlai_empathy.models.ethreed import (
-    IGNORE, LISTENER, SPEAKER, Ethreed, EthreedConfig, classifier_kl,
+    IGNORE,
+    LISTENER,
+    SPEAKER,
+    Ethreed,
+    EthreedConfig,
+    classifier_kl,
 )
 
 PAD, START, END, UNK = 0, 1, 2, 3

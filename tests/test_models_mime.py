@@ -9,10 +9,14 @@ import pytest
 import torch
 
 from parlai_empathy.data import ed_tensors
-from parlai_empathy.data.emotions import (
-    ED_EMOTIONS, NEGATIVE_IDS, POSITIVE_IDS, emotion_to_id, polarity,
-)
 from parlai_empathy.data.ed_source import sample_dir
+from parlai_empathy.data.emotions import (
+    ED_EMOTIONS,
+    NEGATIVE_IDS,
+    POSITIVE_IDS,
+    emotion_to_id,
+    polarity,
+)
 from parlai_empathy.models.generator_interface import EncoderStates
 from parlai_empathy.models.mime import Mime, MimeConfig, gaussian_kl
 from parlai_empathy.models.multitask_transformer import MultitaskConfig, MultitaskTransformer

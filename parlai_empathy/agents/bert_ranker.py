@@ -67,17 +67,25 @@ from parlai.core.torch_agent import History
 from parlai.core.torch_ranker_agent import TorchRankerAgent
 from parlai.utils import logging
 
+from parlai_empathy.agents.batch_defaults import training_defaults
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.safety import SafeAgentMixin
 from parlai_empathy.data import response_pool
-from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.data.ed_source import file_checksum
+from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import classifier_files, inference
-from parlai_empathy.agents.batch_defaults import training_defaults
-from parlai_empathy.models.bi_encoder import DEFAULT_COSINE_SCALE, POOLINGS, SIMILARITIES, UNUSED_TOKEN, BiEncoder, pool_for_scoring, state_checksum
+from parlai_empathy.models.bi_encoder import (
+    DEFAULT_COSINE_SCALE,
+    POOLINGS,
+    SIMILARITIES,
+    UNUSED_TOKEN,
+    BiEncoder,
+    pool_for_scoring,
+    state_checksum,
+)
 from parlai_empathy.models.encoding_cache import load_or_build
-from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
+from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
 
 DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
@@ -339,7 +347,8 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left, prefix)
         return vec, original, original > len(vec)
 
-    def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None, truncate_left=True):
+    def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None,
+                                            truncate_left=True):
         prefix = self._emotion_prefixes([text])[0] if self._prepending else []
         return self._truncated_vec(self.dict.txt2vec(text), prefix, add_start, add_end, truncate, truncate_left)
 

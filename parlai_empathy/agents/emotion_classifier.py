@@ -21,13 +21,11 @@ from parlai.core.metrics import AverageMetric, Metric
 from parlai.core.torch_agent import Output
 from parlai.core.torch_classifier_agent import TorchClassifierAgent
 
-from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.safety import SafeAgentMixin
 from parlai_empathy.data.goemotions import join_labels, split_labels
 from parlai_empathy.emotions import classifier_files
-from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
-from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
 from parlai_empathy.models.emotion_classifier import (
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -35,6 +33,8 @@ from parlai_empathy.models.emotion_classifier import (
     f1_counts,
     multi_hot,
 )
+from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
+from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
 
 HF_SUFFIX = '.hf'
 
@@ -190,7 +190,8 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         if saved:
             from transformers import AutoConfig
 
-            model = EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel, self.opt['pooling'])
+            model = EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel,
+                                                  self.opt['pooling'])
         else:
             model = EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder'], option='--encoder'),
                                                       num_classes, multilabel, self.opt['pooling'])
@@ -257,7 +258,8 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         if batch.text_vec is None:
             return Output()
         has_labels = batch.labels is not None and not self.opt.get('ignore_labels')
-        targets = multi_hot([self._label_ids(label) for label in batch.labels], len(self.class_list)) if has_labels else None
+        targets = (multi_hot([self._label_ids(label) for label in batch.labels], len(self.class_list))
+                   if has_labels else None)
         if train:
             self.model.train()
             self.zero_grad()  # ParlAI's: keeps accumulated gradients under --update-freq

@@ -52,10 +52,13 @@ from parlai.utils.misc import warn_once
 from parlai_empathy.agents.batch_defaults import training_defaults
 from parlai_empathy.agents.config_options import add_config_options, config_from_opt
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
+
 # MoelDictionaryAgent also by this module's name: saved models' options name their dictionary
 # class as parlai_empathy.agents.emotion_generator:MoelDictionaryAgent (--dict-class)
 from parlai_empathy.agents.generator_common import (
-    MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
+    MoelDictionaryAgent,
+    record_response_metrics,
+    warn_unless_papers_word_table,
 )
 from parlai_empathy.agents.safety import is_blank_chat_message
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id, polarity

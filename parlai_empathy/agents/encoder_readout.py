@@ -18,9 +18,9 @@ It also holds what every generator shares about *training* like its reference:
 """
 import os
 
+import parlai.utils.logging as logging
 import torch
 from parlai.core.torch_generator_agent import TorchGeneratorAgent
-import parlai.utils.logging as logging
 
 from parlai_empathy.agents.config_options import migrate_saved_opt
 from parlai_empathy.agents.detokenize import detokenize

@@ -49,15 +49,16 @@ from parlai.nn.lr_scheduler import FixedLRScheduler
 from parlai.utils.misc import warn_once
 
 from parlai_empathy.agents.batch_defaults import training_defaults
-from parlai_empathy.agents.detokenize import detokenize
 from parlai_empathy.agents.config_options import add_config_options, config_from_opt
-from parlai_empathy.agents.generator_common import (
-    MoelDictionaryAgent, record_response_metrics, warn_unless_papers_word_table,
-)
+from parlai_empathy.agents.detokenize import detokenize
 from parlai_empathy.agents.encoder_readout import EncoderReadoutAgent
+from parlai_empathy.agents.generator_common import (
+    MoelDictionaryAgent,
+    record_response_metrics,
+    warn_unless_papers_word_table,
+)
 from parlai_empathy.agents.safety import is_blank_chat_message
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id
-from parlai_empathy.models.glove import fill_std_value, glove_fill_std
 from parlai_empathy.data.ethreed_text import ethreed_tokens
 from parlai_empathy.data.moel_text import word_tokens
 from parlai_empathy.emotions import listener_labels
@@ -65,8 +66,13 @@ from parlai_empathy.metrics import distinct
 from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics
 from parlai_empathy.models.embeddings import WordEmbedding
 from parlai_empathy.models.ethreed import (
-    IGNORE, LISTENER, SPEAKER, Ethreed, EthreedConfig,
+    IGNORE,
+    LISTENER,
+    SPEAKER,
+    Ethreed,
+    EthreedConfig,
 )
+from parlai_empathy.models.glove import fill_std_value, glove_fill_std
 
 ROLE_IDS = {'speaker': SPEAKER, 'listener': LISTENER}
 NO_TAGS = 'none'

@@ -80,7 +80,10 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from parlai_empathy.data.emotions import NUM_EMOTIONS
 from parlai_empathy.models.attention import Bilinear, BilinearAttention, SimpleAttention, coverage_loss
 from parlai_empathy.models.generator_interface import (
-    EncoderStates, GeneratorModel, ModelOutput, ResponseLoss,
+    EncoderStates,
+    GeneratorModel,
+    ModelOutput,
+    ResponseLoss,
 )
 
 SPEAKER, LISTENER = 0, 1

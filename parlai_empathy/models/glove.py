@@ -27,7 +27,6 @@ import os
 import numpy as np
 import torch
 
-
 GLOVE_DIR_ENV = 'PARLAI_EMPATHY_GLOVE_DIR'
 NPY_NAME, INDEX_NAME = 'glove_6B_50d_emb.npy', 'glove_6B_index.parquet'
 

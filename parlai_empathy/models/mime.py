@@ -58,7 +58,11 @@ from torch import nn
 from parlai_empathy.data.emotions import NEGATIVE_IDS, NUM_EMOTIONS, POSITIVE_IDS, is_positive_by_id
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EmotionReadout, EmotionTransformerConfig, EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout,
+    EmotionTransformerConfig,
+    EncoderStates,
+    GeneratorModel,
+    build_response_side,
 )
 
 POLARITIES = ('predicted', 'gold')

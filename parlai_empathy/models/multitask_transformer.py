@@ -18,7 +18,11 @@ from torch import nn
 from parlai_empathy.data.emotions import NUM_EMOTIONS
 from parlai_empathy.models.embeddings import DialogueEmbedding, WordEmbedding
 from parlai_empathy.models.generator_interface import (
-    EmotionReadout, EmotionTransformerConfig, EncoderStates, GeneratorModel, build_response_side,
+    EmotionReadout,
+    EmotionTransformerConfig,
+    EncoderStates,
+    GeneratorModel,
+    build_response_side,
 )
 
 

@@ -103,8 +103,8 @@ class PooledEncoder(nn.Module):
     """One side of the bi-encoder: transformer -> pooled vector -> optional linear projection.
 
     ``bf16 = True`` runs it under bfloat16 autocast: weights and the returned vectors stay float32,
-    the matrix products run in bfloat16. On CPUs with AVX-512 BF16 (this project's 2-core Intel Xeon VM) a
-    MiniLM-L6 pass takes about half the time, and pooled vectors agree with float32 ones to a
+    the matrix products run in bfloat16. On CPUs with AVX-512 BF16 a MiniLM-L6
+    pass takes about half the time, and pooled vectors agree with float32 ones to a
     cosine of 0.9999. Off by default, so that figures are float32 unless a run says otherwise.
     """
 
@@ -380,7 +380,7 @@ def pool_for_scoring(encodings: torch.Tensor, half: bool) -> torch.Tensor:
     """A fixed pool's ``[n, dim]`` encodings laid out for the fastest scoring of a few queries.
 
     Scoring one query against ~40k encodings reads the whole pool, so the layout decides its cost
-    (on this project's CPU, 39k x 384: bench/RESULTS.md). ``half``: float16, row-major, 0.9 ms; its
+    (39k x 384 on a 2-core CPU: bench/RESULTS.md). ``half``: float16, row-major, 0.9 ms; its
     10-bit mantissa holds bfloat16 encodings exactly (all but components under 6e-5 in magnitude,
     which lose a few low bits), and PyTorch's float16 GEMV is ~1.7x faster than its bfloat16 one.
     Otherwise float32 stored as ``[dim, n]`` and returned as its transposed view (same values and

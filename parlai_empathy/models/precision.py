@@ -1,9 +1,8 @@
 """When bfloat16 autocast pays: ``--bf16 true|false|auto``.
 
 bfloat16 autocast halves the cost of the encoders' matrix products only where the hardware
-multiplies bfloat16 natively: CPUs with AVX-512 BF16 or AMX (the Intel Xeon VM most of this
-project's CPU figures come from), and GPUs that support it. On a CPU without either (AVX2 only,
-such as the AMD EPYC VM of 2026-11-27) PyTorch emulates it and the same work takes several times
+multiplies bfloat16 natively: CPUs with AVX-512 BF16 or AMX, and GPUs that support it. On a CPU
+without either (AVX2 only) PyTorch emulates it and the same work takes several times
 longer (``bench/bf16_speed.py`` measures the ratio on the machine it runs on). ``auto`` asks the
 hardware, so that one command line (a row's plan) runs at its best on both kinds of machine; the
 agents write the resolved ``true``/``false`` into the options they save, so a model records the

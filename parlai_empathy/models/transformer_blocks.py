@@ -13,9 +13,10 @@ They follow the MoEL/MIME reference code (declare-lab/MIME @ 7c34f3a, ``model/co
   causal (left-padded), the encoder's centred. The reference's ``PositionwiseFeedForward.forward``
   also applies its ReLU after the *last* convolution (its test ``if i < len(self.layers)`` is
   always true), so what each block adds to its residual stream is non-negative;
-  ``ffn_final_relu=True`` (the default) does the same. ``bench/mime_transplant.py`` found this as
-  the one difference of function between the reference MIME and ours (2026-11-27); models saved
-  before then were trained without it and keep that form (``--ffn-final-relu``);
+  ``ffn_final_relu=True`` (the default) does the same. the weight transplant
+  (``projects/majumder2020_mime/diagnostics/mime_transplant.py``) finds this the one difference of
+  function between the reference MIME and ours; models saved without it keep that form
+  (``--ffn-final-relu``);
 * a final layer norm closes each stack.
 
 Deviations, on purpose (each keeps the reference's function on unpadded input):

@@ -198,7 +198,7 @@ def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
         'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
         '-o', 'empathy/mime', '-mf', model_file, '--distributed-world-size', 2, '--max-train-steps', 3,
         '-bs', 4, '-vme', 4, '--short-final-eval', 'true', '--glove-init', 'false', *TINY,
-        timeout=180,  # the launcher used to hang at exit now and then (gloo teardown); fail, not block
+        timeout=180,  # a gloo teardown that hangs at exit must fail the test, not block the suite
     )
     log = done.stdout + done.stderr
     assert 'Distributed group initialized' in log and 'Traceback' not in log

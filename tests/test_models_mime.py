@@ -193,7 +193,7 @@ def test_feed_forward_is_a_width_3_convolution_causal_in_the_decoder():
     padded = centred(torch.cat([x[:, :4], torch.randn(2, 2, 8)], dim=1), keep)
     assert torch.allclose(padded[:, :4], centred(x[:, :4]), atol=1e-6)
     # the reference's PositionwiseFeedForward ends with a ReLU too (final_relu, the default); the
-    # form of models saved before it was found has none
+    # form kept for models saved without it has none
     assert (out >= 0).all() and (out > 0).any()
     plain = FeedForward(8, 5, kernel=3, causal=True, final_relu=False)
     plain.load_state_dict(causal.state_dict())

@@ -1,4 +1,4 @@
-"""``make gpu-bundle``: what the GPU machine lacks, in one ignored folder under 60 MiB (issue 19).
+"""``make gpu-bundle``: what the GPU machine lacks, in one ignored folder under 60 MiB.
 
     .venv/bin/python tools/gpu/bundle.py [--out .gpu]
 

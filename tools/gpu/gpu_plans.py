@@ -1,4 +1,4 @@
-"""Each table row's ``gpu`` plan, derived from its ``cpu`` plan (issue 19), and its time budget.
+"""Each table row's ``gpu`` plan, derived from its ``cpu`` plan, and its time budget.
 
     python tools/gpu/gpu_plans.py            # print the budget table, check the plans in table.json
     python tools/gpu/gpu_plans.py --write    # (re)write only the "gpu" key of every row
@@ -13,8 +13,8 @@ only where a GPU makes another choice sensible:
 * emotion classifiers use batches of 128 (updates and warm-up scaled the same way);
 * MIME and Multi-TR use batches of 64 with the Noam warm-up, decay and validation interval
   scaled by 16/64 (the same examples per phase); ETHREED keeps its batch of 16 and its validation
-  once an epoch (batch 64 learnt far less per epoch on 2026-11-28; its learning-rate milestones
-  count validations);
+  once an epoch (batch 64 learns far less per epoch, tools/gpu/README.md; its learning-rate
+  milestones count validations);
 * a row whose model another row reads ED tags of (``--listener-emotions``: ETHREED's listener
   labels) tags ED (``empathy_tag_ed``) if its cpu plan does not already: without the tags the
   reading row cannot train;
@@ -49,11 +49,11 @@ OTHER_STEP_WORK = 10
 NEEDED_BUDGET = 90  # training of a row other rows wait for (a classifier or the tagger)
 MIN_BUDGET = 60
 
-# Rows that run alone, in a GPU session of their own: all-mpnet-base-v2 (209 MiB in float16) first
+# Rows that run alone, on a GPU machine held for them: all-mpnet-base-v2 (209 MiB in float16) first
 # travels in four pieces, one command each, and the last command joins them and runs the row
-# (tools/gpu/README.md). Their budget: the setup plus the join, and the evaluation as the first GPU
-# session measured it for MiniLM rankers (187-203 s on 2026-11-26, tools/gpu/results), not the
-# shared-run model's 75 s.
+# (tools/gpu/README.md). Their budget: the setup plus the join, and a ranker's evaluation as it
+# measured on a GPU (both P@1,100 passes, retrieval from the ED train pool, BERTScore: 187-203 s,
+# tools/gpu/README.md), not the shared-run model's 75 s.
 ALONE = ('rashkin2019_empatheticdialogues/mpnet_ft', 'rashkin2019_empatheticdialogues/ed32_situation_mpnet')
 ALONE_SETUP = 70
 ALONE_EVIDENCE_WORK = 210
@@ -105,9 +105,9 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
         argv = _set(argv, '-bs', GENERATOR_BATCH)
         for flag, value in (('--warmup-updates', 8000), ('--invsqrt-lr-decay-gamma', 8000), ('-vstep', 1000)):
             argv = _set(argv, flag, value * 16 // GENERATOR_BATCH)
-    # ETHREED keeps its cpu plan's batch of 16 (the reference's ~16.5 responses per update): on
-    # 2026-11-28 (tools/gpu/results/2026-11-28-h200) one epoch at batch 64 left valid ppl_ex at
-    # 43-46 where one epoch at 16 gives 37; and it is validated once an epoch (no -vtim): its
+    # ETHREED keeps its cpu plan's batch of 16 (the reference's ~16.5 responses per update): one
+    # epoch at batch 64 leaves valid ppl_ex at 43-46 where one epoch at 16 gives 37 (measured
+    # runs: tools/gpu/README.md); and it is validated once an epoch (no -vtim): its
     # learning rate decays after the 4th and the 5th *validation* (--lr-milestones, the
     # reference's MultiStepLR over epochs), so a validation every minute would decay it after
     # 4 and 5 minutes
@@ -116,7 +116,7 @@ def gpu_train(argv: List[str], project: str, budget: int) -> List[str]:
     if validated and steps is not None and int(steps) > 3:
         # train_model keeps the best *validated* model and stops at --max-train-steps (or its epochs)
         # before it validates: a validation every (steps - 1) / 3 updates puts one just before the
-        # end (the 2026-11-26 rankers were evaluated at 311 and 229 of their 462 updates without it)
+        # end, so that the evaluated model is not one from early in training
         argv = _set(argv, '-vstep', (int(steps) - 1) // 3)
     return _set(argv, '--max-train-time', budget)
 

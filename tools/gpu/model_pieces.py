@@ -1,5 +1,5 @@
-"""A model trained on the GPU machine comes back in float16 pieces (issue 19: "bring back the weights
-of a converged model for the model zoo").
+"""A model trained on the GPU machine comes back in float16 pieces, so that a converged model's
+weights can join the model zoo.
 
 What comes back from a device command is at most 8 files of 16 MiB each, so the runbook
 (``run.sh ... GPU_WEIGHTS=project/row,...``) writes, for each named row, its ParlAI model file with

@@ -1,4 +1,4 @@
-"""all-mpnet-base-v2 to the GPU machine in float16 pieces (issue 19, item 4: written, not yet run).
+"""all-mpnet-base-v2 to the GPU machine in float16 pieces.
 
 Its weights (438 MB in float32, 220 MB in float16) exceed what one device command carries (64 MiB
 with the working tree), but files an earlier command left on the machine stay while it is held.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu/run.sh PROFILE: every table row's gpu plan at once on one GPU (issue 19).
+# tools/gpu/run.sh PROFILE: every table row's gpu plan at once on one GPU.
 #   PROFILE: cpu-tiny (this CPU, tiny models, for the tests) | smoke (GPU, a few updates, < 2 min)
 #            | full (GPU, the plans in projects/*/table.json, < 9 min)
 # Needs the bundle (make gpu-bundle) and OUT, the folder whose files come back. Optional:
@@ -43,7 +43,7 @@ PY
   rm -f "$env_dir/.code"
 fi
 # the package itself from the checkout that came with this command, once per state of its code: the
-# bundle's wheel is the code of the day the bundle was built (2026-11-27: a run failed on it)
+# bundle's wheel holds the code as it was when the bundle was built, which may lag the checkout
 code=$( (cd "$repo" && find setup.py MANIFEST.in parlai_empathy_compat.pth parlai_empathy agents tasks zoo \
           -type f ! -path '*__pycache__*' 2>/dev/null || true) | LC_ALL=C sort \
        | (cd "$repo" && xargs -r sha256sum) | sha256sum | cut -c1-16)

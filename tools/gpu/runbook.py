@@ -1,4 +1,4 @@
-"""The GPU run of every table row (issue 19). ``tools/gpu/run.sh PROFILE`` calls this with the
+"""The GPU run of every table row. ``tools/gpu/run.sh PROFILE`` calls this with the
 Python of the environment it made from the bundle's wheels; see tools/gpu/README.md.
 
 1. unpacks the bundle (checksums verified): ED, GoEmotions, GloVe rows, MiniLM with float32
@@ -223,7 +223,7 @@ def select_rows(projects: str, runs: str, wanted: List[str], name: str,
         if leave_out_mpnet and any(offline_models.OFFLINE_MPNET in step.argv for step in plan.steps):
             print(f'[runbook] {key} left out: all-mpnet-base-v2 is not installed here', flush=True)
             continue
-        extra = (row_train or {}).get(key, [])  # --train-rows: the session's options for some rows only
+        extra = (row_train or {}).get(key, [])  # --train-rows: --train-args for these rows only
         if profile.train or profile.evaluate or extra:
             plan.profile = f'gpu+{name}'
         for step in plan.steps:
@@ -421,7 +421,7 @@ def main(argv=None) -> int:
     if args.eval_workers > 1:
         profile = replace(profile, evaluate=profile.evaluate + ['--eval-workers', str(args.eval_workers)])
     train_rows = [r for r in args.train_rows.split(',') if r]
-    if args.seconds is not None or args.train_args:  # a session's own limits (tools/gpu/README.md)
+    if args.seconds is not None or args.train_args:  # the caller's own limits override the profile's (tools/gpu/README.md)
         profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
                           train=profile.train + ([] if train_rows else shlex.split(args.train_args)))
     clock0 = args.started or time.time()

@@ -1,7 +1,7 @@
 """The validations and training speed of a GPU run's rows, from their ``.trainstats`` (what
 ``run.sh`` packs into ``<project>.tar.gz`` under ``trainstats/``), as a markdown table.
 
-    python tools/gpu/trainstats_table.py tools/gpu/results/2026-11-28-h200/trainstats/*.trainstats
+    python tools/gpu/trainstats_table.py tools/gpu/results/RUN/trainstats/*.trainstats
 
 One line per validation: the row, updates, ``train_time`` seconds at that update (ParlAI's clock of
 the run), the validation's examples and its metrics (those of ``--metrics``, where the report has

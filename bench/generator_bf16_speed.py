@@ -1,6 +1,6 @@
 """Does ``--bf16`` pay for MIME / Multi-TR training on this machine? fp32 against bf16 autocast.
 
-Issue 15 asks for bfloat16 autocast in MIME's training where it makes training at least 1.3x
+bfloat16 autocast earns its place in MIME's training only where it makes training at least 1.3x
 faster without raising valid PPL. This measures the first half: one training update of the paper
 configuration (the model the agents build, D_h 300, batch 16 real ED Listener pairs with their
 whole history, vocabulary 23,656 as the reference's, forward, every loss, backward and an Adam

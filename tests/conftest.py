@@ -59,6 +59,7 @@ TABLE_MARKS = {
     'test_sharded_eval.py': ('cli', 'slow'),
     'test_demo.py': ('cli', 'slow'),
     'test_readme_commands.py': ('cli', 'slow'),
+    'test_mission_outputs.py': ('cli', 'slow'),
     'test_emotions_tagging.py::test_command_killed_mid_run_resumes': ('cli',),
     'test_emotions_tagging.py::test_tag_ed_on_a_folder_without_examples_ends_with_the_file_error_alone': ('cli',),
     # in-process but long: over 20 s each on a shared 2-core machine (pytest --durations)

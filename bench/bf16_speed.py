@@ -37,7 +37,8 @@ def emit(report, out=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--encoder', default='offline-minilm')
     parser.add_argument('--steps', type=int, default=10, help='timed steps per precision (after 2 warm-up steps)')
     parser.add_argument('--batch', type=int, default=32)
@@ -46,12 +47,13 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from transformers import AutoModel
+
     from parlai_empathy import evidence
     from parlai_empathy.data.ed_raw import read_clean
     from parlai_empathy.models.bi_encoder import PooledEncoder, load_tokenizer
     from parlai_empathy.models.precision import native_bf16
     from parlai_empathy.offline_models import resolve_encoder
-    from transformers import AutoModel
 
     encoder_dir = resolve_encoder(args.encoder)
     tokenizer = load_tokenizer(encoder_dir)

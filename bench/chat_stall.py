@@ -67,7 +67,8 @@ def main():
         args.long_chars = MAX_MESSAGE_CHARS
     url = f'http://127.0.0.1:{args.port}'
     proc = subprocess.Popen([sys.executable, '-c', SERVER, args.model_file, str(args.port)],
-                            env=dict(os.environ, HF_HUB_OFFLINE='1'), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=dict(os.environ, HF_HUB_OFFLINE='1'),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(1200):
             try:
@@ -82,7 +83,8 @@ def main():
         for _ in range(args.repeats):
             alone.append(post(url, 'I miss my friends.', victim)[1])
             result, text = {}, long_message(args.long_chars, rng, args.style)
-            thread = threading.Thread(target=lambda: result.setdefault('long', post(url, text, attacker)))
+            thread = threading.Thread(
+                target=lambda result=result, text=text: result.setdefault('long', post(url, text, attacker)))
             thread.start()
             time.sleep(0.05)
             beside.append(post(url, 'I miss my friends.', victim)[1])

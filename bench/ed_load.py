@@ -19,7 +19,8 @@ from parlai.core.params import ParlaiParser
 from parlai.tasks.empathetic_dialogues.agents import EmpatheticDialoguesTeacher
 from parlai_empathy.tasks.ed import CleanTeacher, FaithfulTeacher
 which, datapath, ed_dir = sys.argv[1:4]
-teacher_class = {'parlai': EmpatheticDialoguesTeacher, 'empathy_ed': FaithfulTeacher, 'empathy_ed_clean': CleanTeacher}[which]
+teacher_class = {'parlai': EmpatheticDialoguesTeacher, 'empathy_ed': FaithfulTeacher,
+                 'empathy_ed_clean': CleanTeacher}[which]
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 examples = 0
@@ -51,7 +52,8 @@ def measure(which, datapath, ed_dir, repeats=3):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    ed_dir = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(here, '..', '..', 'shared', 'data', 'empatheticdialogues')
+    ed_dir = (os.environ.get('PARLAI_EMPATHY_ED_DIR')
+              or os.path.join(here, '..', '..', 'shared', 'data', 'empatheticdialogues'))
     ed_dir = os.path.abspath(ed_dir)
     with tempfile.TemporaryDirectory() as datapath:
         # ParlAI's teacher reads <datapath>/empatheticdialogues/empatheticdialogues/<split>.csv

@@ -15,7 +15,8 @@ import torch
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--bert-model', default='offline-mpnet')
     parser.add_argument('--texts', type=int, default=256)
     parser.add_argument('--threads', type=int, default=2)
@@ -38,7 +39,8 @@ def main():
                                       pad_id=tokenizer.pad_token_id).eval()
     print(f'{args.bert_model}: {encoder_dir} (resolved in {resolved_s:.1f} s), '
           f'{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, {len(texts)} ED test contexts, '
-          f'{args.threads} thread(s), {float((ids != tokenizer.pad_token_id).sum(1).float().mean()):.1f} word pieces on average')
+          f'{args.threads} thread(s), '
+          f'{float((ids != tokenizer.pad_token_id).sum(1).float().mean()):.1f} word pieces on average')
     for precision in ('float32', 'bfloat16'):
         model.to(getattr(torch, precision))
         with torch.no_grad():

@@ -25,7 +25,8 @@ from bf16_speed import command_line, emit, median
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--model', choices=['mime', 'multitask_transformer'], default='mime')
     parser.add_argument('--steps', type=int, default=30, help='timed updates per precision (after 3 warm-up pairs)')
     parser.add_argument('--batch', type=int, default=16)

@@ -46,8 +46,7 @@ import requests
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'tests'))
 
-from humaneval_helpers import (Server, entry_link, make_world_logs, peak_rss_kb,  # noqa: E402
-                               session_from, stream_chunked)
+from humaneval_helpers import Server, entry_link, make_world_logs, peak_rss_kb, session_from, stream_chunked  # noqa: E402
 from parlai_empathy.humaneval import providers  # noqa: E402
 from parlai_empathy.humaneval.build import build_task  # noqa: E402
 

@@ -49,11 +49,12 @@ def main():
     args = parser.parse_args()
 
     import torch
+    from parlai.core.metrics import Metrics
+    from sacrebleu.metrics import BLEU
+
     from parlai_empathy.metrics import parlai_metrics as pm
     from parlai_empathy.metrics.bertscore import BertScore, BertScoreConfig, minilm_dir
     from parlai_empathy.metrics.suite import ScoredExample, score_examples
-    from parlai.core.metrics import Metrics
-    from sacrebleu.metrics import BLEU
 
     torch.set_num_threads(args.threads)
     golds = ed_test_listener_responses(args.ed_dir)
@@ -72,10 +73,12 @@ def main():
         return tracker.report()['avg_bleu'].value()
 
     avg_bleu, seconds = timed(accumulate_bleu)
-    print(f'BLEU via ParlAI Metric objects: avg_bleu {avg_bleu:.4f} in {seconds:.2f} s = {n / seconds:,.0f} responses/s '
+    print(f'BLEU via ParlAI Metric objects: avg_bleu {avg_bleu:.4f} in {seconds:.2f} s = '
+          f'{n / seconds:,.0f} responses/s '
           f'(process CPU {timed.cpu:.2f} s)')
     bleu4, seconds = timed(lambda: BLEU().corpus_score(responses, [golds]).score)
-    print(f'sacrebleu corpus_score (BLEU-4 only, one call): {bleu4:.4f} in {seconds:.2f} s = {n / seconds:,.0f} responses/s')
+    print(f'sacrebleu corpus_score (BLEU-4 only, one call): {bleu4:.4f} in {seconds:.2f} s = '
+          f'{n / seconds:,.0f} responses/s')
     report, seconds = timed(lambda: score_examples([ScoredExample('', g, r) for g, r in zip(golds, responses)]))
     print(f'suite text metrics (BLEU x2 settings, dist, utt_dist): {seconds:.2f} s = {n / seconds:,.0f} responses/s; '
           f'dist-1 {report.values["dist-1"]:.4f} dist-2 {report.values["dist-2"]:.4f}')

@@ -58,7 +58,8 @@ def query_ms(agent, text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--max-tokens', type=int, default=0, help='pool length filter (0: all ~40k responses)')
     parser.add_argument('--queries', type=int, default=50)
     parser.add_argument('--pool-limit', type=int, default=0,
@@ -145,7 +146,8 @@ def main():
             score_ms.append((time.perf_counter() - t) * 1000)
         figures[f'{precision}_full_pool_score_topk_ms_median'] = statistics.median(score_ms)
         del warm
-    figures['bf16_speedup_cached_query'] = figures['fp32_cached_query_ms_median'] / figures['bf16_cached_query_ms_median']
+    figures['bf16_speedup_cached_query'] = (figures['fp32_cached_query_ms_median']
+                                            / figures['bf16_cached_query_ms_median'])
 
     # peak memory of eval_model with the whole pool (cache already built), in a child process
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

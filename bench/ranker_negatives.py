@@ -30,9 +30,10 @@ import torch
 def run_setting(args):
     """One setting in this process; prints a JSON line of its figures."""
     torch.set_num_threads(args.threads)
+    from ranker_training_chunks import real_batches
+
     from parlai_empathy.models.bi_encoder import BiEncoder, in_batch_loss, load_tokenizer
     from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
-    from ranker_training_chunks import real_batches
 
     batch_size, _, chunk = args.setting.partition('/')
     batch_size, chunk = int(batch_size), int(chunk or 0)
@@ -67,7 +68,8 @@ def run_setting(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--settings', default='32,256,256/32',
                         help='comma-separated BATCH or BATCH/CHUNK (gradient cache of CHUNK rows)')
     parser.add_argument('--steps', type=int, default=4, help='timed steps per setting')

@@ -41,7 +41,8 @@ def real_batches(ed_dir: str, tokenizer, batch_size: int, count: int, seed: int 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--steps', type=int, default=12, help='timed steps per way (after 2 warm-up steps)')
     parser.add_argument('--threads', type=int, default=1)

@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     differ = {k: (one['values'][k], many['values'].get(k)) for k in EXACT
               if k in one['values'] and one['values'][k] != many['values'].get(k)}
     differ.update({k: (v, many['values'].get(k)) for k, v in one['values'].items()
-                   if k not in EXACT and isinstance(v, float) and f'{v:.4g}' != f'{many["values"].get(k, float("nan")):.4g}'})
+                   if k not in EXACT and isinstance(v, float)
+                   and f'{v:.4g}' != f'{many["values"].get(k, float("nan")):.4g}'})
     result = {'workers': args.workers, 'one': one, 'many': many,
               'speedup': round(one['seconds'] / many['seconds'], 2), 'figures_differ': differ,
               'load_average_after': list(os.getloadavg()), 'cores': os.cpu_count()}

@@ -30,12 +30,14 @@ class EmpathyReproduce(EmpathyScript):
     @classmethod
     def setup_args(cls):
         parser = ParlaiParser(False, False, "Re-create table rows: run each row's plan, then gather the evidence")
-        parser.add_argument('--project', type=str, required=True, help='a project of --projects-dir, e.g. majumder2020_mime')
+        parser.add_argument('--project', type=str, required=True,
+                            help='a project of --projects-dir, e.g. majumder2020_mime')
         parser.add_argument('--projects-dir', type=str, default=None,
                             help=f'the folder of the plans (default: ${reproduce.PROJECTS_ENV}, else projects/ of '
                             'the clone around the working directory, else the copy installed with the package)')
         parser.add_argument('--runs-dir', type=str, default='runs', help='model files, checkpoints, logs and evidence')
-        parser.add_argument('--rows', type=str, default='', help='comma-separated rows (default: every row with a plan)')
+        parser.add_argument('--rows', type=str, default='',
+                            help='comma-separated rows (default: every row with a plan)')
         parser.add_argument('--profile', type=str, default='cpu', choices=list(reproduce.PROFILES),
                             help='which plan: cpu (what made the committed figures) or gpu')
         parser.add_argument('--write-projects', action='store_true',
@@ -68,7 +70,8 @@ class EmpathyReproduce(EmpathyScript):
                     print(f'[reproduce] {plan.project}/{plan.entry} {step.name}: done already')
                     continue
                 took = (f'about {reproduce.duration_words(seconds)} on {timing.machine}, as the committed row took'
-                        if seconds is not None else f'not timed: {timing.note or "the committed row has no figure for it"}')
+                        if seconds is not None
+                        else f'not timed: {timing.note or "the committed row has no figure for it"}')
                 print(f'# {plan.project}/{plan.entry} {step.name}: {took}', flush=True)
                 if opt['dry_run']:
                     print(step.shell())

@@ -294,7 +294,8 @@ def tree_bytes() -> int:
     ones it does not ignore."""
     listed = subprocess.run(['git', '-C', REPO, 'ls-files', '-z', '--cached', '--others', '--exclude-standard'],
                             capture_output=True, text=True, check=True).stdout.split('\0')
-    return sum(os.path.getsize(os.path.join(REPO, p)) for p in set(listed) if p and os.path.isfile(os.path.join(REPO, p)))
+    return sum(os.path.getsize(os.path.join(REPO, p)) for p in set(listed)
+               if p and os.path.isfile(os.path.join(REPO, p)))
 
 
 def main(argv=None) -> int:

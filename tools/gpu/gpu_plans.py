@@ -158,7 +158,7 @@ def cpu_rows(specs: Dict[str, Dict]) -> Dict[str, Dict]:
         for entry, plans in spec.get('reproduce', {}).get('rows', {}).items():
             needs = [n if '/' in n else f'{project}/{n}' for n in plans.get('needs', [])]
             rows[f'{project}/{entry}'] = {'needs': needs, 'steps': [dict(s) for s in plans['cpu']]}
-    for key, row in rows.items():
+    for _key, row in rows.items():
         for step in row['steps']:
             tags_of = _option(step['parlai'], TAGS_OPTION)
             tagger = tags_of and tags_of.startswith('{runs}/') and tags_of[len('{runs}/'):-len('/model')]
@@ -239,7 +239,8 @@ def budget_table(specs: Dict[str, Dict]) -> str:
     rows = cpu_rows(specs)
     lines = ['| row | needs | starts at | training budget |', '|---|---|---|---|']
     for key, (start, budget) in sorted(budgets(rows).items(), key=lambda kv: (kv[1][0], kv[0])):
-        lines.append(f'| {key} | {", ".join(rows[key]["needs"]) or "-"} | {start} s | {f"{budget} s" if budget else "-"} |')
+        needs = ", ".join(rows[key]["needs"]) or "-"
+        lines.append(f'| {key} | {needs} | {start} s | {f"{budget} s" if budget else "-"} |')
     return '\n'.join(lines)
 
 

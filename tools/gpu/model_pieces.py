@@ -38,9 +38,9 @@ def _pieces_of(folder: str, name: str) -> List[str]:
 
 def split(model_file: str, out: str, name: str, piece_bytes: int = PIECE_BYTES) -> Dict:
     """``model_file`` (+ ``.opt``, ``.dict``) as float16 pieces ``<name>.model.NN`` in ``out``."""
+    from halves import half_tensors
     from safetensors.torch import save
 
-    from halves import half_tensors
     from parlai_empathy.safe_loading import load_checkpoint
 
     states = load_checkpoint(model_file)

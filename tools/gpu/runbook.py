@@ -360,7 +360,7 @@ def pack(out: str, projects: str, runs: str, logs: str, board: str, rows: Dict[s
 def check_out(out: str) -> List[str]:
     """What breaks the limits of what comes back from the GPU machine."""
     problems, files = [], []
-    for root, dirs, names in os.walk(out):
+    for root, _dirs, names in os.walk(out):
         depth = len(os.path.relpath(root, out).split(os.sep)) - (root == out)
         if depth > 2 and names:
             problems.append(f'{root}: more than two folders down')
@@ -409,7 +409,8 @@ def main(argv=None) -> int:
     parser.add_argument('--train-rows', default='',
                         help='comma-separated project/row: --train-args go to these rows only (default: every row)')
     parser.add_argument('--mpnet-pieces', default='',
-                        help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): joined and used')
+                        help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): '
+                        'joined and used')
     parser.add_argument('--eval-workers', type=int, default=1,
                         help='each evidence step shards its evaluation over this many processes '
                              '(empathy_leaderboard --eval-workers; beam search is bound by one CPU thread each)')
@@ -421,7 +422,8 @@ def main(argv=None) -> int:
     if args.eval_workers > 1:
         profile = replace(profile, evaluate=profile.evaluate + ['--eval-workers', str(args.eval_workers)])
     train_rows = [r for r in args.train_rows.split(',') if r]
-    if args.seconds is not None or args.train_args:  # the caller's own limits override the profile's (tools/gpu/README.md)
+    # the caller's own limits override the profile's (tools/gpu/README.md)
+    if args.seconds is not None or args.train_args:
         profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
                           train=profile.train + ([] if train_rows else shlex.split(args.train_args)))
     clock0 = args.started or time.time()
@@ -446,7 +448,8 @@ def main(argv=None) -> int:
     if profile.cpu_only:
         env['CUDA_VISIBLE_DEVICES'] = ''
     os.environ.update(env)
-    say('data and models ready: ' + ', '.join(f'{k}={v}' for k, v in sorted(env.items()) if k.startswith('PARLAI_EMPATHY')))
+    say('data and models ready: '
+        + ', '.join(f'{k}={v}' for k, v in sorted(env.items()) if k.startswith('PARLAI_EMPATHY')))
 
     projects, runs = os.path.join(work, 'projects'), os.path.join(work, 'runs')
     shutil.copytree(os.path.join(args.repo, 'projects'), projects)
@@ -473,7 +476,8 @@ def main(argv=None) -> int:
                                    '--outdir', board], capture_output=True, text=True, timeout=GATHER_SECONDS)
     except subprocess.TimeoutExpired as err:
         gathered = subprocess.CompletedProcess(err.cmd, 124, '', f'stopped after {GATHER_SECONDS} s')
-    say(f'tables and board from the artifacts: exit {gathered.returncode}\n{gathered.stdout[-3000:]}{gathered.stderr[-3000:]}')
+    say(f'tables and board from the artifacts: exit {gathered.returncode}\n'
+        f'{gathered.stdout[-3000:]}{gathered.stderr[-3000:]}')
     summary = {
         'profile': args.profile, 'device': device, 'bundle': {k: manifest[k] for k in ('code', 'minilm', 'glove_rows')},
         'environment': {k: v for k, v in env.items() if not k.startswith('PARLAI_EMPATHY_')},
@@ -504,7 +508,8 @@ def main(argv=None) -> int:
     for path in written + [os.path.join(args.out, 'summary.json')]:
         say(f'{os.path.basename(path)}: {os.path.getsize(path) / 2 ** 20:.2f} MiB')
     problems = check_out(args.out)
-    say(f'done in {time.time() - clock0:.0f} s' + ('' if not problems else '; OUT BREAKS THE LIMITS: ' + '; '.join(problems)))
+    say(f'done in {time.time() - clock0:.0f} s'
+        + ('' if not problems else '; OUT BREAKS THE LIMITS: ' + '; '.join(problems)))
     driver_log.close()
     sys.stdout = sys.__stdout__
     failed = any(row.status in ('failed', 'blocked') for row in rows.values())

@@ -173,7 +173,8 @@ class EthreedAgent(EncoderReadoutAgent):
                            "it lacks and, with vectors narrower than --embedding-size, the columns "
                            "beyond their width. 'glove' (default, the rule of every ETHREED row so far): "
                            "the std of the found GloVe values; a number: N(0, that std). Measured with the "
-                           "offline 50-d vectors (projects/li_ethreed/runs/diagnostics/glove_fill*): 0.01 trains worse, "
+                           "offline 50-d vectors (projects/li_ethreed/runs/diagnostics/glove_fill*): "
+                           "0.01 trains worse, "
                            "1.0 (the reference's rule for words its 300-d vectors lack) about the same")
         group.add_argument('--utterance-truncate', type=int, default=40,
                            help='tokens kept per context utterance, its end token included '

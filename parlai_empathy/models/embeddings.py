@@ -81,13 +81,14 @@ class DialogueEmbedding(nn.Module):
     SYS are such words) and, in use, scaled as words are: speakers by ``words.scale``, the CTX
     vector by 2 * ``words.scale`` (the reference's CLS position is the CLS word vector plus the
     CLS row again as its dialogue-state tag). The function is the same as a CTX vector used
-    unscaled (``projects/majumder2020_mime/diagnostics/mime_transplant.py`` maps one onto the other), but the training is not:
-    Adam moves every parameter by about its learning rate whatever the gradient's scale, so a
-    factor applied after the parameter multiplies how fast the vector it makes can move. The
-    reference's CTX input moves 2 sqrt(300), about 35 times, faster than a unit-scale parameter's.
-    Without it (``reference_tags`` off: the form of models saved before it, kept by the generator
-    agents' ``OPT_MIGRATIONS``): the CTX vector starts at unit norm and is used as it is, and the
-    speaker table is initialised with the model's other matrices.
+    unscaled (``projects/majumder2020_mime/diagnostics/mime_transplant.py`` maps one onto the
+    other), but the training is not: Adam moves every parameter by about its learning rate
+    whatever the gradient's scale, so a factor applied after the parameter multiplies how fast
+    the vector it makes can move. The reference's CTX input moves 2 sqrt(300), about 35 times,
+    faster than a unit-scale parameter's. Without it (``reference_tags`` off: the form of models
+    saved before it, kept by the generator agents' ``OPT_MIGRATIONS``): the CTX vector starts at
+    unit norm and is used as it is, and the speaker table is initialised with the model's other
+    matrices.
     """
 
     def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0,

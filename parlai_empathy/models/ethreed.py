@@ -56,8 +56,8 @@ Deviations from the reference code (outsider-lj/ethreed @ 397bb20), each on purp
   600->300 context GRU, the feature cell's content attention) are not built, so the parameter
   count is lower.
 
-``projects/li_ethreed/diagnostics/ethreed_transplant.py`` runs the reference and this model on the same weights and batch
-with these deviations equalised: every stage, loss term and gradient agrees to float rounding
+``projects/li_ethreed/diagnostics/ethreed_transplant.py`` runs the reference and this model on the same weights and
+batch with these deviations equalised: every stage, loss term and gradient agrees to float rounding
 (``projects/li_ethreed/runs/diagnostics/transplant/``).
 
 Ablations (:class:`EthreedConfig`): ``emp_policy=False`` (w/o emp-policy: the responder's last

@@ -8,11 +8,10 @@ import threading
 
 import pytest
 
+from conftest import ed_teacher_examples
 from parlai_empathy.data import ed_episodes, ed_raw, ed_source
 from parlai_empathy.data.file_errors import DataFileExit
 from parlai_empathy.tasks.ed import CleanTeacher, FaithfulTeacher
-
-from conftest import ed_teacher_examples
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures')
 QUIRKS = os.path.join(FIXTURES, 'ed_quirks.csv')
@@ -75,7 +74,8 @@ def test_train_experiencer_only_and_clean_counts(parlai_datapath, ed_dir):
     assert len(listener_only) == 40254
     assert {m['label_role'] for m in listener_only} == {'listener'}
     for split in ('valid', 'test'):
-        assert len(ed_teacher_examples(CleanTeacher, split, parlai_datapath, '--ed-datapath', ed_dir)) == PARLAI_COUNTS[split]
+        examples = ed_teacher_examples(CleanTeacher, split, parlai_datapath, '--ed-datapath', ed_dir)
+        assert len(examples) == PARLAI_COUNTS[split]
 
 
 def test_history_length_gives_the_ed_papers_context(parlai_datapath, ed_dir):
@@ -145,7 +145,8 @@ def test_shared_data_needs_no_recovery_but_whitespace_and_quotes(ed_dir):
         conversations, report = ed_raw.read_clean(os.path.join(ed_dir, split + '.csv'))
         assert report.rows_read == report.rows_kept == rows
         assert report.unrecoverable == []
-        assert set(report.fixes) <= {'stray_quote', 'csv_quoting', 'edge_whitespace', 'double_space', 'short_conversation'}
+        assert set(report.fixes) <= {'stray_quote', 'csv_quoting', 'edge_whitespace', 'double_space',
+                                     'short_conversation'}
         for conv in conversations:
             for utt in conv.utterances:
                 assert utt.text == utt.text.strip() and '  ' not in utt.text and '_comma_' not in utt.text
@@ -202,7 +203,8 @@ def test_every_quirk_is_recovered_and_reported(cleaned_quirks):
         'Are you going to do something outside?',
         "I love it when it's nice out. Are you going to do something outside?",  # the gold, appended
     ]
-    assert [u.text for u in second.utterances[2:]] == ['Yes, a picnic!', 'That sounds lovely.', 'We will bring sandwiches']
+    assert [u.text for u in second.utterances[2:]] == ['Yes, a picnic!', 'That sounds lovely.',
+                                                       'We will bring sandwiches']
     assert conversations[3].utterances[0].text == 'Congrats! caf\ufffd time!'
 
 
@@ -412,7 +414,8 @@ def test_streaming_caches_lengths_in_the_datapath_not_beside_the_source(tmp_path
 
         parser = ParlaiParser(True, False)
         CleanTeacher.add_cmdline_args(parser)
-        opt = parser.parse_args(['-dt', 'train:stream', '--datapath', str(tmp_path / 'dp'), '--ed-datapath', str(folder)])
+        opt = parser.parse_args(['-dt', 'train:stream', '--datapath', str(tmp_path / 'dp'),
+                                 '--ed-datapath', str(folder)])
         teacher = CleanTeacher(opt)
         count = teacher.num_examples()
         assert count == len(ed_teacher_examples(CleanTeacher, 'train', tmp_path / 'dp2', '--ed-datapath', folder))
@@ -531,8 +534,9 @@ def _ed_folder(tmp_path, name, valid=None, **others):
 @pytest.mark.parametrize('task, case, expected', [
     ('empathy_ed', 'empty', '{valid}: no examples (empty file)'),
     ('empathy_ed_clean', 'header only', '{valid}: no examples (header only)'),
-    ('empathy_ed_clean', 'binary garbage', "{valid}: no examples (not UTF-8 text: 16 of its 16 lines are not UTF-8, the "
-                                           "first at line 1, field 'conv_id': byte 0xb4 at column 2; a binary file?; "
+    ('empathy_ed_clean', 'binary garbage', "{valid}: no examples (not UTF-8 text: 16 of its 16 lines are not "
+                                           "UTF-8, the first at line 1, field 'conv_id': byte 0xb4 at column 2; "
+                                           "a binary file?; "
                                            "line 1 is not the EmpatheticDialogues header "
                                            "'conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags')"),
     ('empathy_ed', 'not UTF-8 at line 3', "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
@@ -583,4 +587,5 @@ def test_build_candidates_ends_with_the_file_error_alone(run_parlai, tmp_path):
     done = run_parlai('empathy_build_candidates', '--ed-datapath', folder, '--max-tokens', '1',
                       '-o', tmp_path / 'pool.cands', check=False)
     assert (done.returncode, done.stderr.strip()) == (
-        1, f'{folder / "train.csv"}: no examples (no listener responses of at most 1 tokens to build a candidate pool from)')
+        1, f'{folder / "train.csv"}: no examples (no listener responses of at most 1 tokens to build a candidate '
+           'pool from)')

@@ -74,11 +74,13 @@ def test_train_and_eval_goemotions_end_to_end(run_parlai, tiny_bert, goemotions_
     mf = tmp_path / 'goemo' / 'model'
     done = run_parlai(
         'train_model', '-t', 'empathy_goemotions', '-m', 'empathy/emotion_classifier', '--encoder', tiny_bert,
-        '-mf', mf, '-bs', 16, '--max-train-steps', 6, '-vstep', 3, '--validation-max-exs', 48, '--short-final-eval', 'true',
+        '-mf', mf, '-bs', 16, '--max-train-steps', 6, '-vstep', 3, '--validation-max-exs', 48,
+        '--short-final-eval', 'true',
         '--learningrate', 1e-3, '--max-length', 24, env=env,
     )
     assert 'macro_f1' in done.stdout + done.stderr
-    assert os.path.isfile(mf) and os.path.isfile(str(mf) + '.hf/config.json') and os.path.isfile(str(mf) + '.hf/tokenizer.json')
+    assert (os.path.isfile(mf) and os.path.isfile(str(mf) + '.hf/config.json')
+            and os.path.isfile(str(mf) + '.hf/tokenizer.json'))
     # the trained model reloads from its own files, without the encoder directory
     report, printed = _eval_report(
         run_parlai, tmp_path, '-t', 'empathy_goemotions', '-mf', mf, '-dt', 'test', '-ne', 64, '-bs', 32, env=env
@@ -95,7 +97,8 @@ def test_single_label_ed_situation_classifier(run_parlai, tiny_bert, tmp_path):
         '--encoder', tiny_bert, '-mf', mf, '-bs', 8, '--max-train-steps', 4, '-vstep', 2, '--validation-max-exs', 16,
         '--short-final-eval', 'true', '--learningrate', 1e-3,
     )
-    report, _ = _eval_report(run_parlai, tmp_path, '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-mf', mf, '-dt', 'valid')
+    report, _ = _eval_report(run_parlai, tmp_path, '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-mf', mf,
+                             '-dt', 'valid')
     assert report['exs'] > 0 and 0.0 <= report['accuracy'] <= 1.0
     # single-label: micro F1 is the accuracy
     assert report['micro_f1'] == pytest.approx(report['accuracy'], abs=1e-6)
@@ -129,7 +132,8 @@ def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_be
         return run_parlai(
             'train_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-m', 'empathy/emotion_classifier',
             '--encoder', tiny_bert, '-mf', mf, '-bs', 8, '--max-train-steps', steps, '-vstep', 3,
-            '--validation-max-exs', 16, '--save-every-n-secs', 1e-6, '--short-final-eval', 'true', '--learningrate', 1e-3,
+            '--validation-max-exs', 16, '--save-every-n-secs', 1e-6, '--short-final-eval', 'true',
+            '--learningrate', 1e-3,
         )
 
     train(2)

@@ -31,7 +31,7 @@ def rule_tags(ed_dir, tmp_path_factory):
     for row, u in enumerate(utterances):
         text = u.text.lower()
         hit = False
-        for col, (label, words) in enumerate(RULES.items()):
+        for col, (_label, words) in enumerate(RULES.items()):
             if any(w in text for w in words):
                 probs[row, col], hit = 0.9, True
         if not hit:
@@ -66,7 +66,9 @@ def test_pattern_set_is_parametric(train_pairs):
     trans = patterns.transitions(train_pairs, CLASSES)
     loose = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20))
     strict = patterns.select_patterns(trans, PatternParams(min_lift=2.0, min_support=200))
-    assert len(strict) < len(loose) and set(map(tuple, strict[['speaker', 'listener']].values)) <= set(map(tuple, loose[['speaker', 'listener']].values))
+    assert len(strict) < len(loose)
+    assert (set(map(tuple, strict[['speaker', 'listener']].values))
+            <= set(map(tuple, loose[['speaker', 'listener']].values)))
     assert (loose['lift'] >= 1.1).all() and (loose['count'] >= 20).all() and 'neutral' not in set(loose['speaker'])
     with_neutral = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20, exclude_neutral=False))
     assert len(with_neutral) >= len(loose)
@@ -90,7 +92,8 @@ def test_subsets_fractions_disjoint_pools_and_reproducible(train_pairs, tmp_path
     params = PatternParams()
     m87 = subsets.select(train_pairs, ids, CLASSES, params, preset='p87', seed=3)
     m57 = subsets.select(train_pairs, ids, CLASSES, params, preset='p57', seed=3)
-    assert m87['stats']['fraction'] == pytest.approx(0.87, abs=0.001) and m57['stats']['fraction'] == pytest.approx(0.57, abs=0.001)
+    assert m87['stats']['fraction'] == pytest.approx(0.87, abs=0.001)
+    assert m57['stats']['fraction'] == pytest.approx(0.57, abs=0.001)
     assert set(m57['conv_ids']) <= set(m87['conv_ids'])  # ranked by pattern density
     assert m57['stats']['pattern_transitions_per_pair'] >= m87['stats']['pattern_transitions_per_pair']
     with_ = subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3)
@@ -100,7 +103,8 @@ def test_subsets_fractions_disjoint_pools_and_reproducible(train_pairs, tmp_path
     assert with_['stats']['conversations_with_pattern'] == 1.0 and without['stats']['pattern_transitions'] == 0
     # seeded: same inputs -> byte-identical manifest; another seed -> another draw
     first = subsets.write_manifest(with_, str(tmp_path / 'a'))
-    again = subsets.write_manifest(subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3), str(tmp_path / 'b'))
+    again = subsets.write_manifest(subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3),
+                                   str(tmp_path / 'b'))
     assert os.path.basename(first) == os.path.basename(again)
     assert open(first).read() == open(again).read()
     pools = with_['selection']['pool_sizes']

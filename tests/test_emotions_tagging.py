@@ -46,7 +46,8 @@ def test_partial_cache_resumes_without_recomputing(classifier_file, tmp_path):
     rows = [table.lookup(u.split, u.conv_id, u.utterance_idx) for u in utterances]
     np.testing.assert_allclose(table.probs[rows], probs, atol=1e-5)
     assert (table.labels[rows] == labels).all() and labels.dtype == bool
-    assert table.meta['counts']['by_split'] == {s: sum(u.split == s for u in utterances) for s in ('test', 'train', 'valid')}
+    assert table.meta['counts']['by_split'] == {s: sum(u.split == s for u in utterances)
+                                                for s in ('test', 'train', 'valid')}
 
 
 def test_bf16_tagging_is_recorded_close_and_never_mixed(classifier_file, tmp_path):
@@ -58,7 +59,8 @@ def test_bf16_tagging_is_recorded_close_and_never_mixed(classifier_file, tmp_pat
     fast = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, progress=False, bf16=True)
     assert fast.reused == partial.tagged and fast.reused + fast.tagged == fast.total
     exact_table, fast_table = tag_cache.TagTable(exact.directory), tag_cache.TagTable(fast.directory)
-    assert exact_table.meta['classifier']['precision'] == 'fp32' and fast_table.meta['classifier']['precision'] == 'bf16'
+    assert exact_table.meta['classifier']['precision'] == 'fp32'
+    assert fast_table.meta['classifier']['precision'] == 'bf16'
     assert not np.array_equal(fast_table.probs, exact_table.probs)
     np.testing.assert_allclose(fast_table.probs, exact_table.probs, atol=0.02)
 
@@ -70,7 +72,8 @@ def test_command_killed_mid_run_resumes(classifier_file, tmp_path):
     parts = None
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        found = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f.startswith('part-') and f.endswith('.npz')]
+        found = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs
+                 if f.startswith('part-') and f.endswith('.npz')]
         if len(found) >= 2:
             parts = found
             break

@@ -110,13 +110,16 @@ def test_an_edited_or_truncated_file_fails_its_checksum(exported, tmp_path):
 
 def _header_and_bad_byte(data):
     lines = data.splitlines(keepends=True)
-    return lines[0] + lines[1] + lines[2] + lines[3].replace(b'valid', b'val\xffid').replace(b'train', b'tr\xffain') + b''.join(lines[4:])
+    return (lines[0] + lines[1] + lines[2] + lines[3].replace(b'valid', b'val\xffid').replace(b'train', b'tr\xffain')
+            + b''.join(lines[4:]))
 
 
 @pytest.mark.parametrize('content, named', [
     (lambda data: gzip.compress(data.splitlines(keepends=True)[0]), 'labels.csv.gz: no examples (header only)'),
-    (lambda data: gzip.compress(_header_and_bad_byte(data)), 'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)'),
-    (lambda data: __import__('random').Random(7).randbytes(3000), 'labels.csv.gz, line 1: not a gzip file (BadGzipFile'),
+    (lambda data: gzip.compress(_header_and_bad_byte(data)),
+     'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)'),
+    (lambda data: __import__('random').Random(7).randbytes(3000),
+     'labels.csv.gz, line 1: not a gzip file (BadGzipFile'),
 ])
 def test_a_label_file_with_no_labels_or_no_text_is_named(exported, tmp_path, content, named):
     """Files that pass their checksum (meta.json rewritten along) but hold no labels or no text."""

@@ -18,7 +18,13 @@ from typing import Dict, List, Optional, Tuple
 
 from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data.file_errors import (
-    DataFileError, DataNotFound, column_of, decode_line, field_at, no_examples, read_lines,
+    DataFileError,
+    DataNotFound,
+    column_of,
+    decode_line,
+    field_at,
+    no_examples,
+    read_lines,
 )
 
 HEADER = ['conv_id', 'utterance_idx', 'context', 'prompt', 'speaker_idx', 'utterance', 'selfeval', 'tags']
@@ -78,9 +84,9 @@ def _lines(path):
 def _check_header(path, line: str) -> None:
     found = line.strip().split(',')
     if found != HEADER:
-        for position, (name, got) in enumerate(zip(HEADER, found + [''] * len(HEADER))):
-            if name != got:
-                break
+        # the first column that differs; a header with extra columns after ours is wrong in the last
+        position = next((i for i, (name, got) in enumerate(zip(HEADER, found + [''] * len(HEADER))) if name != got),
+                        len(HEADER) - 1)
         raise EDFormatError(
             path, 1, HEADER[position],
             f'the first line is not the EmpatheticDialogues header {",".join(HEADER)!r} '
@@ -114,7 +120,7 @@ def read_faithful(path: str) -> List[Conversation]:
         try:
             utterance_idx = int(parts[1])
         except ValueError:
-            raise EDFormatError(path, line_no, 'utterance_idx', f'not an integer: {parts[1]!r}')
+            raise EDFormatError(path, line_no, 'utterance_idx', f'not an integer: {parts[1]!r}') from None
         candidates = None
         if len(parts) == 9 and parts[8] != '':
             candidates = [unescape_candidate(c).strip() for c in parts[8].split('|')]
@@ -150,7 +156,8 @@ FIX_DESCRIPTIONS = OrderedDict(
         ('invalid_utf8', 'bytes that are not UTF-8 were replaced by U+FFFD'),
         ('nul_byte', 'NUL bytes removed'),
         ('blank_line', 'blank line skipped'),
-        ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right (EmpatheticDialogues issue #40) - realigned'),
+        ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right '
+                                  '(EmpatheticDialogues issue #40) - realigned'),
         ('unescaped_comma', 'raw commas inside a text field split it; fields re-joined'),
         ('missing_trailing_fields', 'row ended early; missing selfeval/tags taken as empty'),
         ('inline_candidates', '9th field of inline candidates split off (kept, _comma_/_pipe_ decoded)'),
@@ -427,7 +434,7 @@ def write_report(report: CleaningReport, directory: str, split: str) -> str:
             (json_path[: -len('.json')] + '.txt', report.summary() + '\n'),
         ):
             if not _has_content(path, content):
-                atomic_write(path, lambda f: f.write(content), binary=False)
+                atomic_write(path, lambda f, content=content: f.write(content), binary=False)
     return json_path
 
 

@@ -57,7 +57,7 @@ def build_official(parlai_datapath: str, url: str = OFFICIAL_URL, sha256: str = 
             resource.download_file(dpath)
         except AssertionError as err:  # ParlAI's checksum failure
             build_data.remove_dir(dpath)
-            raise EDDataNotFound(f'The EmpatheticDialogues download from {url} is corrupt: {err}')
+            raise EDDataNotFound(f'The EmpatheticDialogues download from {url} is corrupt: {err}') from None
         except Exception as err:
             build_data.remove_dir(dpath)
             raise EDDataNotFound(

@@ -58,7 +58,8 @@ def read_candidates(path: str) -> List[str]:
         if text:
             candidates.append(text)
     if not candidates:
-        raise no_examples(path, 'no candidates: empty file' if os.path.getsize(path) == 0 else 'no candidates: only blank lines')
+        raise no_examples(path, 'no candidates: empty file' if os.path.getsize(path) == 0
+                          else 'no candidates: only blank lines')
     return candidates
 
 

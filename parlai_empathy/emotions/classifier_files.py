@@ -74,7 +74,8 @@ def read_settings(model_file: str) -> dict:
     hint = 'train one with `parlai train_model -t empathy_goemotions -m empathy/emotion_classifier -mf FILE`'
     for needed in (model_file, model_file + '.opt', os.path.join(model_file + '.hf', 'config.json')):
         if not os.path.exists(needed):
-            raise ClassifierFilesError(f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
+            raise ClassifierFilesError(
+                f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
     opt = _read_opt(model_file + '.opt', hint)
     if not opt.get('classes'):
         raise ClassifierFilesError(f'{model_file}.opt has no "classes": not an emotion classifier ({hint})')

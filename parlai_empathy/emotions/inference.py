@@ -14,7 +14,8 @@ from parlai_empathy.emotions.classifier_files import LoadedClassifier
 
 def tokenize(classifier: LoadedClassifier, texts: Sequence[str]) -> List[List[int]]:
     """Token ids with [CLS]/[SEP], cut to the classifier's max length (empty text -> [CLS][SEP])."""
-    encoded = classifier.tokenizer(list(texts), truncation=True, max_length=classifier.max_length, add_special_tokens=True)
+    encoded = classifier.tokenizer(list(texts), truncation=True, max_length=classifier.max_length,
+                                   add_special_tokens=True)
     return encoded['input_ids']
 
 
@@ -60,7 +61,8 @@ def decide_labels(probs: np.ndarray, multilabel: bool, threshold: float) -> np.n
     return labels
 
 
-def predict_all(classifier: LoadedClassifier, texts: Sequence[str], batch_tokens: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+def predict_all(classifier: LoadedClassifier, texts: Sequence[str],
+                batch_tokens: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
     """Probabilities and decided labels of ``texts``, in input order."""
     token_ids = tokenize(classifier, texts)
     probs = np.zeros((len(texts), len(classifier.classes)), dtype=np.float32)

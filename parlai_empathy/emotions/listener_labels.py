@@ -160,13 +160,15 @@ def load(directory: str) -> ListenerLabels:
         text = data.decode('utf-8')
     except UnicodeDecodeError as err:
         line = data.count(b'\n', 0, err.start) + 1
-        raise LabelFileError(f'{labels_path}, line {line}: not UTF-8: byte 0x{data[err.start]:02x} ({err.reason})') from None
+        raise LabelFileError(
+            f'{labels_path}, line {line}: not UTF-8: byte 0x{data[err.start]:02x} ({err.reason})') from None
     rows = csv.reader(io.StringIO(text, newline=''))
     header = tuple(next(rows, ()))
     if header != HEADER:
-        raise LabelFileError(f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}')
+        raise LabelFileError(
+            f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}')
     for line, row in enumerate(rows, start=2):
-        def bad(field, problem):
+        def bad(field, problem, line=line):
             return LabelFileError(f'{labels_path}, line {line}, field "{field}": {problem}')
 
         if len(row) != len(HEADER):

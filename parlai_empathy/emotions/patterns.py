@@ -123,7 +123,8 @@ def lift_sweep(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParam
             'min_lift': float(lift),
             'patterns': len(chosen),
             'pairs_with_pattern': float((hits > 0).mean()) if len(pairs) else 0.0,
-            'conversations_with_pattern': float((hits.groupby(pairs['conv_id']).sum() > 0).mean()) if len(pairs) else 0.0,
+            'conversations_with_pattern': (float((hits.groupby(pairs['conv_id']).sum() > 0).mean())
+                                           if len(pairs) else 0.0),
         })
     return pd.DataFrame(rows, columns=['min_lift', 'patterns', 'pairs_with_pattern', 'conversations_with_pattern'])
 
@@ -145,7 +146,8 @@ def pattern_hits(pairs: pd.DataFrame, patterns: pd.DataFrame) -> pd.Series:
     """Number of pattern transitions in each turn pair."""
     wanted = set(zip(patterns['speaker'], patterns['listener']))
     return pd.Series(
-        [sum((a, b) in wanted for a in s for b in lst) for s, lst in zip(pairs['speaker_labels'], pairs['listener_labels'])],
+        [sum((a, b) in wanted for a in s for b in lst)
+         for s, lst in zip(pairs['speaker_labels'], pairs['listener_labels'])],
         index=pairs.index,
         dtype=int,
     )
@@ -189,7 +191,8 @@ def heatmap(matrix: pd.DataFrame, title: str, path: str, log: bool = False) -> N
     plt.close(fig)
 
 
-def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, out_dir: str, top: int = 15) -> Dict:
+def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, out_dir: str,
+                 top: int = 15) -> Dict:
     """CSVs, PNG heatmaps and a Markdown summary under ``out_dir``; returns the key figures."""
     os.makedirs(out_dir, exist_ok=True)
     trans = transitions(pairs, classes)
@@ -222,10 +225,12 @@ def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternPar
         f'{"excluded" if params.exclude_mirroring else "included"}: **{len(patterns)} transitions**; '
         f"{figures['pairs_with_pattern']:.1%} of turn pairs and {figures['conversations_with_pattern']:.1%} of "
         'conversations show at least one.', '',
-        '## Most frequent transitions (neutral excluded)', '', _markdown(nonneutral.sort_values('count', ascending=False).head(top)), '',
+        '## Most frequent transitions (neutral excluded)', '',
+        _markdown(nonneutral.sort_values('count', ascending=False).head(top)), '',
         '## Pattern set (by lift)', '', _markdown(patterns.head(top)), '',
         '## Per ED emotion (top 3 by lift)', '', _markdown(emotions), '',
-        'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, heatmap_{count,rate,lift}.png; '
+        'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, '
+        'heatmap_{count,rate,lift}.png; '
         '`parlai empathy_patterns` adds lift_sweep.csv (the min_lift choice) and subsets/',
     ]
     with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
@@ -288,8 +293,10 @@ def compare(old_dir: str, new_dir: str, top: int = 15) -> str:
     lines += ['', f'Most frequent transitions (neutral excluded), top {top}:', '',
               '| rank | before | count | lift | now | count | lift |', '|---|---|---|---|---|---|---|']
     for i in range(max(len(a), len(b))):
-        left = (f'{a.speaker[i]} -> {a.listener[i]}', a['count'][i], f'{a.lift[i]:.2f}') if i < len(a) else ('', '', '')
-        right = (f'{b.speaker[i]} -> {b.listener[i]}', b['count'][i], f'{b.lift[i]:.2f}') if i < len(b) else ('', '', '')
+        left = ((f'{a.speaker[i]} -> {a.listener[i]}', a['count'][i], f'{a.lift[i]:.2f}') if i < len(a)
+                else ('', '', ''))
+        right = ((f'{b.speaker[i]} -> {b.listener[i]}', b['count'][i], f'{b.lift[i]:.2f}') if i < len(b)
+                 else ('', '', ''))
         lines.append(f'| {i + 1} | ' + ' | '.join(str(x) for x in left + right) + ' |')
     keys = lambda frame: set(zip(frame.speaker, frame.listener))  # noqa: E731
     kept, gone, new = keys(p_old) & keys(p_new), keys(p_old) - keys(p_new), keys(p_new) - keys(p_old)

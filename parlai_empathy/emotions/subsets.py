@@ -99,7 +99,8 @@ def select(pairs: pd.DataFrame, all_conv_ids: List[str], classes, params: Patter
 
 def manifest_name(manifest: Dict) -> str:
     label = manifest['preset'] or f"{manifest['selection']['kind']}{manifest['selection']['fraction']}"
-    digest = hashlib.sha256(json.dumps({k: v for k, v in manifest.items() if k != 'conv_ids'}, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps({k: v for k, v in manifest.items() if k != 'conv_ids'}, sort_keys=True).encode()).hexdigest()
     return f'{label}-{digest[:12]}.json'
 
 
@@ -113,7 +114,8 @@ def write_manifest(manifest: Dict, directory: str) -> str:
 def describe(manifest: Dict) -> str:
     s = manifest['stats']
     return (
-        f"{manifest['preset'] or manifest['selection']['kind']}: {s['conversations']} of {s['train_conversations']} train "
+        f"{manifest['preset'] or manifest['selection']['kind']}: {s['conversations']} of "
+        f"{s['train_conversations']} train "
         f"conversations ({s['fraction']:.1%}, target {s['target_fraction']:.0%}); {s['pattern_transitions']} pattern "
         f"transitions in {s['turn_pairs']} turn pairs ({s['pattern_transitions_per_pair']:.3f}/pair); "
         f"{s['conversations_with_pattern']:.1%} of its conversations show a pattern"

@@ -147,7 +147,8 @@ def _tag_missing_chunks(directory, utterances, classifier, key, model_file, empt
         for batch in inference.batches(chunk, token_ids, batch_tokens):
             probs[[row_of[p] for p in batch]] = inference.predict(classifier, [token_ids[p] for p in batch])
             bar.update(len(batch))
-        atomic_write(_part_path(directory, n), lambda f: np.savez(f, positions=chunk, probs=probs))
+        atomic_write(_part_path(directory, n),
+                     lambda f, chunk=chunk, probs=probs: np.savez(f, positions=chunk, probs=probs))
         tagged += len(chunk)
         computed_chunks += 1
     bar.close()
@@ -169,10 +170,12 @@ def _check_part(directory, number, expected_positions, num_classes):
         with np.load(path) as part:
             positions, probs = part['positions'], part['probs']
     except Exception as err:  # a truncated or foreign file: never silently reuse it
-        raise TagCacheError(f'corrupt tag cache chunk {path} ({type(err).__name__}: {err}); delete it and run {TAG_COMMAND} again') from None
+        raise TagCacheError(f'corrupt tag cache chunk {path} ({type(err).__name__}: {err}); '
+                            f'delete it and run {TAG_COMMAND} again') from None
     if not np.array_equal(positions, expected_positions) or probs.shape != (len(expected_positions), num_classes):
         raise TagCacheError(
-            f'tag cache chunk {path} does not belong to this classifier/data plan; delete {directory} and run {TAG_COMMAND} again'
+            f'tag cache chunk {path} does not belong to this classifier/data plan; '
+            f'delete {directory} and run {TAG_COMMAND} again'
         )
 
 
@@ -193,7 +196,7 @@ def _check_precision(directory: str, precision: str) -> None:
 
 def _finish(directory, chunks, utterances, classifier, key, model_file, empty, precision='fp32'):
     probs = np.zeros((len(utterances), len(classifier.classes)), dtype=np.float32)
-    for n, chunk in enumerate(chunks):
+    for n, _chunk in enumerate(chunks):
         with np.load(_part_path(directory, n)) as part:
             probs[part['positions']] = part['probs']
     settings = {'model_file': os.path.abspath(model_file) if model_file else None, 'key': classifier.key,
@@ -203,7 +206,8 @@ def _finish(directory, chunks, utterances, classifier, key, model_file, empty, p
     shutil.rmtree(os.path.join(directory, 'parts'), ignore_errors=True)
 
 
-def write_complete(directory: str, utterances: Sequence[Utterance], probs: np.ndarray, classifier: Dict, ed_data_key: str) -> None:
+def write_complete(directory: str, utterances: Sequence[Utterance], probs: np.ndarray, classifier: Dict,
+                   ed_data_key: str) -> None:
     """Write a complete cache: ``tags.npz`` first, then ``meta.json`` (which marks completion).
 
     ``classifier`` holds key, classes, multilabel and threshold (and optionally model_file,
@@ -242,7 +246,8 @@ def _is_complete(directory: str) -> bool:
             meta = json.load(f)
     except ValueError:
         return False
-    return meta.get('complete') is True and meta.get('version') == VERSION and os.path.exists(os.path.join(directory, 'tags.npz'))
+    return (meta.get('complete') is True and meta.get('version') == VERSION
+            and os.path.exists(os.path.join(directory, 'tags.npz')))
 
 
 def locate(root: str, model_file: str, ed_dir: str) -> str:
@@ -268,10 +273,12 @@ class TagTable:
             with open(meta_path, encoding='utf-8') as f:
                 self.meta = json.load(f)
         except ValueError as err:
-            raise TagCacheError(f'corrupt tag cache metadata {meta_path} ({err}); delete {directory} and run {TAG_COMMAND}') from None
+            raise TagCacheError(
+                f'corrupt tag cache metadata {meta_path} ({err}); delete {directory} and run {TAG_COMMAND}') from None
         if self.meta.get('version') != VERSION:
             raise TagCacheError(
-                f'tag cache {directory} has version {self.meta.get("version")}, this code reads {VERSION}: run {TAG_COMMAND} again'
+                f'tag cache {directory} has version {self.meta.get("version")}, this code reads {VERSION}: '
+                f'run {TAG_COMMAND} again'
             )
         if not self.meta.get('complete'):
             raise TagCacheError(f'tag cache {directory} is incomplete: run {TAG_COMMAND} to finish it (it resumes)')
@@ -282,17 +289,20 @@ class TagTable:
                 keys = zip(data['split'].tolist(), data['conv_id'].tolist(), data['utterance_idx'].tolist())
                 self.row: Dict[Tuple[str, str, int], int] = {k: i for i, k in enumerate(keys)}
         except Exception as err:
-            raise TagCacheError(f'corrupt tag cache {path} ({type(err).__name__}: {err}); delete {directory} and run {TAG_COMMAND}') from None
+            raise TagCacheError(f'corrupt tag cache {path} ({type(err).__name__}: {err}); '
+                                f'delete {directory} and run {TAG_COMMAND}') from None
         self.classes: List[str] = list(self.meta['classifier']['classes'])
         if self.probs.shape != (len(self.row), len(self.classes)) or self.labels.shape != self.probs.shape:
-            raise TagCacheError(f'corrupt tag cache {path}: array shapes disagree with meta.json; delete {directory} and run {TAG_COMMAND}')
+            raise TagCacheError(f'corrupt tag cache {path}: array shapes disagree with meta.json; '
+                                f'delete {directory} and run {TAG_COMMAND}')
         self.directory = directory
 
     def lookup(self, split: str, conv_id: str, utterance_idx: int) -> int:
         key = (split, conv_id, int(utterance_idx))
         if key not in self.row:
             raise TagCacheError(
-                f'utterance {key} is not in tag cache {self.directory}: it was built from other ED data; run {TAG_COMMAND} on this data'
+                f'utterance {key} is not in tag cache {self.directory}: it was built from other ED data; '
+                f'run {TAG_COMMAND} on this data'
             )
         return self.row[key]
 

@@ -11,10 +11,10 @@ Full-path form, for when ParlAI's namespace modules are not installed:
 import os
 from typing import Optional
 
+import parlai.utils.logging as logging
 from parlai.core.opt import Opt
 from parlai.core.params import ParlaiParser
 from parlai.core.teachers import DialogTeacher, register_teacher
-import parlai.utils.logging as logging
 
 from parlai_empathy.cache_lock import build_lock
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source
@@ -127,7 +127,8 @@ class EDTeacherBase(DialogTeacher):
         name = self.p100_metric
         if self.opt.get('ed_candidates') in ('rashkin100', 'rashkin100_shuffled'):
             # P@1,100 covers every example of every block, or the evaluation stops
-            where = f'{self.id} {self.split} example conv {teacher_action.get("conv_id")} turn {teacher_action.get("turn")}'
+            where = (f'{self.id} {self.split} example conv {teacher_action.get("conv_id")} '
+                     f'turn {teacher_action.get("turn")}')
             if not candidates or len(candidates) != retrieval.NUM_CANDIDATES:
                 raise ValueError(f'P@1,100: {where} has {len(candidates or [])} candidates, not '
                                  f'{retrieval.NUM_CANDIDATES}')
@@ -184,7 +185,8 @@ class EDTeacherBase(DialogTeacher):
             episodes = ed_episodes.attach_rashkin_candidates(
                 episodes, shuffle_seed=seed, whole_context_text=self.opt.get('ed_history_length', 0) <= 0)
             kept = sum(len(e) for e in episodes)
-            logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)')
+            logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples '
+                         '(last partial block dropped)')
         elif mode == 'random100':
             episodes = ed_episodes.attach_random_candidates(episodes, seed=self.opt.get('ed_candidates_seed', 0))
         else:

@@ -16,8 +16,10 @@ from parlai_empathy.tasks.ed import CleanTeacher
 def add_tag_args(parser):
     group = parser.add_argument_group('GoEmotions tags of ED')
     group.add_argument('--goemotions-classifier', type=str, default=None, help='model file the tags were made with')
-    group.add_argument('--goemotions-tags-dir', type=str, default=None, help='a tag cache folder (instead of the classifier)')
-    group.add_argument('--tag-cache-dir', type=str, default=None, help='cache root (default <datapath>/empathy_ed_goemotions)')
+    group.add_argument('--goemotions-tags-dir', type=str, default=None,
+                       help='a tag cache folder (instead of the classifier)')
+    group.add_argument('--tag-cache-dir', type=str, default=None,
+                       help='cache root (default <datapath>/empathy_ed_goemotions)')
     return group
 
 
@@ -42,7 +44,8 @@ class EDGoEmotionsTeacher(CleanTeacher):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt)
         group = add_tag_args(parser)
-        group.add_argument('--goemotions-prepend-k', type=int, default=0, help='prepend the top-k context labels to the text')
+        group.add_argument('--goemotions-prepend-k', type=int, default=0,
+                           help='prepend the top-k context labels to the text')
         return parser
 
     def setup_data(self, path):
@@ -55,7 +58,8 @@ class EDGoEmotionsTeacher(CleanTeacher):
             response_row = tags.lookup(self.split, message['conv_id'], message['turn'])
             for side, row in (('context', context_row), ('response', response_row)):
                 message[f'{side}_goemotions'] = tags.label_names(row)
-                message[f'{side}_goemotions_probs'] = {c: round(float(p), 4) for c, p in zip(tags.classes, tags.probs[row])}
+                message[f'{side}_goemotions_probs'] = {c: round(float(p), 4)
+                                                       for c, p in zip(tags.classes, tags.probs[row])}
             if k > 0:
                 message['text'] = ' '.join(tags.top_k(context_row, k)) + ' ' + message['text']
             yield message, new_episode

@@ -14,7 +14,11 @@ from parlai.core.teachers import register_teacher
 
 from parlai_empathy.emotions import subsets
 from parlai_empathy.emotions.patterns import (
-    MAX_PATTERN_FRACTION, MIN_LIFT_AUTO, PatternParams, ed_turn_pairs, resolve_min_lift,
+    MAX_PATTERN_FRACTION,
+    MIN_LIFT_AUTO,
+    PatternParams,
+    ed_turn_pairs,
+    resolve_min_lift,
 )
 from parlai_empathy.tasks.ed_goemotions import EDGoEmotionsTeacher, open_tags
 
@@ -27,12 +31,14 @@ def add_pattern_args(parser):
                        f'which at most {MAX_PATTERN_FRACTION * 100:.0f}%% of train conversations show a pattern '
                        "(so that Table 2's 43%% subsets both fit)")
     group.add_argument('--pattern-min-support', type=int, default=defaults.min_support,
-                       help='turn pairs (Speaker label a, Listener label b) a transition needs at least to be a pattern')
+                       help='turn pairs (Speaker label a, Listener label b) a transition needs at least to be '
+                            'a pattern')
     group.add_argument('--pattern-include-neutral', type='bool', default=not defaults.exclude_neutral,
                        help='let transitions from or to the neutral label be patterns')
     group.add_argument('--pattern-exclude-mirroring', type='bool', default=defaults.exclude_mirroring,
                        help='leave out same-label transitions (emotional mirroring)')
-    group.add_argument('--pattern-seed', type=int, default=0, help='seed of the random order that breaks ties when pattern subsets are drawn')
+    group.add_argument('--pattern-seed', type=int, default=0,
+                       help='seed of the random order that breaks ties when pattern subsets are drawn')
     return group
 
 
@@ -87,7 +93,8 @@ class EDPatternsTeacher(EDGoEmotionsTeacher):
         pairs = ed_turn_pairs(tags, ed_dir, 'train')
         all_ids = sorted(set(pairs['conv_id']))
         manifest = subsets.select(
-            pairs, all_ids, tags.classes, pattern_params(self.opt, pairs, tags.classes), preset=self.opt['pattern_subset'],
+            pairs, all_ids, tags.classes, pattern_params(self.opt, pairs, tags.classes),
+            preset=self.opt['pattern_subset'],
             fraction=self.opt.get('pattern_fraction'), seed=self.opt['pattern_seed'],
             source={'tag_cache': os.path.basename(tags.directory), 'classifier_key': tags.meta['classifier']['key'],
                     'data_key': tags.meta['data']['key']},

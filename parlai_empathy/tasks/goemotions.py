@@ -12,6 +12,7 @@ from parlai_empathy.data import goemotions
 from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher
 from parlai_empathy.data.goemotions import join_labels
 
+
 def add_goemotions_args(parser):
     group = parser.add_argument_group('GoEmotions data')
     group.add_argument(

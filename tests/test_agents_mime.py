@@ -49,7 +49,7 @@ def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
     done = run_parlai('python', script, model_file)
     replies = [line.split() for line in done.stdout.splitlines() if line.startswith('REPLY')]
     assert len(replies) == 3  # a normal, an empty and a very long message all get answers
-    for _, emotion, polarity, has_text, passes, same in replies:
+    for _, _emotion, polarity, has_text, passes, same in replies:
         assert polarity in ('positive', 'negative') and has_text == 'True'
         # the reply's emotion is read off the generation's own encoder pass: one pass per reply
         assert passes == '1' and same == 'True'
@@ -270,8 +270,8 @@ def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
 
 
 def test_validations_before_count_validations_after_neither_select_nor_exhaust_patience(run_parlai, tmp_path):
-    """``-vmt exs -vmm max -vp 1`` (cutoff out of reach): every validation has the same ``exs``, so only a first one is a
-    new best and the second would stop training at once. With ``--count-validations-after 4`` the
+    """``-vmt exs -vmm max -vp 1`` (cutoff out of reach): every validation has the same ``exs``, so only a first one is
+    a new best and the second would stop training at once. With ``--count-validations-after 4`` the
     validations at 2 and 4 are not counted: training goes on, 6 is the first counted (a new best)
     and 8 runs out of patience, as the MIME reference's loop would (it counts after 10,000)."""
     import json
@@ -281,8 +281,8 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
     def train(*extra):
         done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
                           '-mf', model_file, '--max-train-steps', 20, '-vstep', 2, '-vme', 8, '-vmt', 'exs',
-                          '-vmm', 'max', '--validation-cutoff', 1e9, '-vp', 1, '-bs', 4, '--dict-maxtokens', 2000, '--glove-init', 'false',
-                          '--skip-generation', 'true', *TINY, *extra)
+                          '-vmm', 'max', '--validation-cutoff', 1e9, '-vp', 1, '-bs', 4, '--dict-maxtokens', 2000,
+                          '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
         stats = json.loads((tmp_path / 'model.trainstats').read_text())
         return [v['train_steps'] for v in stats['valid_reports']], done.stdout + done.stderr
 

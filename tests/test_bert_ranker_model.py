@@ -360,7 +360,8 @@ def test_gradient_cache_gives_the_whole_batch_loss_and_gradients(tiny_bert, ed_d
 
     whole_loss, whole_grads = _loss_and_grads(model, whole_batch)
     for chunk_rows in (5, 24):  # uneven chunks, and one chunk of the whole batch
-        loss, grads = _loss_and_grads(model, lambda: _gradient_cached_loss(model, contexts, responses, chunk_rows))
+        loss, grads = _loss_and_grads(
+            model, lambda chunk_rows=chunk_rows: _gradient_cached_loss(model, contexts, responses, chunk_rows))
         assert torch.allclose(loss, whole_loss, atol=1e-5)
         assert grads.keys() == whole_grads.keys() and len(grads) > 10
         for name, grad in grads.items():

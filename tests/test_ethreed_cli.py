@@ -11,19 +11,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+import word_table_probe
 from parlai_empathy.data.ed_source import sample_dir
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from resume_helpers import train_kill_resume
 from test_emotions_support import make_tiny_bert, make_tiny_classifier
-import word_table_probe
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = os.path.join(REPO, 'opt_presets', 'empathy', 'ethreed.opt')
 from resume_helpers import PARLAI  # noqa: E402
+
 TINY = ['--hidden-size', 16, '--embedding-size', 16, '--dict-maxtokens', 1500, '-bs', 4,
         '-vme', 12, '--short-final-eval', 'true', '--validation-every-n-epochs', -1]
 
@@ -36,7 +36,8 @@ def ed32_tagged(tmp_path_factory):
     model_file = make_tiny_classifier(str(base / 'clf' / 'model'), bert, ED_EMOTIONS, multilabel=False)
     # the one command that produces listener labels, as a user runs it
     done = subprocess.run(
-        [PARLAI, 'empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample', '--tag-cache-dir', str(base / 'cache')],
+        [PARLAI, 'empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample',
+         '--tag-cache-dir', str(base / 'cache')],
         capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -250,7 +251,8 @@ def test_a_word_outside_the_vocabulary_is_copied_into_the_reply_and_scored(train
         "print('LOSS', math.isfinite(float(loss)))\n"
     )
     done = run_parlai('python', script, trained[0])
-    lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line[:4] in ('REPL', 'SOUR', 'LOSS')}
+    lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
+             if line[:4] in ('REPL', 'SOUR', 'LOSS')}
     assert lines['REPLY'][0] == 'zyzzyvas', done.stdout[-2000:]
     assert lines['SOURCE'] == ['1', 'LABEL', '1', 'UNK', '1']  # the label's unknown word has the source's id
     assert lines['LOSS'] == ['True']

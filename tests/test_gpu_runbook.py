@@ -103,14 +103,16 @@ def test_profiles_add_their_options_last():
     assert runbook.with_profile(train, runbook.PROFILES['full']) == train
     tiny = runbook.with_profile(train, runbook.PROFILES['cpu-tiny'])
     assert tiny[:5] == train and '--latent-size' in tiny and tiny[tiny.index('--max-train-steps') + 1] == '2'
-    assert runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke']) == ['empathy_tag_ed', '-mf', 'm']
+    assert (runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke'])
+            == ['empathy_tag_ed', '-mf', 'm'])
 
 
 def test_session_train_args_go_to_the_named_rows_only(tmp_path):
     """GPU_TRAIN_ROWS: a session's --max-train-time for EmoPrepend-1 must not also cut the
     classifier it needs."""
     projects = os.path.join(REPO, 'projects')
-    emoprepend, situation = 'rashkin2019_empatheticdialogues/bert_emoprepend1', 'rashkin2019_empatheticdialogues/ed32_situation'
+    emoprepend = 'rashkin2019_empatheticdialogues/bert_emoprepend1'
+    situation = 'rashkin2019_empatheticdialogues/ed32_situation'
     rows = runbook.select_rows(projects, str(tmp_path), [emoprepend], 'full', runbook.PROFILES['full'],
                                {emoprepend: ['--max-train-time', '200']})
     assert set(rows) == {emoprepend, situation}
@@ -237,7 +239,8 @@ def image_like_python(root) -> str:
 
 
 def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
-    if not os.path.isdir(os.path.join(SHARED_DATA, 'empatheticdialogues')) and not os.environ.get('PARLAI_EMPATHY_ED_DIR'):
+    if (not os.path.isdir(os.path.join(SHARED_DATA, 'empatheticdialogues'))
+            and not os.environ.get('PARLAI_EMPATHY_ED_DIR')):
         pytest.fail(f'test data not found: set PARLAI_EMPATHY_ED_DIR or put the shared data at {SHARED_DATA}')
     try:
         bundle.build(str(tmp_path / 'bundle'))
@@ -294,7 +297,8 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
         shutil.copy(os.path.join(REPO, 'projects', project, 'README.md'), regen / 'projects' / project / 'README.md')
         assert (regen / 'logs' / project).is_dir() and list((regen / 'trainstats' / project).glob('*.trainstats'))
     done = subprocess.run([os.path.join(VENV_BIN, 'parlai'), 'empathy_leaderboard', '--from-artifacts',
-                           regen / 'projects', '--outdir', regen / 'board'], capture_output=True, text=True, timeout=600)
+                           regen / 'projects', '--outdir', regen / 'board'],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     board = json.loads((regen / 'board' / 'results.json').read_text())
     # the board holds this run's rows, and the rows whose evidence the repository already commits

@@ -68,7 +68,8 @@ def _layer(module):
 
 
 def _graph():
-    return {module: {(target, line) for target, line in _imports(module, path) if target in MODULES and target != module}
+    return {module: {(target, line) for target, line in _imports(module, path)
+                     if target in MODULES and target != module}
             for module, path in MODULES.items()}
 
 

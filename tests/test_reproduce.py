@@ -15,10 +15,11 @@ TINY_TRAIN = ('--ed-datapath sample --embedding-size 32 --attention-size 16 --ff
               '--dict-maxtokens 2000 -bs 8 --max-train-steps 4 --validation-max-exs 16 -vstep 4')
 
 
-@pytest.mark.parametrize('project', sorted(p for p in os.listdir(PROJECTS) if os.path.isfile(os.path.join(PROJECTS, p, 'table.json'))))
+@pytest.mark.parametrize('project', sorted(p for p in os.listdir(PROJECTS)
+                                            if os.path.isfile(os.path.join(PROJECTS, p, 'table.json'))))
 def test_every_plan_names_real_tasks_agents_and_options(project):
     """ParlAI parses every step of every row's plans, cpu and gpu (so no option is misspelt or made up)."""
-    from parlai.core.script import setup_script_registry, SCRIPT_REGISTRY
+    from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
 
     setup_script_registry()
     for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project) for p in reproduce.PROFILES]:
@@ -27,7 +28,8 @@ def test_every_plan_names_real_tasks_agents_and_options(project):
             script = SCRIPT_REGISTRY[step.argv[0]].klass
             opt = script.setup_args().parse_args(step.argv[1:])
             if '-mf' in step.argv:
-                assert os.path.abspath(opt['model_file']) == os.path.abspath(plan.model) or step.argv[0] != 'train_model'
+                assert (os.path.abspath(opt['model_file']) == os.path.abspath(plan.model)
+                        or step.argv[0] != 'train_model')
 
 
 
@@ -40,7 +42,7 @@ def test_sentence_encoder_ranker_plans_name_the_cpu_recipe(project):
     new random projection, the special tokens it was pretrained with (the project README's "CPU
     recipe", which the plans must name, since plain -m empathy/bert_ranker has the paper's
     settings). Without it a zero-shot row scores at chance."""
-    from parlai.core.script import setup_script_registry, SCRIPT_REGISTRY
+    from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
 
     setup_script_registry()
     checked = 0
@@ -74,7 +76,8 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     run_parlai(*args)
     model = tmp_path / 'runs' / 'majumder2020_mime' / 'multitask_transformer' / 'model'
     ours = tmp_path / 'runs' / 'projects' / 'majumder2020_mime' / 'runs' / 'multitask_transformer'
-    assert model.exists() and sorted(os.listdir(ours)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
+    assert model.exists()
+    assert sorted(os.listdir(ours)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
     assert not (projects / 'majumder2020_mime' / 'runs').exists()
     assert (projects / 'majumder2020_mime' / 'README.md').read_text() == readme_before
     assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == \
@@ -88,10 +91,13 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     assert sorted(os.listdir(row)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
     report = json.loads((row / 'report.json').read_text())
     meta = json.loads((row / 'meta.json').read_text())
-    assert meta['plan']['commands'][0].startswith('parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/')
+    assert meta['plan']['commands'][0].startswith(
+        'parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/')
     assert meta['examples'] == report['exs']['ppl'] > 0
-    line = next(l for l in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines() if l.startswith('| Multi-TR'))
-    assert f'{report["values"]["ppl"]:.4g}' in line and '[runs/multitask_transformer](runs/multitask_transformer)' in line
+    line = next(text for text in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines()
+                if text.startswith('| Multi-TR'))
+    assert f'{report["values"]["ppl"]:.4g}' in line
+    assert '[runs/multitask_transformer](runs/multitask_transformer)' in line
 
     again = run_parlai(*args, '--write-projects')
     assert again.stdout.count('done already') == 2
@@ -149,8 +155,8 @@ def test_the_plans_are_found_from_a_subfolder_of_a_clone_or_by_the_environment(t
 def test_unknown_project_or_row_is_named(run_parlai):
     done = run_parlai('empathy_reproduce', '--project', 'nope', '--projects-dir', PROJECTS, '--dry-run', check=False)
     assert done.returncode != 0 and 'majumder2020_mime' in done.stderr
-    done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS, '--rows', 'ethreed_v2',
-                      '--dry-run', check=False)
+    done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS,
+                      '--rows', 'ethreed_v2', '--dry-run', check=False)
     assert done.returncode != 0 and 'ethreed_no_policy' in done.stderr
 
 

@@ -5,7 +5,8 @@ the wall seconds trained so far) through :func:`parlai_empathy.learning_curve.re
 writes it with what the run is, its exact command (machine paths as ``{runs}``), the commit its
 frozen venv was installed from and the machine and load it ran under. The model's ``.opt`` is
 written beside it as ``model.opt`` (machine paths as placeholders, ``evidence.portable_opt``; set
-``PARLAI_EMPATHY_RUNS_DIR`` to the runs folder so that it reads ``{runs}``). ``--table`` prints several such curves side by side at equal updates.
+``PARLAI_EMPATHY_RUNS_DIR`` to the runs folder so that it reads ``{runs}``). ``--table`` prints several
+such curves side by side at equal updates.
 
     python projects/common/diagnostics/diag_curve.py \\
         --trainstats RUNS/majumder2020_mime/diag_ctx/model.trainstats \\

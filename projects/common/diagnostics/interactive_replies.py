@@ -56,7 +56,8 @@ def parse(stdout: str, fields):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('-mf', '--model-file', required=True)
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument('--ed-dir',
+                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
     parser.add_argument('--n', type=int, default=100)
     parser.add_argument('--fields', default='predicted_emotion', help='reply fields to show (--display-add-fields)')
     parser.add_argument('--extra', default='', help='extra parlai interactive arguments')

@@ -62,9 +62,8 @@ def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, e
     import os
     import platform
 
-    import torch
-
     import reference_speed as rs
+    import torch
 
     grads = mapping.grads()
     print('stage-by-stage forward, max |ours - reference| (real positions), reference max |value|:')

@@ -27,8 +27,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from parlai_empathy import evidence
 from reference_outputs import parse
+
+from parlai_empathy import evidence
 
 
 def read_ours(path):
@@ -40,7 +41,7 @@ def read_ours(path):
             try:
                 pairs.append((row['emotion'], row['predicted_emotion']))
             except KeyError as missing:
-                raise SystemExit(f'{path}, line {number}: no field {missing}')
+                raise SystemExit(f'{path}, line {number}: no field {missing}') from None
     return pairs
 
 

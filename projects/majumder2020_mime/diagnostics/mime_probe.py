@@ -1,8 +1,8 @@
 """Linear probes of a trained MIME's context encoding: does it hold the user's emotion?
 
 Our converged MIME classifies the user's emotion on ED test below the paper's 0.34 (the row's
-figure is in the project README). The classifier is a bias-free linear map of ``c = H_0`` (the CTX position of the context
-encoder's output) scored against the emotion table. If a linear probe trained on frozen ``c``
+figure is in the project README). The classifier is a bias-free linear map of ``c = H_0`` (the CTX
+position of the context encoder's output) scored against the emotion table. If a linear probe trained on frozen ``c``
 does much better than the model's own head, the encoding holds the emotion and the head's
 training missed it; if the probe is no better, the encoder never learnt it. Probes (multinomial
 logistic regression, trained on ED train, scored on ED valid, every Listener-responding
@@ -22,7 +22,6 @@ Usage::
 """
 import argparse
 import json
-import os
 import sys
 import time
 

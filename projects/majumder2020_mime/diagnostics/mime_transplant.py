@@ -59,8 +59,8 @@ def build_reference(repo, vocab_size, batch, args):
     from utils import config
 
     config.USE_CUDA = False
-    from model import common_layer, trainer
     from model import VAE_noEmo_posterior as vae
+    from model import common_layer, trainer
 
     if not args.keep_ref_layernorm:
         common_layer.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
@@ -199,9 +199,12 @@ def build_mapping(ours, ref, config, vae):
             mapping.add(f'encoder.sampler.to_distribution.{g}.{kind}',
                         f'vae_sampler.Dense_z_prior_{name}.{kind}', lambda ts, rows=rows: ts[0][rows])
     d = config.hidden_dim
-    for mine, theirs in (('mimic_encoder', 'emotion_input_encoder_1'), ('non_mimic_encoder', 'emotion_input_encoder_2')):
-        mapping.add(f'encoder.{mine}.merge_hidden.weight', f'{theirs}.enc.embedding_proj.weight', lambda ts: ts[0][:, :d])
-        mapping.add(f'encoder.{mine}.merge_emotion.weight', f'{theirs}.enc.embedding_proj.weight', lambda ts: ts[0][:, d:])
+    for mine, theirs in (('mimic_encoder', 'emotion_input_encoder_1'),
+                         ('non_mimic_encoder', 'emotion_input_encoder_2')):
+        mapping.add(f'encoder.{mine}.merge_hidden.weight', f'{theirs}.enc.embedding_proj.weight',
+                    lambda ts: ts[0][:, :d])
+        mapping.add(f'encoder.{mine}.merge_emotion.weight', f'{theirs}.enc.embedding_proj.weight',
+                    lambda ts: ts[0][:, d:])
         stack_pairs(mapping, f'encoder.{mine}.encoder', f'{theirs}.enc', input_proj=False)
     for mine, theirs in (('gate', 'fc1'), ('out', 'fc2')):
         for kind in ('weight', 'bias'):
@@ -303,7 +306,8 @@ def main():
 
     tag = torch.tensor([config.USR_idx, config.SYS_idx])[speakers]
     enc_batch = torch.cat([torch.full((B, 1), config.CLS_idx), tokens], dim=1)
-    mask_input = torch.cat([torch.full((B, 1), config.CLS_idx), tag.masked_fill(tokens.eq(config.PAD_idx), config.PAD_idx)], dim=1)
+    mask_input = torch.cat([torch.full((B, 1), config.CLS_idx),
+                            tag.masked_fill(tokens.eq(config.PAD_idx), config.PAD_idx)], dim=1)
     batch = {'input_batch': enc_batch, 'input_lengths': torch.LongTensor([n + 1 for n in lengths]),
              'mask_input': mask_input, 'target_batch': ys,
              'target_lengths': torch.LongTensor([n + 1 for n in t_lengths]),

@@ -31,8 +31,8 @@ run cut short keeps what it measured. Every ``--save-every`` updates the run sav
 checkpoint beside ``--out`` (weights, Adam state, the Noam step, the curve so far: tensors and plain
 values, loaded with ``weights_only=True``), after the validation of that update where it has one
 (so the checkpoint holds that validation and the early-stopping state after it; a run resumed from
-a checkpoint saved before its validation finished validates first); a rerun with the same ``--out`` resumes from it, with
-a fresh shuffle of the training data and fresh random state (the reference's ``main.py`` seeds
+a checkpoint saved before its validation finished validates first); a rerun with the same ``--out`` resumes from
+it, with a fresh shuffle of the training data and fresh random state (the reference's ``main.py`` seeds
 both at its start and has no resume of its own). It reuses the child-process machinery and runtime shims of
 ``bench/reference_speed.py`` (listed there in ``SHIMS``; no reference code is copied here).
 

@@ -81,7 +81,8 @@ def main():
         'code': evidence.code_version(),
         'machine': evidence.machine(),
         'examples': len(examples),
-        'printed_by_the_reference': dict(zip(('split', 'loss', 'ppl', 'accuracy', 'bleu_g', 'bleu_b', 'bleu_t'), printed)),
+        'printed_by_the_reference': dict(zip(('split', 'loss', 'ppl', 'accuracy', 'bleu_g', 'bleu_b', 'bleu_t'),
+                                             printed)),
         'emotion_accuracy': sum(e['emotion'] == e['predicted_emotion'] for e in examples) / len(examples),
         'decodings': scores,
         'notes': 'replies are the reference\'s lowercased nltk tokens joined by spaces; Distinct-n uses '

@@ -5,11 +5,11 @@ function from the reference code (outsider-lj/ethreed @ 397bb20). It builds the 
 ``lj_model.ETHREED`` (unchanged, from its ``configs.get_config``, initialised as
 ``RLSolver.build_generate`` does, ``lj_solver.py:145-155``) and our
 ``parlai_empathy.models.ethreed.Ethreed`` with the reference's sizes (embedding 300, utterance
-Bi-GRU 2 x 300, D_g = D_p = D_e = 300, decoder 300) in one process, copies every reference weight into the matching place of ours, runs one training
-forward and backward of both on one batch (the reference's step as ``RLSolver.train`` writes it,
-``model/lj_solver.py:304-355``; ours as ``agents/ethreed.py``'s ``compute_loss``), and prints per
-stage the largest absolute difference, each loss term, and per weight the relative difference of
-the gradients.
+Bi-GRU 2 x 300, D_g = D_p = D_e = 300, decoder 300) in one process, copies every reference weight into
+the matching place of ours, runs one training forward and backward of both on one batch (the reference's
+step as ``RLSolver.train`` writes it, ``model/lj_solver.py:304-355``; ours as ``agents/ethreed.py``'s
+``compute_loss``), and prints per stage the largest absolute difference, each loss term, and per weight the
+relative difference of the gradients.
 
 How the two batches correspond. The reference reads a conversation as turns (speaker utterance P,
 listener utterance R) and, in one pass, predicts every listener utterance R_t from the tracker
@@ -128,8 +128,8 @@ def build_reference(repo, vocab_size, conversations, args):
                 '--dropout', '0', '--dropout_rec', '0', '--out_drop', '0']
     from pathlib import Path
 
-    import torch
     import configs
+    import torch
 
     configs.project_dir = configs.save_dir = Path(work)
     configs.data_dict['ED'] = Path(work) / 'ED'
@@ -221,7 +221,7 @@ def run_reference(ref, config, layers, turns, convs, labels, args, live):
     # lj_solver.py:304-339 (sent2id is a dictionary lookup here: the ids are built directly)
     input_sentences = [sent for conv in sentences for turn in conv for sent in turn]
     target_sentences = [turn[1] for conv in sentences for turn in conv]
-    input_sentence_length = [int(l) for len_list in sentence_length for turn_l in len_list for l in turn_l]
+    input_sentence_length = [int(n) for len_list in sentence_length for turn_l in len_list for n in turn_l]
     P_target_emotions, R_target_emotions = [], []
     for emo in labels:
         for i, e in enumerate(emo):
@@ -436,7 +436,7 @@ def main():
     our_u, our_outputs = ol['utterances'][0]
     rows, mine_o, theirs_o = [], [], []
     k = 0
-    for b, (c, t) in enumerate(index):
+    for b, (c, _t) in enumerate(index):
         for j in range(int(dialogue_lengths[b])):
             s = sent(c, j // 2, j % 2)
             rows.append(s)
@@ -461,15 +461,18 @@ def main():
         'speaker party state after P_t': [(state['party'][b, 0], pick('q', c, t)) for b, (c, t) in enumerate(index)],
         'listener party state after R_{t-1}': [(state['party'][b, 1], pick('a', c, t - 1) if t else zero)
                                               for b, (c, t) in enumerate(index)],
-        'speaker emotion state after P_t': [(state['emotion'][b, 0], pick('e', c, t)) for b, (c, t) in enumerate(index)],
+        'speaker emotion state after P_t': [(state['emotion'][b, 0], pick('e', c, t))
+                                            for b, (c, t) in enumerate(index)],
         'listener emotion state after R_{t-1}': [(state['emotion'][b, 1], pick('re', c, t - 1) if t else zero)
                                                 for b, (c, t) in enumerate(index)],
         'history attention pool at P_t': [(ol['history'][int(dialogue_lengths[b]) - 1][b], pick('c', c, t))
                                           for b, (c, t) in enumerate(index)],
         'history attention pool at gold R_t': [(ol['history'][-1][b], rl['history'][0 if t == 0 else 2 * t][c])
                                                for b, (c, t) in enumerate(index)],
-        'global state g after gold R_t': [(real_state.global_last[b], pick('gR', c, t)) for b, (c, t) in enumerate(index)],
-        'listener party state after gold R_t': [(real_state.party[b, 1], pick('a', c, t)) for b, (c, t) in enumerate(index)],
+        'global state g after gold R_t': [(real_state.global_last[b], pick('gR', c, t))
+                                          for b, (c, t) in enumerate(index)],
+        'listener party state after gold R_t': [(real_state.party[b, 1], pick('a', c, t))
+                                                for b, (c, t) in enumerate(index)],
         'listener emotion state after gold R_t': [(e_real[b], pick('re', c, t)) for b, (c, t) in enumerate(index)],
     }
     for name, values in pairs.items():

@@ -334,7 +334,7 @@ def main():
     assert config.embedding_size == config.D_g == config.D_p == config.D_e == config.decoder_hidden_size \
         == config.encoder_hidden_size == config.context_size, 'ours has one hidden size'
     words = WordEmbedding(config.vocab_size, config.embedding_size, PAD_ID)
-    ours = Ethreed(words, config.vocab_size, EthreedConfig(hidden=config.D_e, dropout=0.0),
+    ours = Ethreed(words, config.vocab_size, EthreedConfig(hidden_size=config.D_e, dropout=0.0),
                    padding_idx=PAD_ID, start_idx=SOS_ID, end_idx=EOS_ID, unk_idx=UNK_ID)
     mapping = build_mapping(ours, ref, to_ref)
     mapping.copy()

@@ -14,7 +14,7 @@ import fcntl
 import logging
 import os
 import socket
-from typing import Callable, IO
+from typing import IO, Callable
 
 logger = logging.getLogger(__name__)
 

@@ -109,14 +109,6 @@ def model_title(agent_name: str, model_file: str) -> str:
     return f'{agent_name} ({model_file})' if model_file.startswith('zoo:') else agent_name
 
 
-
-def model_title(agent_name: str, model_file: str) -> str:
-    """What the page calls the model: its agent, and a zoo model's name; a local file's path
-    stays on the server (the page may be shown to other people)."""
-    model_file = str(model_file)
-    return f'{agent_name} ({model_file})' if model_file.startswith('zoo:') else agent_name
-
-
 TOO_LONG = f'That message is too long: at most {MAX_MESSAGE_CHARS:,} characters are taken.'
 NOT_TEXT = 'That message is not valid text: it holds bytes that are not UTF-8 or a lone surrogate.'
 BUSY = ('This conversation is still answering your previous message: send the next one once its '

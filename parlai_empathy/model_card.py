@@ -208,7 +208,8 @@ def render(name: str, version: str, agent: str, opt: Dict, sample: Dict, paramet
         where = f'`{os.path.basename(results)}`' if results else 'no results file given'
         paper_source = f'; paper: `projects/{project}/table.json`' if project else '; no paper row given'
         split = ('the test split of the embedded ED sample' if opt.get('ed_datapath') == 'sample' else 'ED test')
-        out += [f'{split[0].upper()}{split[1:]}, the project\'s metric suite (ours: {where}{paper_source}).', ''] + table + ['']
+        out += ([f'{split[0].upper()}{split[1:]}, the project\'s metric suite (ours: {where}{paper_source}).', '']
+                + table + [''])
     else:
         out += ['No evaluation figures were given when this release was packaged (`--results` with a '
                 'leaderboard results.json).', '']

@@ -38,8 +38,16 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from parlai_empathy.safe_loading import (MAX_OPT_BYTES, TRUST_FLAG, ModelFileError, empathy_agents, our_agent,
-                                         read_opt_agent, read_opt_file, untrusted_message)
+from parlai_empathy.safe_loading import (
+    MAX_OPT_BYTES,
+    TRUST_FLAG,
+    ModelFileError,
+    empathy_agents,
+    our_agent,
+    read_opt_agent,
+    read_opt_file,
+    untrusted_message,
+)
 
 ZOO_URL_ENV = 'PARLAI_EMPATHY_ZOO_URL'
 MANIFEST_ENV = 'PARLAI_EMPATHY_ZOO_MANIFEST'  # another manifest, e.g. a private mirror's
@@ -162,7 +170,7 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
     for name, fields in models.items():
         line = _line_of(text, f'"{name}"')
 
-        def bad(field, problem):
+        def bad(field, problem, line=line, name=name):
             return ManifestError(f'{path}, line {line}: models.{name}.{field}: {problem}')
 
         if not NAME_RE.match(name):

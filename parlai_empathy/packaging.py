@@ -32,8 +32,7 @@ from typing import Dict, List, Optional
 from parlai_empathy.agents.safety import MODEL_DIR_PREFIX
 from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.data.ed_source import file_checksum
-from parlai_empathy.safe_loading import (NO_OPT_IN_ADVICE, ModelFileError, check_model_trust, load_checkpoint,
-                                         our_agent)
+from parlai_empathy.safe_loading import NO_OPT_IN_ADVICE, ModelFileError, check_model_trust, load_checkpoint, our_agent
 
 SAMPLE_MESSAGE = 'I finally got the job I wanted after months of trying!'
 # options that name files of the training machine and mean nothing elsewhere

@@ -25,12 +25,12 @@ clone's evidence folder written as ``{artifacts}``); an interrupted one is simpl
 resumes training from ``<model>.checkpoint``) and a changed command runs again. A step that writes
 into ``{artifacts}`` is done only where what it writes there exists (the row's evidence folder, or
 the folder its first ``{artifacts}`` argument names): another clone of the project holding that
-evidence (committed) skips it, a clone without it runs it again. A step marked ``"always": true`` runs every time: its output lives
-outside the runs folder, so a marker there cannot vouch for it (``empathy_tag_ed`` writes its tag
-cache into ParlAI's datapath, which differs between installations: a frozen clone whose row
-needs another clone's tags would find the step done and no cache); such a step reuses what it
-finds, so running it again costs seconds. The plan of a row is the record of how its figures
-were made: its artifacts' ``meta.json`` repeats it.
+evidence (committed) skips it, a clone without it runs it again. A step marked ``"always": true``
+runs every time: its output lives outside the runs folder, so a marker there cannot vouch for it
+(``empathy_tag_ed`` writes its tag cache into ParlAI's datapath, which differs between
+installations: a frozen clone whose row needs another clone's tags would find the step done and no
+cache); such a step reuses what it finds, so running it again costs seconds. The plan of a row is
+the record of how its figures were made: its artifacts' ``meta.json`` repeats it.
 """
 import os
 import shlex
@@ -172,7 +172,8 @@ def load_spec(projects_dir: str, project: str) -> Dict:
     spec_path = os.path.join(projects_dir, project, SPEC_FILE)
     if not os.path.isfile(spec_path):
         known = projects_in(projects_dir)
-        raise ReproduceSpecError(f'{spec_path} does not exist (projects in {projects_dir}: {", ".join(known) or "none"}); '
+        raise ReproduceSpecError(f'{spec_path} does not exist '
+                                 f'(projects in {projects_dir}: {", ".join(known) or "none"}); '
                                  f'name the folder that holds {project}/{SPEC_FILE} with --projects-dir DIR '
                                  f'or ${PROJECTS_ENV}')
     from parlai_empathy.evidence import read_json
@@ -308,7 +309,8 @@ def plans_estimate(plans: Sequence[RowPlan], timings: Optional[Sequence[RowTimin
                 total += seconds
                 if timing.machine not in machines:
                     machines.append(timing.machine)
-        note = (timing.note if len(plans) == 1 else f'{plan.project}/{plan.entry}: {timing.note}') if timing.note else ''
+        note = ((timing.note if len(plans) == 1 else f'{plan.project}/{plan.entry}: {timing.note}')
+                if timing.note else '')
         if note and note not in notes:
             notes.append(note)
     if not total:

@@ -110,7 +110,7 @@ def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
     try:
         with torch.serialization.safe_globals(parlai_safe_globals()):
             states = torch.load(path, map_location='cpu', weights_only=True, mmap=mmap and is_zip)
-    except pickle.UnpicklingError as err:
+    except pickle.UnpicklingError:
         wanted = _unsafe_globals(path) if is_zip else []
         what = (f'it refers to {", ".join(wanted)}' if wanted else
                 'it is not a weights-only checkpoint' if is_zip else

@@ -120,7 +120,8 @@ def test_ethreeds_plan_is_the_plain_command(run_parlai):
                       PROJECTS, '--runs-dir', 'r', '--dry-run')
     lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
     assert len(lines) == 2 and lines[0].startswith('parlai train_model -t empathy_ed_clean -m empathy/ethreed -mf ')
-    assert lines[0].endswith('/r/li_ethreed/ethreed/model --save-every-n-secs 600') and 'empathy_leaderboard' in lines[1]
+    assert lines[0].endswith('/r/li_ethreed/ethreed/model --save-every-n-secs 600')
+    assert 'empathy_leaderboard' in lines[1]
 
 
 def _block_logs(path, n_candidates, ranked):
@@ -163,7 +164,8 @@ def test_outputs_and_json_are_written_reproducibly(tmp_path):
     places = {'/home/me/runs': '{runs}', '/home/me': '~'}
     assert evidence.portable('parlai eval_model -mf /home/me/runs/x/model --y /home/me/z', places) == \
         'parlai eval_model -mf {runs}/x/model --y ~/z'
-    assert evidence.portable_opt({'starttime': 'now', 'model_file': '/home/me/runs/m'}, places) == {'model_file': '{runs}/m'}
+    portable = evidence.portable_opt({'starttime': 'now', 'model_file': '/home/me/runs/m'}, places)
+    assert portable == {'model_file': '{runs}/m'}
 
 
 def test_bootstrap_intervals_hold_the_figure_and_are_seeded(ed_dir):

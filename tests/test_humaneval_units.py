@@ -72,8 +72,9 @@ EXTRA_FIELDS = ('context_utterances', 'context_roles', 'conv_id', 'turn', 'label
 @pytest.fixture(scope='module')
 def shaped_logs(tmp_path_factory):
     """{shape: world log path}, each written by ParlAI's eval_model on the embedded ED sample."""
-    from parlai.scripts.eval_model import EvalModel
     import parlai.core.build_data as build_data
+    from parlai.scripts.eval_model import EvalModel
+
     from parlai_empathy.data import ed_source
 
     root = tmp_path_factory.mktemp('shaped_logs')

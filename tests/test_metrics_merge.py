@@ -8,12 +8,11 @@ sums), to rounding for the averages.
 import pickle
 
 import pytest
-
 from parlai.core.metrics import Metrics, aggregate_unnamed_reports
-from parlai_empathy.data.emotions import ED_EMOTIONS
-from parlai_empathy.metrics import parlai_metrics as pm
 
 from metrics_ed_pairs import listener_turns
+from parlai_empathy.data.emotions import ED_EMOTIONS
+from parlai_empathy.metrics import parlai_metrics as pm
 
 EXACT = ['corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'avg_bleu', 'multi_bleu',
          'dist-1', 'dist-2']

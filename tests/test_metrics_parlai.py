@@ -10,13 +10,13 @@ import pickle
 import random
 
 import pytest
-
-from metrics_ed_pairs import ed_shifted_pairs, listener_turns  # noqa: F401  (fixture)
 from parlai.core.agents import Agent
 from parlai.core.loader import register_agent
 from parlai.core.metrics import Metrics, TeacherMetrics, aggregate_unnamed_reports
 
-from parlai_empathy.metrics import bleu, distinct, parlai_metrics as pm
+from metrics_ed_pairs import ed_shifted_pairs, listener_turns  # noqa: F401  (fixture)
+from parlai_empathy.metrics import bleu, distinct
+from parlai_empathy.metrics import parlai_metrics as pm
 from parlai_empathy.metrics.saved_outputs import OutputsFormatError, read_outputs
 from parlai_empathy.metrics.suite import ScoredExample, score_examples, suite_values
 

@@ -6,9 +6,9 @@ folder if it were ever unpickled; and the trust boundary: a folder whose ``.opt`
 agent (a stock ParlAI one, or any module) is refused by every command of ours before anything it
 names is imported, unless the user passes ``--trust-model-file``.
 """
+import json
 import os
 import pickle
-import json
 import shutil
 import subprocess
 import sys
@@ -16,8 +16,13 @@ import sys
 import pytest
 import torch
 
-from parlai_empathy.safe_loading import (ModelFileError, UnsafeModelFile, UntrustedModelFile, check_model_trust,
-                                         load_checkpoint)
+from parlai_empathy.safe_loading import (
+    ModelFileError,
+    UnsafeModelFile,
+    UntrustedModelFile,
+    check_model_trust,
+    load_checkpoint,
+)
 from tiny_models import AGENTS, PARLAI, STOCK_GENERATOR, MakesMarker, cached_tiny_model, hostile_stock_model
 
 
@@ -141,7 +146,8 @@ def run(*args, env=None, cwd=None, timeout=3600):
 def assert_refused(done, marker, agent):
     """Refused with the one message (file, agent, the flag), no traceback, and nothing ran."""
     assert done.returncode != 0, done.stdout[-2000:]
-    assert f"field \"model\" names '{agent}', which is not an agent of parlai-empathy" in done.stderr, done.stderr[-3000:]
+    assert f"field \"model\" names '{agent}', which is not an agent of parlai-empathy" in done.stderr, \
+        done.stderr[-3000:]
     assert '--trust-model-file' in done.stderr and 'Traceback' not in done.stderr, done.stderr[-3000:]
     assert not os.path.exists(marker), 'code from the model file ran'
 
@@ -149,7 +155,8 @@ def assert_refused(done, marker, agent):
 def commands(model_file, tmp_path):
     """Every command of ours that opens a model file, pointed at ``model_file``."""
     return {
-        'empathy_package_model': ['empathy_package_model', '-mf', model_file, '--name', 'x', '--outdir', tmp_path / 'out'],
+        'empathy_package_model': ['empathy_package_model', '-mf', model_file, '--name', 'x',
+                                  '--outdir', tmp_path / 'out'],
         'empathy_leaderboard': ['empathy_leaderboard', '--entries', f'x={model_file}', '--ed-datapath', 'sample',
                                 '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', '--progress', 'false'],
         'empathy_init_model': ['empathy_init_model', *STOCK_GENERATOR, '--init-model', model_file,

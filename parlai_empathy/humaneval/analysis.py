@@ -10,9 +10,8 @@ import itertools
 import json
 import os
 import warnings
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
-
 from collections import Counter
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -69,7 +68,7 @@ def agreement(df: pd.DataFrame, label: str, min_common: int = 5, weights: Option
         sub = sub.sort_values('answer_id')
         per_unit = sub.groupby('unit_id')[label].apply(list)
         k = int(per_unit.map(len).mode().max()) if len(per_unit) else 0
-        full = per_unit[per_unit.map(len) >= k].map(lambda v: v[:k])
+        full = per_unit[per_unit.map(len) >= k].map(lambda v, k=k: v[:k])
         fleiss = float('nan')
         if k >= 2 and len(full):
             cats = sorted({x for v in full for x in v}, key=str)
@@ -149,7 +148,10 @@ def ab_table(df: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
             lambda v: votes.majority_vote(list(v)))
         done = decided.dropna()
         n = len(done)
-        pct = (lambda x: 100.0 * x / n if n else float('nan'))
+
+        def pct(x, n=n):
+            return 100.0 * x / n if n else float('nan')
+
         out.append({'Comparison': f'{first} vs {second}', 'aspect': aspect,
                     'Win %': pct((done == first).sum()), 'Lose %': pct((done == second).sum()),
                     'Tie %': pct((done == votes.TIE).sum()), 'items': n,

@@ -15,12 +15,12 @@ reverse proxy or tunnel on this machine) -- the address that proxy names in X-Fo
 Behind a proxy on another machine, pass its address as ``--forwarded-allow-ips``, otherwise every
 participant looks like the proxy and shares one client's caps.
 """
-import math
 import copy
 import csv
 import io
 import json
 import logging
+import math
 import os
 import re
 from typing import Optional

@@ -98,7 +98,6 @@ class TaskDB:
     def _upgrade(self):
         """Bring a database built by an earlier version up to date (its old links stop working
         if they were unsigned)."""
-        has_secret = self._one('SELECT 1 FROM meta WHERE key = ?', (SECRET_KEY,)) is not None
         missing = {t: [c for c in cols if c not in {r['name'] for r in self._all(
             f'PRAGMA table_info({t})')}] for t, cols in NEW_COLUMNS.items()}
         workers_sql = self._one("SELECT sql FROM sqlite_master WHERE name = 'workers'")[0]

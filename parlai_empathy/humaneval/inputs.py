@@ -168,7 +168,7 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
                         _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
                     )
                 context = _context(teacher, history,
-                                   lambda what: _where(path, lineno, f'{loc} {what}'))
+                                   lambda what, lineno=lineno, loc=loc: _where(path, lineno, f'{loc} {what}'))
                 # ParlAI's agents add the gold reply, not their own, to the history they keep
                 history = context + [(_reply_role(teacher), gold)]
                 if _reply_role(teacher) == SPEAKER:

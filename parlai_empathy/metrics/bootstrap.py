@@ -64,7 +64,8 @@ def _distinct_statistic(replies: Sequence[str], n: int) -> Callable[[np.ndarray]
     return dist
 
 
-def intervals(rows: List[Mapping], keys: Optional[Sequence[str]] = None, resamples: int = RESAMPLES) -> Dict[str, List[float]]:
+def intervals(rows: List[Mapping], keys: Optional[Sequence[str]] = None,
+              resamples: int = RESAMPLES) -> Dict[str, List[float]]:
     """95% intervals of the figures ``rows`` support (``keys`` limits which): ``{metric: [low, high]}``."""
     out = {}
     replied = [r for r in rows if r.get('reply') is not None and r.get('gold') is not None]

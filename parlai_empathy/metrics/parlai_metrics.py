@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from parlai.core.metrics import AverageMetric, Metric
 
 from parlai_empathy.metrics import bleu, distinct, emotion, retrieval
-from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC, BertScore
+from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC
+from parlai_empathy.metrics.bertscore import BertScore
 
 BLEU_ORDERS = (1, 2, 3, 4)
 DISTINCT_ORDERS = (1, 2)

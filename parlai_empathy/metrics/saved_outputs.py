@@ -118,7 +118,7 @@ def read_world_logs(path: str) -> List[ScoredExample]:
             try:
                 episode = json.loads(line)
             except json.JSONDecodeError as err:
-                raise OutputsFormatError(path, line_no, 'line', f'not JSON ({err.msg} at column {err.colno})')
+                raise OutputsFormatError(path, line_no, 'line', f'not JSON ({err.msg} at column {err.colno})') from None
             if not isinstance(episode, dict) or not isinstance(episode.get('dialog'), list):
                 raise OutputsFormatError(path, line_no, 'dialog', 'missing: not a ParlAI world-log line')
             examples.extend(_example_from_pair(pair, path, line_no) for pair in episode['dialog'])

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from parlai_empathy.metrics import bleu
-from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC, BertScore
-from parlai_empathy.metrics.emotion import TOP_KS, metric_name as emotion_metric_name
-from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100, NUM_CANDIDATES, SHUFFLED_METRIC as P_AT_1_100_SHUFFLED
+from parlai_empathy.metrics.bertscore import METRIC as BERTSCORE_METRIC
+from parlai_empathy.metrics.bertscore import BertScore
+from parlai_empathy.metrics.emotion import TOP_KS
+from parlai_empathy.metrics.emotion import metric_name as emotion_metric_name
+from parlai_empathy.metrics.retrieval import METRIC as P_AT_1_100
+from parlai_empathy.metrics.retrieval import NUM_CANDIDATES
+from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P_AT_1_100_SHUFFLED
 
 # Report order: the leaderboard's columns.
 COLUMNS = (

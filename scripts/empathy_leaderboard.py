@@ -69,6 +69,19 @@ def setup_args():
     return parser
 
 
+def eval_common_args(opt) -> list:
+    """The eval_model arguments every entry's evaluation gets: a ``--datapath`` the user gave (its
+    evaluations keep their data and caches there, not in ParlAI's default folder), then
+    ``--eval-args`` (which may override it), then ``--ed-datapath``."""
+    common = []
+    if 'datapath' in (opt.get('override') or {}):
+        common += ['--datapath', opt['datapath']]
+    common += shlex.split(opt['eval_args'])
+    if opt.get('ed_datapath'):
+        common += ['--ed-datapath', opt['ed_datapath']]
+    return common
+
+
 @register_script('empathy_leaderboard')
 class EmpathyLeaderboard(EmpathyScript):
     @classmethod
@@ -96,9 +109,7 @@ class EmpathyLeaderboard(EmpathyScript):
                     check_model_trust(entry.path, trust)
                 except ModelFileError as err:
                     raise SystemExit(f'leaderboard entry {entry.name!r}: {err}') from None
-        common = shlex.split(opt['eval_args'])
-        if opt.get('ed_datapath'):
-            common += ['--ed-datapath', opt['ed_datapath']]
+        common = eval_common_args(opt)
         pool = opt['pool']
         needs_pool = any(e.source == 'model' and evaluation.model_kind(e.path, trust) == 'ranker' for e in entries)
         if needs_pool and not pool:

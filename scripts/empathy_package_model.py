@@ -15,13 +15,13 @@ model is missing (``parlai empathy_reproduce`` of the row, then this command on 
 leaves, with ``--install-zoo``); ``--dry-run`` prints them with the time each row took.
 """
 import json
-import os
 import shlex
 import subprocess
 import sys
 
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
+
 from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 
@@ -46,7 +46,8 @@ class EmpathyPackageModel(EmpathyScript):
         parser.add_argument('--project', default=None, help='projects/<project>/table.json of the row')
         parser.add_argument('--row', default=None, help='the table row (leaderboard entry) of this model')
         parser.add_argument('--projects-dir', default=None,
-                            help='the folder of the projects\' table.json (default: as parlai empathy_reproduce finds it)')
+                            help='the folder of the projects\' table.json '
+                            '(default: as parlai empathy_reproduce finds it)')
         parser.add_argument('--results', default=None,
                             help='leaderboard results.json (or results.json#ROW) with this model\'s figures')
         parser.add_argument('--description', default='', help='one paragraph at the top of the card')

@@ -27,7 +27,8 @@ class EmpathyPatterns(EmpathyScript):
         parser = ParlaiParser(True, False, 'Emotion-interaction patterns of GoEmotions-tagged ED')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
         parser.add_argument('--report-dir', type=str, required=True, help='folder the pattern report is written to')
-        parser.add_argument('--split', type=str, default='train', help='ED split whose conversations the patterns are mined from')
+        parser.add_argument('--split', type=str, default='train',
+                            help='ED split whose conversations the patterns are mined from')
         parser.add_argument('--usage-split', type=str, default='test',
                             help='also count, per label, the utterances of this split that carry it '
                             '(label_usage.csv: a label at 0 is never predicted there)')
@@ -64,7 +65,8 @@ class EmpathyPatterns(EmpathyScript):
         print(f"{figures['turn_pairs']} turn pairs; {figures['patterns']} patterns; "
               f"{figures['conversations_with_pattern']:.1%} of conversations show one")
         for p in figures['top_patterns'][:10]:
-            print(f"  {p['speaker']:>15} -> {p['listener']:<15} count {p['count']:>5}  rate {p['rate']:.3f}  lift {p['lift']:.2f}")
+            print(f"  {p['speaker']:>15} -> {p['listener']:<15} count {p['count']:>5}  "
+                  f"rate {p['rate']:.3f}  lift {p['lift']:.2f}")
         figures['subsets'] = {}
         if self.opt['split'] == 'train':
             all_ids = sorted(set(pairs['conv_id']))

@@ -9,22 +9,23 @@ resumes where it stopped; a finished cache is reused as is.
 """
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import add_trust_flag
 
+from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import tag_cache
 from parlai_empathy.emotions.classifier_files import default_device, load_classifier
 from parlai_empathy.emotions.label_check import check_tagging_classifier
 from parlai_empathy.models.precision import bf16_option, resolve_bf16
+from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_tag_ed')
 class EmpathyTagED(EmpathyScript):
     @classmethod
     def setup_args(cls):
-        parser = ParlaiParser(True, False, 'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)')
+        parser = ParlaiParser(True, False,
+                              'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)')
         parser.add_argument('-mf', '--model-file', type=str, required=True, help='a trained empathy/emotion_classifier')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
         parser.add_argument('--goemotions-datapath', type=str, default=None, help='to check the label set (optional)')
@@ -39,8 +40,8 @@ class EmpathyTagED(EmpathyScript):
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
         parser.add_argument('--export-labels', type=str, default=None,
                             help='ED 32-way classifiers: also write each utterance\'s top emotion to this folder '
-                            '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as --listener-emotions '
-                            'on any machine, without the tag cache')
+                            '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as '
+                            '--listener-emotions on any machine, without the tag cache')
         # the classifier is read weights-only; -mf of another agent is refused, even while parsing
         return add_trust_flag(parser, opt_in=False)
 
@@ -56,7 +57,8 @@ class EmpathyTagED(EmpathyScript):
             torch.set_num_threads(self.opt['threads'])
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         classifier = load_classifier(self.opt['model_file'], default_device())
-        check_tagging_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath'))
+        check_tagging_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'],
+                                 self.opt.get('goemotions_datapath'))
         run = tag_cache.tag_ed(
             self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
             chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],
@@ -65,7 +67,8 @@ class EmpathyTagED(EmpathyScript):
         )
         state = 'complete' if run.reused + run.tagged == run.total else 'partial (run again to resume)'
         print(
-            f'tag cache: {run.directory}\n{run.total} utterances: {run.reused} already tagged, {run.tagged} tagged now, '
+            f'tag cache: {run.directory}\n{run.total} utterances: {run.reused} already tagged, '
+            f'{run.tagged} tagged now, '
             f'{run.empty} empty; cache {state}'
         )
         if self.opt.get('export_labels'):

@@ -13,6 +13,7 @@ import json
 
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
+
 from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.safe_loading import add_trust_flag
 

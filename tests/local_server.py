@@ -24,7 +24,7 @@ class LocalServer:
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f'{argv(self.port)} did not start:\n{self.output()[-3000:]}')
+                    raise RuntimeError(f'{argv(self.port)} did not start:\n{self.output()[-3000:]}') from None
                 time.sleep(0.3)
 
     def output(self) -> str:

@@ -108,7 +108,7 @@ def test_browser_three_turn_conversation_with_ethreed(tmp_path_factory, tmp_path
         for turn, text in enumerate(TURNS, 1):
             browser.find_element(By.ID, 'message').send_keys(text)
             browser.find_element(By.ID, 'send').click()
-            WebDriverWait(browser, 3600).until(lambda d: d.find_elements(By.ID, f'reply-{turn}'))
+            WebDriverWait(browser, 3600).until(lambda d, turn=turn: d.find_elements(By.ID, f'reply-{turn}'))
             assert browser.find_element(By.ID, f'user-{turn}').text.endswith(text)
             reply = browser.find_element(By.ID, f'reply-{turn}')
             assert reply.find_element(By.CLASS_NAME, 'text').text.strip()
@@ -441,7 +441,8 @@ def test_a_message_being_answered_holds_up_no_page_and_no_other_conversation(cha
         a = cookie_of(response)
         _, response = http_json(port, '/api/chat', b'{"text": "hello from b"}')
         b = cookie_of(response)
-        slow = threading.Thread(target=lambda: results.setdefault('a', http_json(port, '/api/chat', b'{"text": "SLOW"}', a)))
+        slow = threading.Thread(
+            target=lambda: results.setdefault('a', http_json(port, '/api/chat', b'{"text": "SLOW"}', a)))
         slow.start()
         assert entered.wait(HANG_GUARD)  # a's message is in the model, holding the model lock
         try:
@@ -450,7 +451,8 @@ def test_a_message_being_answered_holds_up_no_page_and_no_other_conversation(cha
             status, response = http_json(port, '/api/chat', b'{"text": "and again"}', a, PROMPT)
             assert status == 429 and b'still answering' in response  # one message per conversation
             # b's message waits for the model lock: for the one call in progress, then runs
-            other = threading.Thread(target=lambda: results.setdefault('b', http_json(port, '/api/chat', b'{"text": "hi"}', b)))
+            other = threading.Thread(
+                target=lambda: results.setdefault('b', http_json(port, '/api/chat', b'{"text": "hi"}', b)))
             other.start()
             status, response = http_json(port, '/api/chat', b'{"text": "' + b'x' * 4_001 + b'"}', b, PROMPT)
             assert status == 400  # refused without waiting for the model

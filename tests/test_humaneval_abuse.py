@@ -4,7 +4,6 @@ assignments, hostile inputs to every route, and a huge streamed body.
 
 The squatter, lease and body tests run against a real uvicorn process on 127.0.0.1; clients
 play distinct addresses by connecting from 127.0.0.x (Linux loopback accepts any of them)."""
-import json
 import re
 import socket
 import sqlite3
@@ -15,8 +14,7 @@ from urllib.parse import quote
 import pandas as pd
 import pytest
 
-from humaneval_helpers import (Server, cached_world_logs, entry_link, peak_rss_kb, session_from,
-                               stream_chunked)
+from humaneval_helpers import Server, cached_world_logs, entry_link, peak_rss_kb, session_from, stream_chunked
 from parlai_empathy.humaneval import analysis, providers
 from parlai_empathy.humaneval.build import build_task
 
@@ -116,7 +114,7 @@ def test_concurrent_starts_give_one_worker_one_assignment(logs, tmp_path):
     db = _task(logs, db_path, num_items=30, items_per_assignment=2)
     server = Server(str(db_path)).start()
     try:
-        for round_ in range(3):
+        for _round in range(3):
             link = providers.local_links(db, server.base, 1)[0]
             path = link[len(server.base):] + '/start'
             request = (f'POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n'
@@ -125,7 +123,7 @@ def test_concurrent_starts_give_one_worker_one_assignment(logs, tmp_path):
                      for _ in range(16)]
             barrier = threading.Barrier(len(socks))
 
-            def fire(sock):
+            def fire(sock, barrier=barrier, request=request):
                 barrier.wait()
                 sock.sendall(request)
                 sock.recv(100)

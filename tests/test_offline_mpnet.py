@@ -77,7 +77,7 @@ def _mpnet_installed():
         offline_models.mpnet_pieces()
     except offline_models.OfflineModelMissing as missing:
         reason = f'offline-mpnet not tested: {missing}'
-        warnings.warn(reason)
+        warnings.warn(reason, stacklevel=2)
         pytest.skip(reason)
 
 

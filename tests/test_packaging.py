@@ -37,7 +37,8 @@ def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp('wheel')
     with install_lock():
         subprocess.run(
-            [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', str(out), REPO],
+            [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', str(out),
+             REPO],
             check=True,
         )
     (path,) = out.glob('parlai_empathy-*.whl')

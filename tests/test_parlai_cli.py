@@ -1,7 +1,6 @@
 """The stock ``parlai`` commands resolve our plain names and run end to end."""
 import json
 
-
 FIRST_VALID_TEXT = 'Today,as i was leaving for work in the morning,i had a tire burst in the middle of a busy road.'
 
 
@@ -63,7 +62,8 @@ def test_stock_generator_trains_and_evaluates_with_default_scheduler(run_parlai,
     assert opt['lr_scheduler'] == 'reduceonplateau' and opt['task'] == 'empathy_ed_clean'
     evaluated = run_parlai(
         'eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', model_file, '-dt', 'test',
-        '--inference', 'greedy', '--skip-generation', 'false', '-bs', '16', '--report-filename', str(tmp_path / 'report.json'),
+        '--inference', 'greedy', '--skip-generation', 'false', '-bs', '16',
+        '--report-filename', str(tmp_path / 'report.json'),
     )
     report = json.load(open(tmp_path / 'report.json'))['report']
     assert report['exs'] > 100 and report['ppl'] > 1

@@ -120,5 +120,6 @@ def test_eval_model_display_shows_the_emotion_fields_too(tmp_path_factory, tmp_p
     replies = [i for i, line in enumerate(lines) if line.strip().startswith('[Mime]:')]
     assert len(replies) == 2, done.stdout[-3000:]
     for i in replies:  # ParlAI prints a reply's extra fields just above its text
-        assert lines[i - 1].strip().split(']: ')[0] == '[predicted_emotion' and lines[i - 1].split(']: ')[1] in ED_EMOTIONS
+        assert lines[i - 1].strip().split(']: ')[0] == '[predicted_emotion'
+        assert lines[i - 1].split(']: ')[1] in ED_EMOTIONS
         assert lines[i - 2].strip().split(']: ')[1] in POLARITY

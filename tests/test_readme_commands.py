@@ -30,7 +30,6 @@ import pytest
 
 from parlai_empathy.data.ed_source import sample_dir
 from parlai_empathy.data.emotions import ED_EMOTIONS
-
 from tiny_models import PARLAI
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

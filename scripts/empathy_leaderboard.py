@@ -71,12 +71,13 @@ def setup_args():
 
 def eval_common_args(opt) -> list:
     """The eval_model arguments every entry's evaluation gets: a ``--datapath`` the user gave (its
-    evaluations keep their data and caches there, not in ParlAI's default folder), then
-    ``--eval-args`` (which may override it), then ``--ed-datapath``."""
+    evaluations keep their data and caches there, not in ParlAI's default folder) unless
+    ``--eval-args`` names one, then ``--eval-args``, then ``--ed-datapath``."""
+    given = shlex.split(opt['eval_args'])
     common = []
-    if 'datapath' in (opt.get('override') or {}):
+    if 'datapath' in (opt.get('override') or {}) and not {'--datapath', '-dp', '--dp'} & set(given):
         common += ['--datapath', opt['datapath']]
-    common += shlex.split(opt['eval_args'])
+    common += given
     if opt.get('ed_datapath'):
         common += ['--ed-datapath', opt['ed_datapath']]
     return common

@@ -341,8 +341,8 @@ def test_rows_of_one_project_share_one_group_and_rows_with_none_are_not_under_an
 
 def test_a_given_datapath_reaches_every_entrys_evaluation(tmp_path):
     """``--datapath`` of the leaderboard is passed on to each eval_model run (whose data and caches
-    would otherwise go to ParlAI's default folder, inside the installed package); ``--eval-args``
-    still come after it and may override it."""
+    would otherwise go to ParlAI's default folder, inside the installed package), unless
+    ``--eval-args`` names its own."""
     from parlai.scripts.empathy_leaderboard import eval_common_args, setup_args
 
     given = setup_args().parse_args(['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '-bs 8',
@@ -350,3 +350,5 @@ def test_a_given_datapath_reaches_every_entrys_evaluation(tmp_path):
     assert eval_common_args(given) == ['--datapath', str(tmp_path), '-bs', '8', '--ed-datapath', 'sample']
     default = setup_args().parse_args(['--entries', 'a=x', '--eval-args', '-bs 8'])
     assert eval_common_args(default) == ['-bs', '8']
+    both = setup_args().parse_args(['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '--datapath /d'])
+    assert eval_common_args(both) == ['--datapath', '/d']  # the one in --eval-args, once

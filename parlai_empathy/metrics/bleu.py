@@ -11,6 +11,8 @@ Two fixed configurations (see ``parlai_empathy/metrics/README.md``):
 * :data:`AVG_BLEU` -- sacrebleu's defaults: 13a tokenization, case-sensitive, exponential
   smoothing, one reference. ``corpus_bleu-n`` is corpus BLEU with n-grams up to n (with brevity
   penalty); ``avg_bleu`` is the mean of bleu-1..4 (Rashkin et al.'s "AVG BLEU").
+* :data:`AVG_BLEU_LC` -- the same, lowercased (``avg_bleu_lc``): what AVG BLEU is against
+  references a paper lowercased, as MoEL's preprocessing does; scored offline only.
 * :data:`MULTI_BLEU` -- the moses ``multi-bleu.perl -lc`` convention used by MoEL and MIME:
   lowercased BLEU-4 with no smoothing (any zero n-gram precision gives 0).
 """
@@ -41,6 +43,7 @@ class BleuConfig:
 
 AVG_BLEU = BleuConfig(lowercase=False, smooth_method='exp')
 MULTI_BLEU = BleuConfig(lowercase=True, smooth_method='none')
+AVG_BLEU_LC = BleuConfig(lowercase=True, smooth_method='exp')
 
 
 @lru_cache(maxsize=None)
@@ -130,3 +133,7 @@ def signatures() -> Dict[str, str]:
         'avg_bleu': f'sacrebleu BLEU-1..4 {AVG_BLEU.signature()}',
         'multi_bleu': f'sacrebleu BLEU-4 {MULTI_BLEU.signature()} (moses multi-bleu -lc convention)',
     }
+
+
+def lowercased_signature() -> Dict[str, str]:
+    return {'avg_bleu_lc': f'sacrebleu BLEU-1..4 {AVG_BLEU_LC.signature()}'}

@@ -140,6 +140,23 @@ def generation_metrics(gold: str, response: str) -> Dict[str, Metric]:
     return metrics
 
 
+def comparison_metrics(gold: str, response: str) -> Dict[str, Metric]:
+    """The figures that set one suite beside the papers' own definitions, scored offline
+    (``parlai empathy_score``): AVG BLEU lowercased, Distinct-n on nltk word tokens, reply length
+    in the suite's tokens."""
+    from parlai_empathy.data.moel_text import word_tokens
+
+    metrics: Dict[str, Metric] = {
+        'avg_bleu_lc': CorpusBleuMetric(bleu.BleuStats.of_pair(response, gold, bleu.AVG_BLEU_LC), AVG,
+                                        bleu.AVG_BLEU_LC),
+        'reply_tokens': AverageMetric(len(distinct.tokens(response)), 1),
+    }
+    words = word_tokens(response.lower())
+    for n in DISTINCT_ORDERS:
+        metrics[f'dist-{n}_nltk'] = CorpusDistinctMetric(distinct.ngrams(words, n), n)
+    return metrics
+
+
 def bertscore_metrics(golds: Sequence[str], responses: Sequence[str], scorer: BertScore) -> List[AverageMetric]:
     """One BERTScore-F1 ``AverageMetric`` per response (one encoder pass for the whole batch)."""
     return [AverageMetric(f, 1) for f in scorer.f1(responses, golds)]

@@ -29,6 +29,12 @@ COLUMNS = (
     + [emotion_metric_name(k) for k in TOP_KS]
     + [P_AT_1_100, P_AT_1_100_SHUFFLED]
 )
+# Offline only (``score_examples(..., comparison=True)``, what ``parlai empathy_score`` prints):
+# the figures that set the suite beside the papers' own definitions, and the emotion a classifier
+# of ours detects in each reply. ``dist-n_nltk`` are in COLUMNS already (ETHREED records them live).
+REPLY_EMOTION = 'reply_emotion_acc'
+COMPARISON_COLUMNS = ['avg_bleu_lc', 'reply_tokens', 'distinct_replies', REPLY_EMOTION]
+COLUMNS = COLUMNS + COMPARISON_COLUMNS
 DISTINCT_TOKENIZER = 'lowercase + sacrebleu 13a tokenizer'
 
 
@@ -49,6 +55,8 @@ class ScoredExample:
     num_candidates: Optional[int] = None
     label_ppl: Optional[float] = None
     label_tokens: Optional[float] = None
+    reply_emotion: Optional[str] = None  # what an emotion classifier detects in ``response``
+    bertscore_f: Optional[float] = None  # the response's BERTScore F1, when already computed
     source: str = ''
 
 
@@ -76,21 +84,35 @@ class SuiteReport:
         return '\n'.join(lines)
 
 
-def settings_notes(scorer: Optional[BertScore] = None) -> Dict[str, str]:
+def settings_notes(scorer: Optional[BertScore] = None, comparison: bool = False) -> Dict[str, str]:
     notes = dict(bleu.signatures())
     notes['dist'] = f'corpus Distinct-n (dist-n) and per-utterance mean (utt_dist-n); tokens: {DISTINCT_TOKENIZER}'
+    if comparison:
+        notes.update(bleu.lowercased_signature())
+        notes['dist-n_nltk'] = 'corpus Distinct-n on nltk word tokens of the lowercased reply (ETHREED\'s tokens)'
+        notes['reply_tokens'] = f'mean reply length in {DISTINCT_TOKENIZER} tokens'
+        notes['distinct_replies'] = 'number of different reply strings'
     if scorer is not None:
         notes[BERTSCORE_METRIC] = scorer.describe()
     return notes
 
 
-def _record_example(tracker, example: ScoredExample) -> None:
+def _record_example(tracker, example: ScoredExample, comparison: bool = False) -> None:
+    from parlai.core.metrics import AverageMetric
+
     from parlai_empathy.metrics import parlai_metrics as pm
 
     where = f' ({example.source})' if example.source else ''
     try:
         if example.response is not None:
             pm.record_generation_metrics(tracker, example.gold, example.response)
+            if comparison:
+                for key, metric in pm.comparison_metrics(example.gold, example.response).items():
+                    tracker.add(key, metric)
+        if example.reply_emotion is not None:
+            if example.emotion is None:
+                raise ValueError('a detected reply emotion but no gold emotion')
+            tracker.add(REPLY_EMOTION, AverageMetric(example.reply_emotion == example.emotion, 1))
         if example.emotion_scores is not None:
             if example.emotion is None:
                 raise ValueError('emotion scores given but no gold emotion')
@@ -113,9 +135,11 @@ def token_weighted_ppl(examples: Sequence[ScoredExample]) -> Optional[float]:
 
 
 def score_examples(
-    examples: Iterable[ScoredExample], scorer: Optional[BertScore] = None, progress: bool = False
+    examples: Iterable[ScoredExample], scorer: Optional[BertScore] = None, progress: bool = False,
+    comparison: bool = False,
 ) -> SuiteReport:
-    """Score model outputs with every metric that applies to them."""
+    """Score model outputs with every metric that applies to them; with ``comparison``, also
+    the :data:`COMPARISON_COLUMNS` and ``dist-n_nltk``."""
     from parlai.core.metrics import AverageMetric, Metrics
 
     examples = list(examples)
@@ -126,20 +150,26 @@ def score_examples(
 
         iterator = tqdm(examples, desc='scoring', unit='ex')
     for example in iterator:
-        _record_example(tracker, example)
+        _record_example(tracker, example, comparison)
     generated = [e for e in examples if e.response is not None]
-    if scorer is not None and generated:
+    f1s = []
+    if generated and all(e.bertscore_f is not None for e in generated):
+        f1s = [e.bertscore_f for e in generated]
+    elif scorer is not None and generated:
         f1s = scorer.f1([e.response for e in generated], [e.gold for e in generated])
+    if f1s:
         for f1 in f1s:
             tracker.add(BERTSCORE_METRIC, AverageMetric(f1, 1))
     report = tracker.report()
     values = {key: float(report[key].value()) for key in COLUMNS if key in report}
+    if comparison and generated:
+        values['distinct_replies'] = float(len({e.response for e in generated}))
     ppl = token_weighted_ppl(examples)
     if ppl is not None:
         values['ppl'] = ppl
     values = {key: values[key] for key in COLUMNS if key in values}
     counts = _counts(examples, values)
-    return SuiteReport(values, counts, settings_notes(scorer))
+    return SuiteReport(values, counts, settings_notes(scorer, comparison))
 
 
 def _counts(examples: Sequence[ScoredExample], values: Mapping[str, float]) -> Dict[str, int]:
@@ -147,7 +177,8 @@ def _counts(examples: Sequence[ScoredExample], values: Mapping[str, float]) -> D
     n_generated = sum(e.response is not None for e in examples)
     n_emotion = sum(e.emotion_scores is not None for e in examples)
     n_ranked = sum(e.ranked_candidates is not None and e.num_candidates == NUM_CANDIDATES for e in examples)
-    by_kind = {BERTSCORE_METRIC: n_generated, 'ppl': len(examples), P_AT_1_100: n_ranked}
+    n_detected = sum(e.reply_emotion is not None for e in examples)
+    by_kind = {BERTSCORE_METRIC: n_generated, 'ppl': len(examples), P_AT_1_100: n_ranked, REPLY_EMOTION: n_detected}
     by_kind.update({emotion_metric_name(k): n_emotion for k in TOP_KS})
     return {key: by_kind.get(key, n_generated) for key in values}
 

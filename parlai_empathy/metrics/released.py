@@ -1,0 +1,227 @@
+"""Readers for the ED test generations other papers released, one small adapter per format.
+
+Each adapter turns one released file into :class:`ReleasedOutput` records: the dialogue context as
+the file shows it (a list of turns), the system's reply, and, where the file has them, its own
+reference reply and gold emotion. Nothing is scored or aligned here: :mod:`.alignment` finds each
+record's ED test example, :mod:`parlai_empathy.leaderboard.published` scores the matched ones.
+
+Every adapter refuses a block it cannot read with :class:`ReleasedFormatError` naming the file,
+line and field, and never skips one silently: a file that is not in the format gives an error, not
+a short list.
+"""
+import ast
+import functools
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+# Released files are small (MIME's output.txt is 2.4 MB); a file far beyond this is not one of them.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class ReleasedFormatError(ValueError):
+    def __init__(self, path: str, line_no: int, field_name: str, problem: str):
+        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+
+
+@dataclass(frozen=True)
+class ReleasedOutput:
+    """One reply of a released file. ``source`` is ``file:line`` of the block's first line."""
+
+    context: Tuple[str, ...]
+    response: str
+    reference: Optional[str] = None
+    emotion: Optional[str] = None
+    source: str = ''
+
+
+def _read_text(path: str) -> List[str]:
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise ReleasedFormatError(path, 1, 'file', f'{size} bytes: larger than any released output file '
+                                  f'({MAX_FILE_BYTES} bytes at most)')
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError as err:
+        line_no = raw[:err.start].count(b'\n') + 1
+        raise ReleasedFormatError(path, line_no, 'file', f'not UTF-8 (byte {raw[err.start]:#04x})') from None
+    return text.split('\n')
+
+
+def _context_list(value: str, path: str, line_no: int, field_name: str) -> Tuple[str, ...]:
+    """A context written as a Python list literal of strings (``str(list_of_turns)``)."""
+    try:
+        turns = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise ReleasedFormatError(path, line_no, field_name, f'not a list of strings: {value.strip()[:80]!r}') from None
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+        raise ReleasedFormatError(path, line_no, field_name, f'not a non-empty list of strings: {value.strip()[:80]!r}')
+    return tuple(turns)
+
+
+def _labelled_blocks(lines: List[str], separator: Callable[[str], bool]) -> Iterator[Tuple[int, Dict[str, Tuple]]]:
+    """Blocks between separator lines, as ``(first non-blank line's number, {label: (value, line
+    number)})`` for each ``Label:value`` line (the label is everything before the first colon)."""
+    block: Dict[str, Tuple[str, int]] = {}
+    first = 0
+    for line_no, line in enumerate(lines, start=1):
+        if separator(line):
+            if block:
+                yield first, block
+            block, first = {}, 0
+            continue
+        first = first or (line_no if line.strip() else 0)
+        match = re.match(r'^([A-Za-z_ ]+?)\s*:(.*)$', line)
+        if match:
+            block.setdefault(match.group(1), (match.group(2), line_no))
+    if block:
+        yield first, block
+
+
+def _field(block: Dict[str, Tuple], label: str, path: str, first: int) -> Tuple[str, int]:
+    if label not in block:
+        raise ReleasedFormatError(path, first, label, f'the block starting here has no "{label}:" line')
+    return block[label]
+
+
+# ----- declare-lab/MIME output.txt ------------------------------------------------------------------
+MIME_DECODINGS = ('Beam', 'Greedy', 'Topk')
+MIME_SEPARATOR = '-' * 70
+MIME_HEAD = re.compile(r'^emotion:(\S+)\s+vader-score:\s*\S+\s+predicted_emotion:\s*(\S+)\s*$')
+
+
+def read_mime(path: str, decoding: str) -> List[ReleasedOutput]:
+    """declare-lab/MIME ``output.txt``: per test example a head line ``emotion:E vader-score: S
+    predicted_emotion: P``, then ``Context:[list]``, ``Topk:``, ``Beam:``, ``Greedy:`` and ``Ref:``
+    lines, blocks separated by 70 dashes; three header lines (a comment, the EVAL figures) first."""
+    label = {d.lower(): d for d in MIME_DECODINGS}.get(decoding)
+    if label is None:
+        raise ValueError(f'MIME output.txt holds the decodings {", ".join(d.lower() for d in MIME_DECODINGS)}, '
+                         f'not {decoding!r}')
+    lines = _read_text(path)
+    outputs = []
+    for first, block in _labelled_blocks(lines, lambda line: line.strip() == MIME_SEPARATOR):
+        context, context_no = _field(block, 'Context', path, first)
+        head = MIME_HEAD.match(lines[context_no - 2]) if context_no > 1 else None
+        if head is None:
+            raise ReleasedFormatError(path, context_no - 1, 'emotion', 'the line before "Context:" is not '
+                                      '"emotion:E vader-score: S predicted_emotion: P"')
+        reply, _ = _field(block, label, path, context_no - 1)
+        reference, _ = _field(block, 'Ref', path, context_no - 1)
+        outputs.append(ReleasedOutput(_context_list(context, path, context_no, 'Context'), reply.strip(),
+                                      reference.strip(), head.group(1), f'{path}:{context_no - 1}'))
+    if not outputs:
+        raise ReleasedFormatError(path, 1, 'file', 'no "emotion: ... Context: ... Ref:" block: not a MIME output.txt')
+    return outputs
+
+
+# The formats by name, as ``parlai empathy_score --outputs-format`` takes them.
+FORMATS: Dict[str, Callable[[str], List[ReleasedOutput]]] = {
+    **{f'mime-{d.lower()}': functools.partial(read_mime, decoding=d.lower()) for d in MIME_DECODINGS},
+}
+
+
+def read_released(path: str, fmt: str) -> List[ReleasedOutput]:
+    if fmt not in FORMATS:
+        raise ValueError(f'unknown released-outputs format {fmt!r} (known: {", ".join(sorted(FORMATS))})')
+    return FORMATS[fmt](path)
+
+
+# ----- the released files this package knows ---------------------------------------------------------
+RELEASED_ENV = 'PARLAI_EMPATHY_RELEASED_DIR'
+
+
+@dataclass(frozen=True)
+class ReleasedFile:
+    """One released test-output file, pinned to a commit and a sha256."""
+
+    entry: str  # the row's name, e.g. ``moel``
+    system: str  # as its paper names it
+    decoding: str
+    repo: str  # owner/name on GitHub
+    commit: str
+    path: str
+    sha256: str
+    format: str  # a key of FORMATS
+
+    @property
+    def url(self) -> str:
+        return f'https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}'
+
+    @property
+    def label(self) -> str:
+        return f'released outputs of {self.system} ({self.decoding})'
+
+    def local_path(self, folder: str) -> str:
+        return os.path.join(folder, self.repo.replace('/', '+'), self.commit, self.path)
+
+    def to_json(self) -> Dict[str, str]:
+        return {'system': self.system, 'decoding': self.decoding, 'repo': self.repo, 'commit': self.commit,
+                'path': self.path, 'sha256': self.sha256, 'url': self.url, 'format': self.format}
+
+
+KNOWN: Dict[str, ReleasedFile] = {f.entry: f for f in (
+    ReleasedFile('mime_beam', 'MIME', 'beam search, width 5', 'declare-lab/MIME',
+                 '7c34f3ae6dc8f8b9e6fb89b5bfa016fbaa445018', 'output.txt',
+                 '467977d5e05b0a9a97c85d7cf14576a69dcac3d49444b131d8013187c6344a72', 'mime-beam'),
+)}
+
+
+def released_dir(folder: Optional[str] = None) -> str:
+    return os.path.expanduser(folder or os.environ.get(RELEASED_ENV) or '~/.cache/parlai-empathy/released')
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class ReleasedFileError(FileNotFoundError):
+    pass
+
+
+def fetch_released(known: ReleasedFile, folder: Optional[str] = None, download: bool = True) -> str:
+    """The local copy of a known file (``<folder>/<owner>+<name>/<commit>/<path>``), downloaded
+    from GitHub at its pinned commit when absent; its sha256 is checked either way."""
+    path = known.local_path(released_dir(folder))
+    if not os.path.isfile(path):
+        if not download:
+            raise ReleasedFileError(f'{path} does not exist')
+        _download(known, path)
+    found = file_sha256(path)
+    if found != known.sha256:
+        raise ReleasedFileError(f'{path}: sha256 {found}, but {known.repo}@{known.commit[:7]}:{known.path} has '
+                                f'{known.sha256}: not the released file (remove it to download it again)')
+    return path
+
+
+def _download(known: ReleasedFile, path: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    clone = known.repo.split('/')[1]
+    by_hand = (f'git clone https://github.com/{known.repo} && git -C {clone} checkout {known.commit} && '
+               f'mkdir -p {os.path.dirname(path)} && cp {clone}/{known.path} {path}')
+    try:
+        with urllib.request.urlopen(known.url, timeout=60) as response:
+            data = response.read(MAX_FILE_BYTES + 1)
+    except (urllib.error.URLError, OSError) as err:
+        raise ReleasedFileError(f'could not download {known.url} ({err}); with a clone of the repository, put the '
+                                f'file in place by hand:\n  {by_hand}\n(or set ${RELEASED_ENV} to a folder holding '
+                                f'{known.repo.replace("/", "+")}/{known.commit}/{known.path})') from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ReleasedFileError(f'{known.url}: more than {MAX_FILE_BYTES} bytes, not the released file')
+    if hashlib.sha256(data).hexdigest() != known.sha256:
+        raise ReleasedFileError(f'{known.url}: sha256 {hashlib.sha256(data).hexdigest()}, expected {known.sha256}')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f'{path}.part{os.getpid()}'
+    with open(partial, 'wb') as f:
+        f.write(data)
+    os.replace(partial, path)

@@ -13,7 +13,12 @@ from parlai_empathy.leaderboard.records import EntryResult
 
 BOARD_FILES = ('results.json', 'leaderboard.md', 'leaderboard.csv', 'leaderboard.png')
 FAMILIES = [('ranker', 'Response rankers'), ('generator', 'Response generators'), ('classifier', 'Emotion classifiers'),
-            (None, 'Other rows')]
+            ('published', "Other papers' released test outputs, scored by the suite"), (None, 'Other rows')]
+
+
+def row_name(result: EntryResult) -> str:
+    """The row's name in the markdown tables: a published row says whose outputs it scores."""
+    return f'{result.name} ({result.label})' if result.label else result.name
 
 
 def write_outputs(results: List[EntryResult], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:
@@ -45,7 +50,7 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
     (so every figure of the CSV is in one of the tables); the settings notes; the commands."""
     headlines = [h for h in HEADLINE if any(h.key in r.values for r in results)]
     lines = _md_table(['model'] + [h.column for h in headlines],
-                      [[r.name] + [figure(r.values[h.key] * h.scale) if h.key in r.values else ''
+                      [[row_name(r)] + [figure(r.values[h.key] * h.scale) if h.key in r.values else ''
                                    for h in headlines] for r in results])
     lines += ['', 'Columns (the `leaderboard.csv` column, times the factor the table shows it at):', '']
     lines += [f'- **{h.column}** = `{h.key}`' + (f' × {h.scale:g}' if h.scale != 1 else '') + f': {h.title} ({h.unit})'
@@ -59,8 +64,18 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
         columns = [c for c in board_columns(rows) if c not in shown]
         if rows and columns:
             lines += ['', f'### {title}: other figures', '']
-            lines += _md_table(['model'] + columns, [[r.name] + [figure(r.values.get(c)) for c in columns]
+            lines += _md_table(['model'] + columns, [[row_name(r)] + [figure(r.values.get(c)) for c in columns]
                                                      for r in rows])
+    aligned = [r for r in results if r.alignment]
+    if aligned:
+        keys = ['outputs', 'matched', 'matched_by_last_turn', 'ambiguous', 'unmatched', 'duplicate',
+                'ed_test_examples_without_output']
+        lines += ['', "### Released outputs: each file's replies matched with the ED test examples", '',
+                  'Only matched replies are scored, against the same gold replies as our rows '
+                  '(`parlai_empathy/metrics/alignment.py`); every other output is listed by line in the '
+                  "row's `alignment.json`.", '']
+        lines += _md_table(['model'] + [k.replace('_', ' ') for k in keys],
+                           [[row_name(r)] + [str(r.alignment.get(k, '')) for k in keys] for r in aligned])
     lines += ['', '### Settings', '']
     lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]
     lines += ['', '### Commands', '']

@@ -152,8 +152,10 @@ class EntryResult:
     commands: Optional[List[str]] = None
     path: Optional[str] = None
     source: Optional[str] = None  # Entry.source; a row gathered from project artifacts has none
-    kind: Optional[str] = None  # 'ranker', 'generator' or 'classifier'
+    kind: Optional[str] = None  # 'ranker', 'generator', 'classifier' or 'published' (another paper's outputs)
     exs: Optional[Dict[str, int]] = None
+    label: Optional[str] = None  # what a published row's name stands for ("released outputs of ...")
+    alignment: Optional[Dict[str, int]] = None  # a published row's outputs matched with ED test, and not
     seconds: Optional[float] = None
     notes: Optional[Dict[str, str]] = None
     paper: Optional[Dict[str, float]] = None

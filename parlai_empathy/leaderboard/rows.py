@@ -65,9 +65,12 @@ def gather_artifacts(projects_dir: str) -> List[EntryResult]:
                 report = row_report(project_dir, row)
                 if report is None:
                     continue
+                published = report.kind == 'published'
                 results.append(EntryResult(
                     name=f'{paper}/{row["entry"]}', kind=report.kind, values=report.values,
                     exs=report.exs or {}, commands=report.commands or [],
+                    label=row.get('label') if published else None,
+                    alignment=row_meta(project_dir, row).extra.get('alignment') if published else None,
                     paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
                     seconds=row_meta(project_dir, row).seconds, notes=report.notes or {}))
     return results

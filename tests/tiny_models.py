@@ -12,7 +12,7 @@ import sys
 from parlai_empathy.cache_lock import build_lock
 
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
-AGENTS = ('bert_ranker', 'mime', 'multitask_transformer', 'ethreed', 'emotion_classifier')
+AGENTS = ('bert_ranker', 'mime', 'multitask_transformer', 'moel', 'ethreed', 'emotion_classifier')
 
 COMMON = ['--ed-datapath', 'sample', '-bs', 8, '--max-train-steps', 3, '--validation-max-exs', 16,
           '--short-final-eval', 'true', '-vme', 10_000]
@@ -26,7 +26,7 @@ def train_args(agent: str, model_file: str, tiny_bert: str = None):
     args = ['train_model', '-m', f'empathy/{agent}', '-mf', model_file] + COMMON
     if agent == 'mime':
         return args + GENERATOR + TRANSFORMER + ['--latent-size', 16]
-    if agent == 'multitask_transformer':
+    if agent in ('multitask_transformer', 'moel'):
         return args + GENERATOR + TRANSFORMER
     if agent == 'ethreed':
         return args + GENERATOR + ['--hidden-size', 16, '--embedding-size', 16,

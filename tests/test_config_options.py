@@ -18,6 +18,7 @@ from parlai_empathy.agents.emotion_generator import NEW_MODEL_FLAGS
 from parlai_empathy.models.ethreed import EthreedConfig
 from parlai_empathy.models.generator_interface import EmotionTransformerConfig
 from parlai_empathy.models.mime import MimeConfig
+from parlai_empathy.models.moel import MoelConfig
 from parlai_empathy.models.multitask_transformer import MultitaskConfig
 from parlai_empathy.models.transformer_blocks import TransformerSize
 
@@ -97,7 +98,7 @@ def test_defaults_replace_only_the_named_options_and_inherited_leaves_the_base_f
 
 
 @pytest.mark.parametrize('config_cls', [TransformerSize, EmotionTransformerConfig, MimeConfig,
-                                        MultitaskConfig, EthreedConfig])
+                                        MultitaskConfig, MoelConfig, EthreedConfig])
 def test_configs_are_frozen_and_built_by_keyword(config_cls):
     config = config_cls()
     name = dataclasses.fields(config_cls)[0].name
@@ -110,6 +111,7 @@ def test_configs_are_frozen_and_built_by_keyword(config_cls):
 AGENT_CONFIGS = [
     ('empathy/mime', MimeConfig),
     ('empathy/multitask_transformer', MultitaskConfig),
+    ('empathy/moel', MoelConfig),
     ('empathy/ethreed', EthreedConfig),
 ]
 

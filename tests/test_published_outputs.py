@@ -95,6 +95,72 @@ def test_files_that_are_not_released_outputs_are_refused(tmp_path, monkeypatch):
         read_released(str(binary), 'nonsense')
 
 
+def write_moel(path, examples, swap_at=None):
+    with open(path, 'w', encoding='utf-8') as f:
+        for i, example in enumerate(examples):
+            lines = [f'Emotion: {example.emotion}', f'Context: {[moel(t) for t in example.context_utterances]!r}',
+                     'trs: trs reply .', 'trs+multitask: multitask reply .', 'MOE: moe reply .',
+                     'MOE+oracle: oracle reply .', f'ref: {moel(example.label)}']
+            if i == swap_at:  # MoEL's own file has one block with ref before MOE+oracle
+                lines[5], lines[6] = lines[6], lines[5]
+            f.write('\n'.join(lines) + '\n\n')
+    return str(path)
+
+
+def write_kemp(path, examples, emotion_label='Emotion', extra='Concept:[defaultdict(<class \'list\'>, {})] '):
+    with open(path, 'w', encoding='utf-8') as f:
+        for example in examples:
+            f.write(f'{emotion_label}:{example.emotion} \nContext:{[moel(t) for t in example.context_utterances]!r} \n'
+                    f'{extra}\nPred:kemp reply .  \nRef:{moel(example.label)} \n')
+    return str(path)
+
+
+def test_moel_reader_takes_each_of_its_four_systems_by_label(tmp_path, sample_examples):
+    path = write_moel(tmp_path / 'generation_result.txt', sample_examples[:3], swap_at=1)
+    replies = {fmt: [o.response for o in read_released(path, fmt)]
+               for fmt in ('moel', 'moel-oracle', 'moel-multitask', 'moel-transformer')}
+    assert replies == {'moel': ['moe reply .'] * 3, 'moel-oracle': ['oracle reply .'] * 3,
+                       'moel-multitask': ['multitask reply .'] * 3, 'moel-transformer': ['trs reply .'] * 3}
+    second = read_released(path, 'moel')[1]
+    assert second.reference == moel(sample_examples[1].label) and second.source == f'{path}:9'
+
+
+def test_kemp_and_empdg_readers_take_pred_lines_and_skip_their_extra_fields(tmp_path, sample_examples):
+    kemp = read_released(write_kemp(tmp_path / 'KEMP.txt', sample_examples[:2]), 'kemp')
+    empdg = read_released(write_kemp(tmp_path / 'EmpDG.txt', sample_examples[:2], 'emotion',
+                                     "Emotion_context:['a'] \nFeedback:['b'] "), 'empdg')
+    for outputs in (kemp, empdg):
+        assert [o.response for o in outputs] == ['kemp reply .'] * 2
+        assert outputs[1].emotion == sample_examples[1].emotion
+        assert outputs[1].reference == moel(sample_examples[1].label)
+
+
+@pytest.mark.parametrize('damage,line,field', [
+    (lambda text: text.replace('Emotion:', 'Emotion', 1), 1, 'line'),
+    (lambda text: text.replace('Emotion:', 'Note:', 2), 1, 'note'),
+    (lambda text: text.replace('Pred:', 'Prediction:', 1), 1, 'pred'),
+    (lambda text: text.replace('Context:[', 'Context:{', 1), 2, 'context'),
+])
+def test_a_damaged_labelled_file_is_refused_naming_file_line_and_field(tmp_path, sample_examples, damage, line, field):
+    path = write_kemp(tmp_path / 'KEMP.txt', sample_examples[:2])
+    with open(path) as f:
+        text = f.read()
+    with open(path, 'w') as f:
+        f.write(damage(text))
+    with pytest.raises(ReleasedFormatError) as err:
+        read_released(path, 'kemp')
+    assert f'{path}, line {line}, field {field!r}' in str(err.value)
+
+
+def test_a_block_missing_its_emotion_line_is_refused_not_merged(tmp_path, sample_examples):
+    path = write_kemp(tmp_path / 'KEMP.txt', sample_examples[:3])
+    lines = open(path).read().split('\n')
+    del lines[5]  # the second block's Emotion: line
+    open(path, 'w').write('\n'.join(lines))
+    with pytest.raises(ReleasedFormatError, match=r"line 6, field 'context': a second \"context:\" line"):
+        read_released(path, 'kemp')
+
+
 # ----- alignment ----------------------------------------------------------------------------------
 def test_context_keys_agree_across_the_papers_preprocessings():
     raw = "I'm so happy_comma_ I didn't think I'd win!"

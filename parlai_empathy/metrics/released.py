@@ -119,9 +119,56 @@ def read_mime(path: str, decoding: str) -> List[ReleasedOutput]:
     return outputs
 
 
+# ----- labelled lines, a block per "Emotion:" line (MoEL, KEMP, EmpDG) ------------------------------
+_LABEL = re.compile(r'^([A-Za-z_+ ]+?)\s*:(.*)$')
+
+
+def read_labelled(path: str, reply_label: str, name: str) -> List[ReleasedOutput]:
+    """Files of ``Label:value`` lines where each example starts at its ``Emotion:`` line and holds
+    ``Context:[list]``, the reply under ``reply_label`` and ``Ref:``, in any order, blank lines
+    between blocks or none; labels are matched without regard to case (MoEL writes ``ref:``,
+    KEMP ``Ref:``, EmpDG ``emotion:``), other labels (KEMP's ``Concept:``) are read past."""
+    blocks: List[Tuple[int, Dict[str, Tuple[str, int]]]] = []
+    for line_no, line in enumerate(_read_text(path), start=1):
+        if not line.strip():
+            continue
+        match = _LABEL.match(line)
+        if match is None:
+            raise ReleasedFormatError(path, line_no, 'line', f'not a "Label:value" line of {name}: {line[:80]!r}')
+        label, value = match.group(1).strip().lower(), match.group(2).strip()
+        if label == 'emotion':
+            blocks.append((line_no, {}))
+        elif not blocks:
+            raise ReleasedFormatError(path, line_no, label, f'comes before the first "Emotion:" line of {name}')
+        block = blocks[-1][1]
+        if label in block:
+            raise ReleasedFormatError(path, line_no, label, f'a second "{label}:" line in the example starting at '
+                                      f'line {blocks[-1][0]}: an "Emotion:" line is missing')
+        block[label] = (value, line_no)
+    outputs = []
+    for first, block in blocks:
+        context, context_no = _field(block, 'context', path, first)
+        reply, _ = _field(block, reply_label, path, first)
+        reference, _ = _field(block, 'ref', path, first)
+        outputs.append(ReleasedOutput(_context_list(context, path, context_no, 'context'), reply, reference,
+                                      block['emotion'][0] or None, f'{path}:{first}'))
+    if not outputs:
+        raise ReleasedFormatError(path, 1, 'file', f'no "Emotion:" line: not a {name} file')
+    return outputs
+
+
+# HLTCHKUST/MoEL generation_result.txt: four systems' replies per example
+MOEL_SYSTEMS = {'moel': 'moe', 'moel-oracle': 'moe+oracle', 'moel-multitask': 'trs+multitask',
+                'moel-transformer': 'trs'}
+
+
 # The formats by name, as ``parlai empathy_score --outputs-format`` takes them.
 FORMATS: Dict[str, Callable[[str], List[ReleasedOutput]]] = {
     **{f'mime-{d.lower()}': functools.partial(read_mime, decoding=d.lower()) for d in MIME_DECODINGS},
+    **{fmt: functools.partial(read_labelled, reply_label=label, name='MoEL generation_result.txt')
+       for fmt, label in MOEL_SYSTEMS.items()},
+    'kemp': functools.partial(read_labelled, reply_label='pred', name='KEMP result'),
+    'empdg': functools.partial(read_labelled, reply_label='pred', name='EmpDG prediction'),
 }
 
 
@@ -165,9 +212,21 @@ class ReleasedFile:
 
 
 KNOWN: Dict[str, ReleasedFile] = {f.entry: f for f in (
-    ReleasedFile('mime_beam', 'MIME', 'beam search, width 5', 'declare-lab/MIME',
-                 '7c34f3ae6dc8f8b9e6fb89b5bfa016fbaa445018', 'output.txt',
-                 '467977d5e05b0a9a97c85d7cf14576a69dcac3d49444b131d8013187c6344a72', 'mime-beam'),
+    ReleasedFile('mime_beam', 'MIME', 'beam 5', 'declare-lab/MIME', '7c34f3ae6dc8f8b9e6fb89b5bfa016fbaa445018',
+                 'output.txt', '467977d5e05b0a9a97c85d7cf14576a69dcac3d49444b131d8013187c6344a72', 'mime-beam'),
+    ReleasedFile('mime_greedy', 'MIME', 'greedy', 'declare-lab/MIME', '7c34f3ae6dc8f8b9e6fb89b5bfa016fbaa445018',
+                 'output.txt', '467977d5e05b0a9a97c85d7cf14576a69dcac3d49444b131d8013187c6344a72', 'mime-greedy'),
+    *(ReleasedFile(entry, system, 'decoding not stated', 'HLTCHKUST/MoEL',
+                   '116a37de98205d0585760070046fb70b5b5f50f9', 'generation_result.txt',
+                   '41ac612083a4359d0b4526420adbd5df7c8201392c8ecad45022c385d1695d16', fmt)
+      for entry, system, fmt in (('moel', 'MoEL', 'moel'), ('moel_multitask', 'Multi-TR, by the MoEL authors',
+                                                                'moel-multitask'),
+                                 ('moel_transformer', 'Transformer, by the MoEL authors', 'moel-transformer'))),
+    ReleasedFile('kemp', 'KEMP', 'greedy', 'qtli/KEMP', 'b9a4fd58fa48556856c83d3d04125422d15e0b36',
+                 'result/KEMP/KEMP.txt', 'a0f4a48302677fbf2c0deecd2448e14deefba301149f64cfd93ef14a5d78050d', 'kemp'),
+    ReleasedFile('empdg', 'EmpDG', 'greedy, 2,713 test examples', 'qtli/EmpDG',
+                 'b3054b1df452305352e2024c9485044e422d6551', 'Predictions/EmpDG_w_feedback.txt',
+                 'f42f12ddf8188f00f5bb7880fec5cfd2eb4c970f276df0545fcd4d1423f6fc7b', 'empdg'),
 )}
 
 

@@ -164,6 +164,8 @@ class EmpathyScore(EmpathyScript):
         from parlai_empathy.leaderboard import published
         from parlai_empathy.metrics.alignment import ed_test_examples
 
+        if fmt == 'auto':
+            fmt = 'world_logs' if path.endswith(('.jsonl', '.json')) else 'tsv'
         outputs = published.read_any(path, fmt)
         score = published.score_outputs(outputs, ed_test_examples(self.opt['ed_datapath']), scorer,
                                         self.opt['emotion_classifier'])

@@ -32,7 +32,7 @@ def test_every_committed_report_reads_and_writes_back_to_the_same_bytes(path):
     report = Report.from_json(json.loads(text), path)
     assert _as_written(report.to_json()) == text
     assert not report.extra, f'{path}: keys the record does not model: {sorted(report.extra)}'
-    assert report.kind in ('ranker', 'generator', 'classifier') and report.values
+    assert report.kind in ('ranker', 'generator', 'classifier', 'published') and report.values
 
 
 @pytest.mark.parametrize('path', METAS, ids=lambda p: os.path.relpath(p, PROJECTS))
@@ -58,9 +58,11 @@ def test_a_gathered_board_reads_and_writes_back_to_the_same_bytes(tmp_path, monk
     read = [EntryResult.from_json(row) for row in saved['results']]
     assert read == results
     assert _as_written({'results': [r.to_json() for r in read], 'notes': saved['notes']}) == text
-    # a gathered row has exactly the fields the board has always written for it
-    assert {frozenset(row) for row in saved['results']} == {
-        frozenset({'name', 'kind', 'values', 'exs', 'commands', 'paper', 'seconds', 'notes'})}
+    # a gathered row has exactly the fields the board has always written for it; a published row
+    # (another paper's released outputs) also its label and alignment counts
+    fields = {'name', 'kind', 'values', 'exs', 'commands', 'paper', 'seconds', 'notes'}
+    assert {frozenset(row) for row in saved['results']} == {frozenset(fields),
+                                                           frozenset(fields | {'label', 'alignment'})}
 
 
 def test_fields_a_record_does_not_model_and_nulls_are_kept_as_read():

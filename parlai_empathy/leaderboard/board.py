@@ -18,7 +18,7 @@ FAMILIES = [('ranker', 'Response rankers'), ('generator', 'Response generators')
 
 def row_name(result: EntryResult) -> str:
     """The row's name in the markdown tables: a published row says whose outputs it scores."""
-    return f'{result.name} ({result.label})' if result.label else result.name
+    return f'{result.name}: {result.label}' if result.label else result.name
 
 
 def write_outputs(results: List[EntryResult], outdir: str, notes: Dict[str, str]) -> Dict[str, str]:

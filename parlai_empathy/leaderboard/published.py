@@ -105,14 +105,11 @@ def write_row(row_dir: str, entry: str, score: PublishedScore, command: str,
     places = evidence.path_placeholders()
     report = Report(entry=entry, kind=KIND, values=score.report.values, exs=score.report.counts,
                     commands=[command], notes=score.report.notes)
-    extra = {'alignment': score.alignment.counts()}
-    if released is not None:
-        extra['released'] = released.to_json()
-        extra['label'] = released.label
     meta = Meta(entry=entry, code=evidence.code_version(), machine=evidence.machine(),
                 evaluated=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
                 evaluation_seconds=round(score.seconds, 1), evaluation_command=command,
-                examples=len(score.rows), extra=extra)
+                examples=len(score.rows), alignment=score.alignment.counts(),
+                released=released.to_json() if released else None, label=released.label if released else None)
     paths = {name: os.path.join(row_dir, name) for name in PUBLISHED_ROW_FILES}
     evidence.write_json(paths[evidence.REPORT], evidence.portable(report.to_json(), places))
     evidence.write_outputs(paths[evidence.OUTPUTS], score.rows)

@@ -57,14 +57,17 @@ def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] =
     """The README table; with ``target`` ({"metric", "value", "mode"}) a column gives the training
     minutes to the paper's figure, read off the row's learning curve (its ``meta.json``)."""
     metrics = table['metrics']  # [{"key": "p@1,100", "label": "P@1,100", "scale": 100}]
-    header = (['model'] + [f'{m["label"]} (paper)' for m in metrics] + [f'{m["label"]} (ours)' for m in metrics]
+    # "paper_columns": "with_figures" keeps a paper column only where some row has a paper figure
+    papers = [m for m in metrics if table.get('paper_columns') != 'with_figures'
+              or any(m['key'] in row.get('paper', {}) for row in table['rows'])]
+    header = (['model'] + [f'{m["label"]} (paper)' for m in papers] + [f'{m["label"]} (ours)' for m in metrics]
               + ['test examples', 'evidence'])
     if target and table.get('id', '') == '':
         header.insert(-1, f'training minutes to valid {target["metric"]} {figure(target["value"])}')
     lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
     for row in table['rows']:
         report = row_report(project_dir, row) or NO_REPORT
-        paper_cells = [figure(row.get('paper', {}).get(m['key'])) for m in metrics]
+        paper_cells = [figure(row.get('paper', {}).get(m['key'])) for m in papers]
         our_cells = []
         for m in metrics:
             scale, key = m.get('scale', 1), row_key(row, m['key'])

@@ -104,7 +104,8 @@ class Report:
 class Meta:
     """A row's ``meta.json``: the code, machine and command that evaluated it, when and in how many
     seconds, on how many examples; its training (the validation ``curve``, the evaluated model's
-    updates) and the plan that made it (``profile``: which machine's plan)."""
+    updates) and the plan that made it (``profile``: which machine's plan); a published row's
+    released file (repository, commit, path, sha256), label and alignment counts."""
     entry: Optional[str] = None
     code: Optional[Dict[str, Any]] = None
     machine: Optional[Dict[str, Any]] = None
@@ -114,6 +115,10 @@ class Meta:
     examples: Optional[int] = None
     training: Optional[Dict[str, Any]] = None
     plan: Optional[Dict[str, Any]] = None
+    # a published row (another paper's released outputs): the file, its label, its alignment counts
+    released: Optional[Dict[str, str]] = None
+    label: Optional[str] = None
+    alignment: Optional[Dict[str, int]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property

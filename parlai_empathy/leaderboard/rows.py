@@ -70,7 +70,7 @@ def gather_artifacts(projects_dir: str) -> List[EntryResult]:
                     name=f'{paper}/{row["entry"]}', kind=report.kind, values=report.values,
                     exs=report.exs or {}, commands=report.commands or [],
                     label=row.get('label') if published else None,
-                    alignment=row_meta(project_dir, row).extra.get('alignment') if published else None,
+                    alignment=row_meta(project_dir, row).alignment if published else None,
                     paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
                     seconds=row_meta(project_dir, row).seconds, notes=report.notes or {}))
     return results

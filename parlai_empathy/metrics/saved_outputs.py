@@ -4,7 +4,8 @@
   ``{"dialog": [[teacher_turn, model_turn], ...], "context": [...], ...}``
   (``parlai.utils.conversations.Conversations``). The gold is the teacher turn's ``eval_labels``
   (or ``labels``), the response is the model turn's ``text``. Optional fields used when present:
-  teacher ``emotion`` and ``label_candidates`` (their count), model ``emotion_scores``
+  teacher ``emotion``, ``context_utterances`` (the dialogue so far, for the context; else the
+  teacher's ``text``) and ``label_candidates`` (their count), model ``emotion_scores``
   (label -> score), ``text_candidates`` (ranked) and ``metrics`` (``ppl``, ``llen``).
 * TSV: ``context<TAB>gold<TAB>response`` per line; an optional header line with exactly those
   names is skipped; ``\\n`` inside the context stands for a newline.
@@ -95,8 +96,11 @@ def _example_from_pair(pair, path: str, line_no: int) -> ScoredExample:
         raise OutputsFormatError(path, line_no, 'text', f'model response is not a string: {response!r:.80}')
     metrics = model.get('metrics') or {}
     candidates = teacher.get('label_candidates')
+    context = teacher.get('context_utterances')  # the ED teachers' whole dialogue so far
+    if not (isinstance(context, list) and context and all(isinstance(turn, str) for turn in context)):
+        context = [teacher.get('text', '')]
     return ScoredExample(
-        context=teacher.get('text', ''),
+        context='\n'.join(context),
         gold=_gold(teacher, path, line_no),
         response=response,
         emotion=teacher.get('emotion') or None,

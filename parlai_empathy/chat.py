@@ -64,7 +64,7 @@ MAX_SESSIONS = 64
 ACTIVE_SECONDS = 10 * 60  # a conversation used this recently is never replaced by a new one
 IDLE_EXPIRY_SECONDS = 60 * 60
 COOKIE = 'empathy_chat'
-REPLY_FIELDS = ('predicted_emotion', 'emotion_polarity', 'predicted_listener_emotion')
+REPLY_FIELDS = ('predicted_emotion', 'emotion_polarity', 'predicted_listener_emotion', 'top_listeners')
 SECURITY_HEADERS = {
     'Content-Security-Policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
@@ -80,7 +80,7 @@ h1{font-size:1.4rem;margin-bottom:.2rem}.model{color:#666;margin-top:0}
 .who{font-weight:600;margin-right:.3rem}
 .emotions{display:flex;flex-wrap:wrap;gap:.3rem;margin-top:.4rem}
 .emotion{font-size:.8rem;background:#fde68a;border-radius:1rem;padding:.1rem .6rem}
-.emotion.tracked{background:#fbcfe8}.emotion.planned{background:#bbf7d0}
+.emotion.tracked{background:#fbcfe8}.emotion.planned{background:#bbf7d0}.emotion.listeners{background:#bfdbfe}
 form{display:flex;gap:.5rem;margin-top:1rem}input[type=text]{flex:1;padding:.5rem;font-size:1rem}
 button{padding:.5rem 1rem;font-size:1rem}.note{color:#92400e}.help{color:#666;font-size:.85rem}
 """
@@ -99,6 +99,8 @@ def emotion_badges(reply: Dict) -> List[tuple]:
                        f'{label}: {reply["predicted_emotion"]}{polarity}'))
     if reply.get('predicted_listener_emotion'):
         badges.append(('emotion planned', f'planned for the reply: {reply["predicted_listener_emotion"]}'))
+    if reply.get('top_listeners'):  # MoEL: the listeners its meta listener weighed for this reply
+        badges.append(('emotion listeners', f'listeners: {reply["top_listeners"]}'))
     return badges
 
 

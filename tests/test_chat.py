@@ -95,6 +95,21 @@ def test_api_replies_carry_the_predicted_emotion_on_127_0_0_1(tmp_path_factory, 
         server.stop()
 
 
+def test_moel_replies_show_the_detected_emotion_and_the_listeners_it_weighed(tmp_path_factory, tmp_path):
+    server = chat_server(cached_tiny_model(tmp_path_factory, 'moel'), tmp_path)
+    try:
+        status, reply, cookie = post_json(server.url + '/api/chat', {'text': 'My dog died last night.'})
+        assert status == 200 and reply['text'].strip() and reply['predicted_emotion'] in ED_EMOTIONS
+        listeners = [part.rsplit(' ', 1) for part in reply['top_listeners'].split(', ')]
+        assert listeners and all(name in ED_EMOTIONS and 0 <= float(weight) <= 1 for name, weight in listeners)
+        with urllib.request.urlopen(urllib.request.Request(server.url + '/', headers={'Cookie': cookie.split(';')[0]}),
+                                    timeout=3600) as response:
+            page = response.read().decode('utf-8')
+        assert f'listeners: {reply["top_listeners"]}' in page and 'class="emotion listeners"' in page
+    finally:
+        server.stop()
+
+
 def test_browser_three_turn_conversation_with_ethreed(tmp_path_factory, tmp_path, browser):  # noqa: F811
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.wait import WebDriverWait

@@ -143,7 +143,7 @@ def test_every_readme_command_runs_on_the_sample(tmp_path):
         assert done.returncode == 0, f'{where}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
         check_output(job, args, done.stdout + done.stderr, tmp_path, where)
     assert {'train_model', 'interactive', 'empathy_chat', 'eval_model', 'empathy_leaderboard',
-            'empathy_humaneval_build', 'empathy_humaneval_serve', 'empathy_reproduce'} <= seen
+            'empathy_humaneval_build', 'empathy_humaneval_serve', 'empathy_score', 'empathy_reproduce'} <= seen
 
 
 def check_output(job, args, out, cwd, where):
@@ -175,6 +175,12 @@ def check_output(job, args, out, cwd, where):
         (cwd / 'links.txt').write_text('\n'.join(links))
     elif job == 'empathy_humaneval_analyze':
         assert (cwd / option(args, '--outdir')).is_dir(), where
+    elif job == 'empathy_score':
+        # each reply matched with its ED test example, then the suite's table
+        assert re.search(r'^\S+ \(world_logs\): (\d+) outputs: \1 matched with ED test examples', out, flags=re.M), \
+            where + '\n' + out[-2000:]
+        for row in ('| avg_bleu |', '| avg_bleu_lc |', '| dist-2 |', '| bertscore_f |', '| distinct_replies |'):
+            assert row in out, where + '\n' + out[-2000:]
     elif job == 'empathy_reproduce':
         assert 'parlai train_model -t empathy_ed_clean -m empathy/mime' in out, where
 

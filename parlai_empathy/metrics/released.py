@@ -234,14 +234,6 @@ def released_dir(folder: Optional[str] = None) -> str:
     return os.path.expanduser(folder or os.environ.get(RELEASED_ENV) or '~/.cache/parlai-empathy/released')
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class ReleasedFileError(FileNotFoundError):
     pass
 
@@ -254,7 +246,9 @@ def fetch_released(known: ReleasedFile, folder: Optional[str] = None, download: 
         if not download:
             raise ReleasedFileError(f'{path} does not exist')
         _download(known, path)
-    found = file_sha256(path)
+    from parlai_empathy.data.ed_source import file_checksum
+
+    found = file_checksum(path)
     if found != known.sha256:
         raise ReleasedFileError(f'{path}: sha256 {found}, but {known.repo}@{known.commit[:7]}:{known.path} has '
                                 f'{known.sha256}: not the released file (remove it to download it again)')

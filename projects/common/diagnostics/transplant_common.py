@@ -1,9 +1,39 @@
-"""What the weight-transplant scripts share (``mime_transplant.py``, ``ethreed_transplant.py``).
+"""What the weight-transplant scripts share (``mime_transplant.py``, ``moel_transplant.py``,
+``ethreed_transplant.py``).
 
-:class:`Mapping` pairs each of our parameters with the reference parameters it is made from, copies
-their values over and compares the gradients after both models ran the same batch.
+:func:`reference_model` builds a MoEL-family reference model as its ``main.py`` would; :class:`Mapping`
+pairs each of our parameters with the reference parameters it is made from, copies their values over
+and compares the gradients after both models ran the same batch.
 """
 import json
+
+
+def reference_model(build, vocab_size, config, **kwargs):
+    """``build(vocab, **kwargs)`` (a reference model class), made and initialised as its ``main.py`` does.
+
+    declare-lab/MIME grew out of HLTCHKUST/MoEL, and both take the same start: a vocabulary object
+    of which the model reads only ``n_words`` and the special words' ids (those of their
+    ``utils/config.py``), then Xavier-uniform on every matrix but the word table (``main.py``, with
+    ``config.pretrain_emb``). The transplants give no GloVe file, so the reference's word table would
+    be all its ``0.01 * randn`` for unknown words; it is redrawn at a GloVe-like scale instead, the
+    scale of the table a real run starts from, with the padding row zero. The draws come from
+    torch's global stream, in this order, so a seeded caller gets the same weights on every run.
+    """
+    import torch
+    from torch.nn.init import xavier_uniform_
+
+    class Vocab:
+        n_words = vocab_size
+        word2index = {'UNK': 0, 'PAD': 1, 'EOS': 2, 'SOS': 3, 'USR': 4, 'SYS': 5, 'CLS': 6}
+
+    model = build(Vocab(), **kwargs)
+    for name, param in model.named_parameters():
+        if param.dim() > 1 and (name != 'embedding.lut.weight' and config.pretrain_emb):
+            xavier_uniform_(param)
+    with torch.no_grad():
+        model.embedding.lut.weight.normal_(0, 0.4)
+        model.embedding.lut.weight[config.PAD_idx].zero_()
+    return model
 
 
 class Mapping:

@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 sys.path.insert(0, os.path.join(ROOT, 'bench'))  # reference_speed: how a reference checkout is made to run
 sys.path.insert(0, os.path.join(ROOT, 'projects', 'common', 'diagnostics'))  # transplant_common
 sys.path.insert(0, ROOT)
-from transplant_common import Mapping, report  # noqa: E402
+from transplant_common import Mapping, reference_model, report  # noqa: E402
 
 
 def build_reference(repo, vocab_size, batch, args):
@@ -55,7 +55,6 @@ def build_reference(repo, vocab_size, batch, args):
     open('empty.txt', 'w').close()
     sys.argv = [os.path.join(repo, 'main.py'), '--batch_size', str(batch), '--emb_file', 'empty.txt']
     import torch
-    from torch.nn.init import xavier_uniform_
     from utils import config
 
     config.USE_CUDA = False
@@ -94,17 +93,7 @@ def build_reference(repo, vocab_size, batch, args):
             return mu_p, logvar_p, mu_n, self.logvar_posterior_negative(h1_n)
         vae.VAESampling.posterior = posterior
 
-    class Vocab:
-        n_words = vocab_size
-        word2index = {'UNK': 0, 'PAD': 1, 'EOS': 2, 'SOS': 3, 'USR': 4, 'SYS': 5, 'CLS': 6}
-
-    model = trainer.Train_MIME(Vocab(), decoder_number=32)
-    for name, param in model.named_parameters():  # main.py's initialisation
-        if param.dim() > 1 and (name != 'embedding.lut.weight' and config.pretrain_emb):
-            xavier_uniform_(param)
-    with torch.no_grad():  # a GloVe-like scale instead of its 0.01 * randn for unknown words
-        model.embedding.lut.weight.normal_(0, 0.4)
-        model.embedding.lut.weight[config.PAD_idx].zero_()
+    model = reference_model(trainer.Train_MIME, vocab_size, config, decoder_number=32)
 
     class NoStep:  # train_one_batch steps its optimizer; the gradients are what is compared
         def zero_grad(self):

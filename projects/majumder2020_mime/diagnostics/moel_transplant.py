@@ -35,7 +35,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # mime_transplant: its label order, block mapping and capture hook
 from mime_transplant import capture, reference_label_maps, stack_pairs  # noqa: E402
-from transplant_common import Mapping, report  # noqa: E402
+from transplant_common import Mapping, reference_model, report  # noqa: E402
 
 # the MoEL command of the reference's README (without --cuda)
 MOEL_ARGS = ['--model', 'experts', '--label_smoothing', '--noam', '--emb_dim', '300', '--hidden_dim', '300',
@@ -52,7 +52,6 @@ def build_reference(repo, vocab_size, batch, keep_layernorm):
     open('empty.txt', 'w').close()
     sys.argv = [os.path.join(repo, 'main.py')] + MOEL_ARGS + ['--batch_size', str(batch), '--emb_file', 'empty.txt']
     import torch
-    from torch.nn.init import xavier_uniform_
     from utils import config
 
     config.USE_CUDA = False
@@ -62,17 +61,7 @@ def build_reference(repo, vocab_size, batch, keep_layernorm):
         common_layer.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
             x, x.shape[-1:], self.gamma, self.beta, 1e-5)
 
-    class Vocab:
-        n_words = vocab_size
-        word2index = {'UNK': 0, 'PAD': 1, 'EOS': 2, 'SOS': 3, 'USR': 4, 'SYS': 5, 'CLS': 6}
-
-    model = transformer_mulexpert.Transformer_experts(Vocab(), decoder_number=32)
-    for name, param in model.named_parameters():  # main.py's initialisation
-        if param.dim() > 1 and (name != 'embedding.lut.weight' and config.pretrain_emb):
-            xavier_uniform_(param)
-    with torch.no_grad():  # a GloVe-like scale instead of its 0.01 * randn for unknown words
-        model.embedding.lut.weight.normal_(0, 0.4)
-        model.embedding.lut.weight[config.PAD_idx].zero_()
+    model = reference_model(transformer_mulexpert.Transformer_experts, vocab_size, config, decoder_number=32)
 
     class Idle:  # train_one_batch zeroes and steps its optimizer; the gradients are what is compared
         def zero_grad(self):

@@ -214,6 +214,12 @@ def all_rows(projects_dir: str, project: str) -> List[str]:
     return list(load_spec(projects_dir, project).get('reproduce', {}).get('rows', {}))
 
 
+def row_profiles(projects_dir: str, project: str, entry: str) -> List[str]:
+    """The profiles a row has a plan for (a ``cpu_only`` row has no gpu plan)."""
+    plans = load_spec(projects_dir, project).get('reproduce', {}).get('rows', {}).get(entry, {})
+    return [profile for profile in PROFILES if profile in plans]
+
+
 def ordered_plans(projects_dir: str, project: str, entries: Sequence[str], runs_dir: str,
                   profile: str = 'cpu', evidence_dir: Optional[str] = None) -> List[RowPlan]:
     """The rows asked for, each preceded by the rows it needs (once each, needs first)."""

@@ -22,7 +22,12 @@ def test_every_plan_names_real_tasks_agents_and_options(project):
     from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
 
     setup_script_registry()
-    for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project) for p in reproduce.PROFILES]:
+    for entry in reproduce.all_rows(PROJECTS, project):
+        spec = reproduce.load_spec(PROJECTS, project)['reproduce']['rows'][entry]
+        assert reproduce.row_profiles(PROJECTS, project, entry) == (['cpu'] if spec.get('cpu_only') else
+                                                                    list(reproduce.PROFILES)), entry
+    for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project)
+                           for p in reproduce.row_profiles(PROJECTS, project, e)]:
         plan = reproduce.row_plan(PROJECTS, project, entry, 'runs', profile)
         for step in plan.steps:
             script = SCRIPT_REGISTRY[step.argv[0]].klass

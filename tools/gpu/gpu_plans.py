@@ -3,6 +3,9 @@
     python tools/gpu/gpu_plans.py            # print the budget table, check the plans in table.json
     python tools/gpu/gpu_plans.py --write    # (re)write only the "gpu" key of every row
 
+A row whose plan says ``"cpu_only": "<why>"`` has no gpu plan (the published rows: they fetch
+another paper's file, which the GPU machine cannot reach, and take a minute on a CPU).
+
 The ``cpu`` plan of a row (``projects/<paper>/table.json``, ``reproduce.rows.<row>.cpu``) is what
 made its committed figures; the ``gpu`` plan trains the same model with the same settings, changed
 only where a GPU makes another choice sensible:
@@ -156,6 +159,8 @@ def cpu_rows(specs: Dict[str, Dict]) -> Dict[str, Dict]:
     rows = {}
     for project, spec in specs.items():
         for entry, plans in spec.get('reproduce', {}).get('rows', {}).items():
+            if plans.get('cpu_only'):  # e.g. a released file fetched from GitHub: no GPU, no network there
+                continue
             needs = [n if '/' in n else f'{project}/{n}' for n in plans.get('needs', [])]
             rows[f'{project}/{entry}'] = {'needs': needs, 'steps': [dict(s) for s in plans['cpu']]}
     for _key, row in rows.items():
@@ -224,7 +229,7 @@ def with_gpu_plans(spec: Dict, project: str, plans: Dict[str, List[Dict]]) -> Di
             if key == 'gpu':
                 continue
             rebuilt[key] = value
-            if key == 'cpu':
+            if key == 'cpu' and not row.get('cpu_only'):
                 rebuilt['gpu'] = plans[f'{project}/{entry}']
         spec['reproduce']['rows'][entry] = rebuilt
     return spec

@@ -211,7 +211,8 @@ def select_rows(projects: str, runs: str, wanted: List[str], name: str,
     profile = profile or PROFILES[name]
     keys = list(wanted) or [f'{p}/{e}' for p in sorted(os.listdir(projects))
                             if os.path.isfile(os.path.join(projects, p, 'table.json'))
-                            for e in reproduce.all_rows(projects, p)]
+                            for e in reproduce.all_rows(projects, p)
+                            if 'gpu' in reproduce.row_profiles(projects, p, e)]
     leave_out_mpnet = not wanted and not mpnet_installed()
     rows: Dict[str, Row] = {}
     while keys:

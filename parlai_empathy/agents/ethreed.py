@@ -60,7 +60,6 @@ from parlai_empathy.agents.generator_common import (
 from parlai_empathy.agents.safety import is_blank_chat_message
 from parlai_empathy.data.emotions import ED_EMOTIONS, emotion_to_id
 from parlai_empathy.data.ethreed_text import ethreed_tokens
-from parlai_empathy.data.moel_text import word_tokens
 from parlai_empathy.emotions import listener_labels
 from parlai_empathy.metrics import distinct
 from parlai_empathy.metrics.parlai_metrics import DISTINCT_ORDERS, CorpusDistinctMetric, batch_emotion_metrics
@@ -480,7 +479,7 @@ class EthreedAgent(EncoderReadoutAgent):
         output['text'] = replies
         for n in DISTINCT_ORDERS:
             self.record_local_metric(f'dist-{n}_nltk', [
-                CorpusDistinctMetric(distinct.ngrams(word_tokens(reply.lower()), n), n) for reply in replies
+                CorpusDistinctMetric.of_response(reply, n, distinct.nltk_tokens) for reply in replies
             ])
         return output
 

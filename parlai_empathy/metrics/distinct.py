@@ -13,7 +13,7 @@ same n-grams. The text is never stripped of a prefix: ``str.strip('Pred:')`` rem
 """
 from collections import Counter
 from functools import lru_cache
-from typing import List, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple
 
 Ngram = Tuple[str, ...]
 
@@ -30,28 +30,36 @@ def tokens(text: str) -> List[str]:
     return _tokenizer_13a()(text.lower()).split()
 
 
+def nltk_tokens(text: str) -> List[str]:
+    """The second tokenization the suite reports (``dist-n_nltk``, ETHREED's): nltk word tokens
+    of the lowercased text."""
+    from parlai_empathy.data.moel_text import word_tokens
+
+    return word_tokens(text.lower())
+
+
 def ngrams(words: Sequence[str], n: int) -> List[Ngram]:
     if n < 1:
         raise ValueError(f'n-gram order must be >= 1, got {n}')
     return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
 
 
-def corpus_distinct(responses: Sequence[str], n: int) -> float:
+def corpus_distinct(responses: Sequence[str], n: int, tokenize: Callable[[str], List[str]] = tokens) -> float:
     """Corpus-level Distinct-n; 0.0 when the responses have no n-gram at all."""
     counts = Counter()
     for response in responses:
-        counts.update(ngrams(tokens(response), n))
+        counts.update(ngrams(tokenize(response), n))
     total = sum(counts.values())
     return len(counts) / total if total else 0.0
 
 
-def utterance_distinct(response: str, n: int) -> Tuple[int, int]:
+def utterance_distinct(response: str, n: int, tokenize: Callable[[str], List[str]] = tokens) -> Tuple[int, int]:
     """(distinct n-grams, n-grams) of one response; the caller averages the ratio."""
-    grams = ngrams(tokens(response), n)
+    grams = ngrams(tokenize(response), n)
     return len(set(grams)), len(grams)
 
 
-def mean_utterance_distinct(responses: Sequence[str], n: int) -> float:
+def mean_utterance_distinct(responses: Sequence[str], n: int, tokenize: Callable[[str], List[str]] = tokens) -> float:
     """Per-utterance Distinct-n averaged over responses that have at least one n-gram."""
-    ratios = [d / t for d, t in (utterance_distinct(r, n) for r in responses) if t]
+    ratios = [d / t for d, t in (utterance_distinct(r, n, tokenize) for r in responses) if t]
     return sum(ratios) / len(ratios) if ratios else 0.0

@@ -82,8 +82,8 @@ class CorpusDistinctMetric(Metric):
         self._cached: Optional[float] = None
 
     @classmethod
-    def of_response(cls, response: str, n: int) -> 'CorpusDistinctMetric':
-        return cls(distinct.ngrams(distinct.tokens(response), n), n)
+    def of_response(cls, response: str, n: int, tokenize=distinct.tokens) -> 'CorpusDistinctMetric':
+        return cls(distinct.ngrams(tokenize(response), n), n)
 
     def _entries(self) -> List[Tuple]:
         return self._log[:self._length]
@@ -144,16 +144,13 @@ def comparison_metrics(gold: str, response: str) -> Dict[str, Metric]:
     """The figures that set one suite beside the papers' own definitions, scored offline
     (``parlai empathy_score``): AVG BLEU lowercased, Distinct-n on nltk word tokens, reply length
     in the suite's tokens."""
-    from parlai_empathy.data.moel_text import word_tokens
-
     metrics: Dict[str, Metric] = {
         'avg_bleu_lc': CorpusBleuMetric(bleu.BleuStats.of_pair(response, gold, bleu.AVG_BLEU_LC), AVG,
                                         bleu.AVG_BLEU_LC),
         'reply_tokens': AverageMetric(len(distinct.tokens(response)), 1),
     }
-    words = word_tokens(response.lower())
     for n in DISTINCT_ORDERS:
-        metrics[f'dist-{n}_nltk'] = CorpusDistinctMetric(distinct.ngrams(words, n), n)
+        metrics[f'dist-{n}_nltk'] = CorpusDistinctMetric.of_response(response, n, distinct.nltk_tokens)
     return metrics
 
 

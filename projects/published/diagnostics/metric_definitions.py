@@ -25,20 +25,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from parlai_empathy import evidence  # noqa: E402
-from parlai_empathy.data.moel_text import word_tokens  # noqa: E402
 from parlai_empathy.metrics import bleu, distinct  # noqa: E402
 from parlai_empathy.metrics.alignment import align, ed_test_examples  # noqa: E402
 from parlai_empathy.metrics.released import KNOWN, fetch_released, read_released  # noqa: E402
-
-
-def corpus_distinct(replies, n, split):
-    grams = [gram for reply in replies for gram in distinct.ngrams(split(reply), n)]
-    return len(set(grams)) / len(grams) if grams else 0.0
-
-
-def mean_distinct(replies, n, split):
-    ratios = [len(set(g)) / len(g) for g in (distinct.ngrams(split(r), n) for r in replies) if g]
-    return sum(ratios) / len(ratios) if ratios else 0.0
 
 
 def nltk_sentence_bleu(replies, golds):
@@ -76,8 +65,8 @@ def main():
         rows = [r for r in rows if r.get('reply') is not None]
         replies, golds, references = [r['reply'] for r in rows], [r['gold'] for r in rows], {}
         what, source = f'our row {os.path.relpath(args.row)}: its {len(rows)} replies', os.path.relpath(args.row)
-    splits = {'13a, lowercased (the suite)': distinct.tokens,
-              'nltk words, lowercased': lambda t: word_tokens(t.lower()), 'whitespace': str.split}
+    splits = {'13a, lowercased (the suite)': distinct.tokens, 'nltk words, lowercased': distinct.nltk_tokens,
+              'whitespace': str.split}
     # KEMP's, EmpDG's and CAB's scripts take the reply as ``line.strip('Pred:')``: that strips the
     # characters P, r, e, d and ':' from both ends (here of the line without its trailing spaces)
     stripped = [f'Pred:{reply}'.strip('Pred:') for reply in replies]
@@ -88,14 +77,14 @@ def main():
         'bleu': {'against the ED gold reply (raw text, as our rows)': bleu_figures(replies, golds),
                  **{name: bleu_figures(replies, refs) for name, refs in references.items()}},
         'distinct': {
-            name: {f'dist-{n}': {'corpus': corpus_distinct(replies, n, split),
-                                 'per reply, averaged': mean_distinct(replies, n, split)} for n in (1, 2)}
+            name: {f'dist-{n}': {'corpus': distinct.corpus_distinct(replies, n, split),
+                                 'per reply, averaged': distinct.mean_utterance_distinct(replies, n, split)}
+                   for n in (1, 2)}
             for name, split in splits.items()
         },
         "the replies as str.strip('Pred:') leaves them": {
             'replies changed': sum(a != b for a, b in zip(replies, stripped)),
-            'dist-1': corpus_distinct(stripped, 1, distinct.tokens),
-            'dist-2': corpus_distinct(stripped, 2, distinct.tokens),
+            'dist-1': distinct.corpus_distinct(stripped, 1), 'dist-2': distinct.corpus_distinct(stripped, 2),
             'avg_bleu': bleu.corpus_stats(stripped, golds, bleu.AVG_BLEU).avg_bleu(bleu.AVG_BLEU),
         },
     }

@@ -66,13 +66,14 @@ def gather_artifacts(projects_dir: str) -> List[EntryResult]:
                 if report is None:
                     continue
                 published = report.kind == 'published'
+                meta = row_meta(project_dir, row)
                 results.append(EntryResult(
                     name=f'{paper}/{row["entry"]}', kind=report.kind, values=report.values,
                     exs=report.exs or {}, commands=report.commands or [],
                     label=row.get('label') if published else None,
-                    alignment=row_meta(project_dir, row).alignment if published else None,
+                    alignment=meta.alignment if published else None,
                     paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
-                    seconds=row_meta(project_dir, row).seconds, notes=report.notes or {}))
+                    seconds=meta.seconds, notes=report.notes or {}))
     return results
 
 

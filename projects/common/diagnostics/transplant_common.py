@@ -128,3 +128,14 @@ def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, e
         record['reference_unmapped_max_abs_grad'] = dict(unmapped)
     with open(out, 'w') as handle:
         json.dump(record, handle, indent=1)
+
+
+def add_batch_arguments(parser):
+    """The options every transplant takes: the synthetic batch's shape and seed, and the deviation
+    flags MIME and MoEL share (the reference's LayerNorm, contexts of different lengths)."""
+    parser.add_argument('--batch', type=int, default=6)
+    parser.add_argument('--context', type=int, default=15, help='context words per example')
+    parser.add_argument('--target', type=int, default=9, help='target words per example (+ EOS)')
+    parser.add_argument('--vocab', type=int, default=400)
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--keep-ref-layernorm', action='store_true')

@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 sys.path.insert(0, os.path.join(ROOT, 'bench'))  # reference_speed: how a reference checkout is made to run
 sys.path.insert(0, os.path.join(ROOT, 'projects', 'common', 'diagnostics'))  # transplant_common
 sys.path.insert(0, ROOT)
-from transplant_common import Mapping, reference_model, report  # noqa: E402
+from transplant_common import Mapping, add_batch_arguments, reference_model, report  # noqa: E402
 
 
 def build_reference(repo, vocab_size, batch, args):
@@ -218,12 +218,7 @@ def capture(module, store, key, first_only=True, pick=lambda out: out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--mime-repo', required=True)
-    parser.add_argument('--batch', type=int, default=6)
-    parser.add_argument('--context', type=int, default=15, help='context words per example')
-    parser.add_argument('--target', type=int, default=9, help='target words per example (+ EOS)')
-    parser.add_argument('--vocab', type=int, default=400)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--keep-ref-layernorm', action='store_true')
+    add_batch_arguments(parser)
     parser.add_argument('--keep-ref-logvar', action='store_true')
     parser.add_argument('--pad-context', action='store_true')
     parser.add_argument('--without-final-relu', action='store_true',

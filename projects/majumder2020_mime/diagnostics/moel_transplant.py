@@ -35,7 +35,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # mime_transplant: its label order, block mapping and capture hook
 from mime_transplant import capture, reference_label_maps, stack_pairs  # noqa: E402
-from transplant_common import Mapping, reference_model, report  # noqa: E402
+from transplant_common import Mapping, add_batch_arguments, reference_model, report  # noqa: E402
 
 # the MoEL command of the reference's README (without --cuda)
 MOEL_ARGS = ['--model', 'experts', '--label_smoothing', '--noam', '--emb_dim', '300', '--hidden_dim', '300',
@@ -147,12 +147,7 @@ def make_batch(args, config):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--moel-repo', required=True)
-    parser.add_argument('--batch', type=int, default=6)
-    parser.add_argument('--context', type=int, default=15, help='context words per example')
-    parser.add_argument('--target', type=int, default=9, help='target words per example (+ EOS)')
-    parser.add_argument('--vocab', type=int, default=400)
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--keep-ref-layernorm', action='store_true')
+    add_batch_arguments(parser)
     parser.add_argument('--pad-context', action='store_true')
     parser.add_argument('--ours-conv-over-padding', action='store_true')
     parser.add_argument('--oracle', action='store_true', help='both decode with the gold listener')

@@ -159,6 +159,43 @@ def test_plain_adam_for_new_models_and_older_models_keep_amsgrad(run_parlai, tmp
     assert optim() == ['OPTIM Adam [True] True True True', 'STEPPED 7']
 
 
+def test_adam_steps_all_parameters_at_once_with_the_same_weights(run_parlai, tmp_path):
+    """The optimizer uses Adam's multi-tensor step (``foreach``), which ends in the very weights of
+    PyTorch's default one-tensor loop on the CPU: the same model, trained from the same state on
+    the same batches, is identical to the bit either way (``bench/mime_step_profile.py`` times
+    both)."""
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    script = tmp_path / 'foreach.py'
+    script.write_text(
+        'import sys, torch\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        'TEXTS = [("I lost my wallet today", "oh no, did you find it?", "sad"),\n'
+        '         ("we won the final!", "congratulations, that is great", "proud")] * 2\n'
+        'def trained(foreach):\n'
+        "    agent = create_agent_from_model_file(sys.argv[1], {'datatype': 'train'})\n"
+        '    flags = {g["foreach"] for g in agent.optimizer.param_groups}\n'
+        '    for group in agent.optimizer.param_groups:\n'
+        '        group["foreach"] = foreach\n'
+        '    torch.manual_seed(0)\n'
+        '    for step in range(4):\n'
+        '        batch = []\n'
+        '        for text, label, emotion in TEXTS:\n'
+        '            agent.reset()\n'
+        '            batch.append(agent.observe({"text": text, "labels": [label], '
+        '"emotion": emotion, "episode_done": True}))\n'
+        '        agent.batch_act(batch)\n'
+        '    return flags, {k: v.clone() for k, v in agent.model.state_dict().items()}\n'
+        'flags, fast = trained(True)\n'
+        '_, slow = trained(False)\n'
+        'same = all(torch.equal(fast[k], slow[k]) for k in fast)\n'
+        'moved = any(not torch.equal(fast[k], v) for k, v in '
+        'create_agent_from_model_file(sys.argv[1]).model.state_dict().items())\n'
+        "print('FOREACH', sorted(flags), same, moved)\n"
+    )
+    out = run_parlai('python', script, model_file).stdout.splitlines()
+    assert [line for line in out if line.startswith('FOREACH')] == ['FOREACH [True] True True']
+
+
 def test_multitask_transformer_trains(run_parlai, tmp_path):
     _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     assert 'emo_acc@2' in log and 'loss_cls' in log

@@ -1,0 +1,213 @@
+"""Where one training step of ``-m empathy/mime`` spends its time, phase by phase.
+
+The step is ParlAI's ``world.parley()`` of ``parlai train_model -t empathy_ed_clean -m
+empathy/mime`` at the paper's batch of 16 (the plain agent's defaults and dictionary), on the ED
+files. Each phase is timed by wrapping the method that does it:
+
+* ``teacher``: the teacher hands out the next examples (``act``);
+* ``observe``: the agent's ``observe`` (history, vectorizing) less ``tokenize``;
+* ``tokenize``: the dictionary's ``txt2vec`` (MoEL's nltk tokens, cached per text after their
+  first use, so a first-epoch step pays them and a later one does not);
+* ``batchify``, ``forward`` (``compute_loss``: the model's forward, every loss and metric),
+  ``backward`` and ``optimizer`` (``update_params``: the Adam step, the schedule, zeroing);
+* ``other``: the rest of ``parley`` (ParlAI's bookkeeping).
+
+The same steps are timed twice in one process, alternating in blocks of ``--block`` steps so that
+other load falls on both alike: with Adam's multi-tensor step (``foreach``, what the agents use)
+and with PyTorch's default one-tensor loop on the CPU (what they used before), which end in the
+same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window adds the
+operators with the most CPU time.
+
+``--kernels avx2`` runs the measurement in a child process with PyTorch, oneDNN and MKL held to
+AVX2 kernels (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``): on an
+AVX-512 CPU that shows which phases depend on the wider kernels. It is not an AVX2 machine (its
+caches, clock and memory stay), so figures from a real one are kept apart.
+
+    .venv/bin/python bench/mime_step_profile.py --threads 2 --out bench/results/mime_step_profile.json
+    .venv/bin/python bench/mime_step_profile.py --threads 2 --kernels avx2 \
+        --out bench/results/mime_step_profile_avx2.json
+"""
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AVX2_KERNELS = {'ATEN_CPU_CAPABILITY': 'avx2', 'ONEDNN_MAX_CPU_ISA': 'AVX2', 'MKL_ENABLE_INSTRUCTIONS': 'AVX2'}
+PHASES = ('teacher', 'observe', 'tokenize', 'batchify', 'forward', 'backward', 'optimizer', 'other')
+
+
+def cpu_flags():
+    """The CPU's model name and the vector extensions PyTorch's kernels choose between."""
+    name, flags = '', set()
+    try:
+        with open('/proc/cpuinfo') as handle:
+            for line in handle:
+                if line.startswith('model name') and not name:
+                    name = line.split(':', 1)[1].strip()
+                elif line.startswith('flags') and not flags:
+                    flags = set(line.split(':', 1)[1].split())
+    except OSError:
+        pass
+    wanted = ('avx2', 'fma', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_tile')
+    return {'model': name, 'flags': [f for f in wanted if f in flags]}
+
+
+class PhaseClock:
+    """Seconds per phase, by wrapping methods at class level (ParlAI's batch world works on copies
+    of the agent and the teacher, which share their classes)."""
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.on = False
+
+    def wrap(self, owner, name, phase, inner=None):
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            if not self.on:
+                return original(*args, **kwargs)
+            before = self.seconds[inner] if inner else 0.0
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                nested = (self.seconds[inner] - before) if inner else 0.0
+                self.seconds[phase] += spent - nested
+        setattr(owner, name, timed)
+
+
+def measure(args):
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    from parlai.core.agents import create_agent
+    from parlai.core.worlds import create_task
+    from parlai.scripts.build_dict import build_dict
+    from parlai.scripts.train_model import setup_args
+
+    from parlai_empathy.agents.encoder_readout import set_foreach
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
+    model_file = os.path.join(workdir, 'model')
+    opt = setup_args().parse_args([
+        '-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', 'empathy/mime',
+        '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
+        '--glove-init', 'false', '-dt', 'train'])
+    if not os.path.isfile(model_file + '.dict'):
+        build_dict(opt)
+    agent = create_agent(opt)
+    world = create_task(opt, agent)
+    teacher = world.get_agents()[0]
+    clock = PhaseClock()
+    clock.wrap(type(teacher), 'act', 'teacher')
+    clock.wrap(type(agent.dict), 'txt2vec', 'tokenize')
+    clock.wrap(type(agent), 'observe', 'observe', inner='tokenize')
+    for name, phase in (('batchify', 'batchify'), ('compute_loss', 'forward'),
+                        ('backward', 'backward'), ('update_params', 'optimizer')):
+        clock.wrap(type(agent), name, phase)
+    optimizer = getattr(agent.optimizer, 'optimizer', agent.optimizer)
+
+    def adam(foreach):
+        if foreach:
+            set_foreach(optimizer)
+        else:
+            for group in optimizer.param_groups:
+                group['foreach'] = False
+
+    for _ in range(args.warmup):
+        world.parley()
+    totals = {kind: {'seconds': dict.fromkeys(PHASES, 0.0), 'steps': 0, 'parley': 0.0}
+              for kind in ('foreach', 'single_tensor')}
+    for block in range(args.steps // args.block):
+        for kind in ('foreach', 'single_tensor') if block % 2 == 0 else ('single_tensor', 'foreach'):
+            adam(kind == 'foreach')
+            clock.seconds = dict.fromkeys(PHASES, 0.0)
+            clock.on = True
+            start = time.perf_counter()
+            for _ in range(args.block):
+                world.parley()
+            wall = time.perf_counter() - start
+            clock.on = False
+            clock.seconds['other'] = wall - sum(clock.seconds.values())
+            total = totals[kind]
+            total['steps'] += args.block
+            total['parley'] += wall
+            for phase in PHASES:
+                total['seconds'][phase] += clock.seconds[phase]
+    adam(True)
+    report = {}
+    for kind, total in totals.items():
+        steps = total['steps']
+        report[kind] = {
+            'steps': steps, 'steps_per_s': steps / total['parley'],
+            'ms_per_step': {p: round(1000 * s / steps, 2) for p, s in total['seconds'].items()},
+            'share': {p: round(s / total['parley'], 4) for p, s in total['seconds'].items()},
+        }
+    report['foreach_speedup'] = report['foreach']['steps_per_s'] / report['single_tensor']['steps_per_s']
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(args.ops_steps):
+            world.parley()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    whole = sum(e.self_cpu_time_total for e in events) or 1
+    report['operators'] = [
+        {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
+         'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps}
+        for e in events[: args.ops]]
+    report['model'] = {'params': sum(p.numel() for p in agent.model.parameters()), 'vocab': len(agent.dict),
+                       'batch': args.batch}
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
+        os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'))
+    parser.add_argument('--threads', type=int, default=2)
+    parser.add_argument('--batch', type=int, default=16)
+    parser.add_argument('--warmup', type=int, default=10)
+    parser.add_argument('--steps', type=int, default=80, help='timed steps per Adam variant')
+    parser.add_argument('--block', type=int, default=10, help='steps per block of one variant')
+    parser.add_argument('--ops', type=int, default=15, help='operators listed')
+    parser.add_argument('--ops-steps', type=int, default=10, help='steps under torch.profiler')
+    parser.add_argument('--kernels', choices=['native', 'avx2'], default='native')
+    parser.add_argument('--workdir', default=None, help='dictionary and model folder (default: a new temporary one)')
+    parser.add_argument('--out', default=None)
+    parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.kernels == 'avx2' and not args.child:
+        env = dict(os.environ, **AVX2_KERNELS)
+        return subprocess.call([sys.executable, *sys.argv, '--child'], env=env)
+    import torch
+
+    from parlai_empathy import evidence
+
+    report = measure(args)
+    report.update(
+        command='python bench/mime_step_profile.py ' + ' '.join(
+            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items()
+            if k not in ('ed_dir', 'out', 'child', 'workdir')),
+        cpu=cpu_flags(), kernels=args.kernels,
+        kernel_env={k: os.environ.get(k) for k in AVX2_KERNELS},
+        torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        machine=evidence.machine(), code=evidence.code_version(REPO),
+        taken=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))
+    print(json.dumps(report, indent=1))
+    if args.out:
+        with open(args.out, 'w') as handle:
+            json.dump(report, handle, indent=1)
+            handle.write('\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

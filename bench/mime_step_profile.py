@@ -12,11 +12,13 @@ files. Each phase is timed by wrapping the method that does it:
   ``backward`` and ``optimizer`` (``update_params``: the Adam step, the schedule, zeroing);
 * ``other``: the rest of ``parley`` (ParlAI's bookkeeping).
 
-The same steps are timed twice in one process, alternating in blocks of ``--block`` steps so that
-other load falls on both alike: with Adam's multi-tensor step (``foreach``, what the agents use)
-and with PyTorch's default one-tensor loop on the CPU (what they used before), which end in the
-same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window adds the
-operators with the most CPU time.
+The same steps are timed under three settings in one process, alternating in blocks of
+``--block`` steps so that other load falls on all alike: ``before`` (PyTorch's one-tensor Adam loop
+on the CPU and glibc's default ``mmap`` of every allocation above 128 KiB, what the agents did
+before), ``foreach`` (Adam's multi-tensor step only) and ``now`` (that step and large tensors kept
+on the heap, what the agents do; ``parlai_empathy.agents.encoder_readout``). All three end in the
+same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window under ``now`` adds
+the operators with the most CPU time.
 
 ``--kernels avx2`` runs the measurement in a child process with PyTorch, oneDNN and MKL held to
 AVX2 kernels (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``): on an
@@ -28,9 +30,11 @@ caches, clock and memory stay), so figures from a real one are kept apart.
         --out bench/results/mime_step_profile_avx2.json
 """
 import argparse
+import ctypes
 import functools
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +42,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AVX2_KERNELS = {'ATEN_CPU_CAPABILITY': 'avx2', 'ONEDNN_MAX_CPU_ISA': 'AVX2', 'MKL_ENABLE_INSTRUCTIONS': 'AVX2'}
+# name: (Adam's multi-tensor step, large tensors on the heap)
+SETTINGS = {'before': (False, False), 'foreach': (True, False), 'now': (True, True)}
+GLIBC_DEFAULT_THRESHOLD = 128 * 1024
 PHASES = ('teacher', 'observe', 'tokenize', 'batchify', 'forward', 'backward', 'optimizer', 'other')
 
 
@@ -93,7 +100,7 @@ def measure(args):
     from parlai.scripts.build_dict import build_dict
     from parlai.scripts.train_model import setup_args
 
-    from parlai_empathy.agents.encoder_readout import set_foreach
+    from parlai_empathy.agents import encoder_readout
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
     model_file = os.path.join(workdir, 'model')
@@ -114,21 +121,28 @@ def measure(args):
                         ('backward', 'backward'), ('update_params', 'optimizer')):
         clock.wrap(type(agent), name, phase)
     optimizer = getattr(agent.optimizer, 'optimizer', agent.optimizer)
+    mallopt = ctypes.CDLL('libc.so.6').mallopt
 
-    def adam(foreach):
+    def setting(kind):
+        foreach, heap = SETTINGS[kind]
         if foreach:
-            set_foreach(optimizer)
+            encoder_readout.set_foreach(optimizer)
         else:
             for group in optimizer.param_groups:
                 group['foreach'] = False
+        if heap:
+            encoder_readout.keep_large_tensors_on_heap()
+        else:  # glibc's defaults
+            mallopt(encoder_readout.M_MMAP_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
+            mallopt(encoder_readout.M_TRIM_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
 
     for _ in range(args.warmup):
         world.parley()
-    totals = {kind: {'seconds': dict.fromkeys(PHASES, 0.0), 'steps': 0, 'parley': 0.0}
-              for kind in ('foreach', 'single_tensor')}
+    totals = {kind: {'seconds': dict.fromkeys(PHASES, 0.0), 'steps': 0, 'parley': 0.0} for kind in SETTINGS}
+    order = list(SETTINGS)
     for block in range(args.steps // args.block):
-        for kind in ('foreach', 'single_tensor') if block % 2 == 0 else ('single_tensor', 'foreach'):
-            adam(kind == 'foreach')
+        for kind in order if block % 2 == 0 else order[::-1]:
+            setting(kind)
             clock.seconds = dict.fromkeys(PHASES, 0.0)
             clock.on = True
             start = time.perf_counter()
@@ -142,7 +156,7 @@ def measure(args):
             total['parley'] += wall
             for phase in PHASES:
                 total['seconds'][phase] += clock.seconds[phase]
-    adam(True)
+    setting('now')
     report = {}
     for kind, total in totals.items():
         steps = total['steps']
@@ -151,7 +165,8 @@ def measure(args):
             'ms_per_step': {p: round(1000 * s / steps, 2) for p, s in total['seconds'].items()},
             'share': {p: round(s / total['parley'], 4) for p, s in total['seconds'].items()},
         }
-    report['foreach_speedup'] = report['foreach']['steps_per_s'] / report['single_tensor']['steps_per_s']
+    report['speedup'] = {kind: report[kind]['steps_per_s'] / report['before']['steps_per_s'] for kind in SETTINGS}
+    report['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -175,8 +190,8 @@ def main():
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--batch', type=int, default=16)
     parser.add_argument('--warmup', type=int, default=10)
-    parser.add_argument('--steps', type=int, default=80, help='timed steps per Adam variant')
-    parser.add_argument('--block', type=int, default=10, help='steps per block of one variant')
+    parser.add_argument('--steps', type=int, default=80, help='timed steps per setting')
+    parser.add_argument('--block', type=int, default=10, help='steps per block of one setting')
     parser.add_argument('--ops', type=int, default=15, help='operators listed')
     parser.add_argument('--ops-steps', type=int, default=10, help='steps under torch.profiler')
     parser.add_argument('--kernels', choices=['native', 'avx2'], default='native')

@@ -18,10 +18,16 @@ It also holds what every generator shares about *training* like its reference:
   identical to the bit (``tests/test_agents_mime.py``) at about half the optimizer's time
   (``bench/mime_step_profile.py``). PyTorch's fused CPU kernel is faster still but rounds
   differently, so it is not used.
+* Large tensors stay on the heap while training on the CPU (:func:`keep_large_tensors_on_heap`):
+  glibc hands every allocation above 128 KiB to ``mmap`` and gives it back on ``free``, so each
+  step's vocabulary-sized temporaries (the embedding's gradient, Adam's square roots) land on
+  fresh pages that the kernel faults in and zeroes, several times a step. Where the weights live
+  in memory does not change a bit of them.
 * ``_new_model_flag``: options added to follow a reference after models were saved without them.
   What such a model had is each agent's one migration table (``OPT_MIGRATIONS``), applied where a
   saved model's options are read: :meth:`EncoderReadoutAgent.upgrade_opt`.
 """
+import ctypes
 import os
 
 import parlai.utils.logging as logging
@@ -58,6 +64,31 @@ def set_amsgrad(optimizer, amsgrad):
             state = optimizer.state.get(param)
             if state and 'exp_avg_sq' in state and 'max_exp_avg_sq' not in state:
                 state['max_exp_avg_sq'] = state['exp_avg_sq'].clone()
+
+
+# glibc's mallopt(3) parameters (malloc.h), and the thresholds asked for: allocations below 1 GiB
+# come from the heap, and freed memory is kept for the next step rather than trimmed
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_UP_TO, KEEP_FREED = 1 << 30, (1 << 31) - 1
+# glibc releases before 2.35 refuse a threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit)
+HEAP_UP_TO_OLD_GLIBC = 32 << 20
+MALLOC_ENV = ('MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_', 'GLIBC_TUNABLES')
+
+
+def keep_large_tensors_on_heap() -> bool:
+    """Keep allocations below 1 GiB on glibc's heap and freed memory in the process (see the module
+    docstring). Process-wide and idempotent; nothing happens without glibc or when the user set
+    malloc's thresholds in the environment. True when the thresholds were set."""
+    if any(name in os.environ for name in MALLOC_ENV):
+        return False
+    try:
+        mallopt = ctypes.CDLL('libc.so.6').mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if not (mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO) or mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO_OLD_GLIBC)):
+        return False
+    return bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
 
 
 def set_foreach(optimizer):
@@ -148,6 +179,8 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
             optimizer = getattr(self.optimizer, 'optimizer', self.optimizer)
             set_amsgrad(optimizer, amsgrad)
             set_foreach(optimizer)
+        if not self.use_cuda:
+            keep_large_tensors_on_heap()
         return failed
 
     @property

@@ -25,9 +25,9 @@ AVX2 kernels (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INST
 AVX-512 CPU that shows which phases depend on the wider kernels. It is not an AVX2 machine (its
 caches, clock and memory stay), so figures from a real one are kept apart.
 
-    .venv/bin/python bench/mime_step_profile.py --threads 2 --out bench/results/mime_step_profile.json
+    .venv/bin/python bench/mime_step_profile.py --threads 2 --out bench/results/mime_step_profile_amd.json
     .venv/bin/python bench/mime_step_profile.py --threads 2 --kernels avx2 \
-        --out bench/results/mime_step_profile_avx2.json
+        --out bench/results/mime_step_profile_amd_avx2kernels.json
 """
 import argparse
 import ctypes

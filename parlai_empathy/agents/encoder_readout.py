@@ -15,9 +15,9 @@ It also holds what every generator shares about *training* like its reference:
 * Adam steps all parameters at once (``foreach``): PyTorch picks its one-tensor-at-a-time loop on
   the CPU, which passes over the vocabulary-sized embedding and output matrices about ten times a
   step. The multi-tensor step does the same arithmetic in the same order, so the weights are
-  identical to the bit (``tests/test_agents_mime.py``) at about half the optimizer's time
-  (``bench/mime_step_profile.py``). PyTorch's fused CPU kernel is faster still but rounds
-  differently, so it is not used.
+  identical to the bit (``tests/test_agents_mime.py``); alone it saves about a tenth of the
+  optimizer's time, the heap below most of the rest (``bench/mime_step_profile.py``). PyTorch's
+  fused CPU kernel is faster still but rounds differently, so it is not used.
 * Large tensors stay on the heap while training on the CPU (:func:`keep_large_tensors_on_heap`):
   glibc hands every allocation above 128 KiB to ``mmap`` and gives it back on ``free``, so each
   step's vocabulary-sized temporaries (the embedding's gradient, Adam's square roots) land on

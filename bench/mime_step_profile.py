@@ -105,7 +105,7 @@ def measure(args):
     workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
     model_file = os.path.join(workdir, 'model')
     opt = setup_args().parse_args([
-        '-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', 'empathy/mime',
+        '-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', args.agent,
         '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
         '--glove-init', 'false', '-dt', 'train'])
     if not os.path.isfile(model_file + '.dict'):
@@ -178,7 +178,7 @@ def measure(args):
         {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
          'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps}
         for e in events[: args.ops]]
-    report['model'] = {'params': sum(p.numel() for p in agent.model.parameters()), 'vocab': len(agent.dict),
+    report['model'] = {'agent': args.agent, 'params': sum(p.numel() for p in agent.model.parameters()), 'vocab': len(agent.dict),
                        'batch': args.batch}
     return report
 
@@ -187,6 +187,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
         os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'))
+    parser.add_argument('--agent', default='empathy/mime', choices=['empathy/mime', 'empathy/moel'],
+                        help='the agent whose plain training step is profiled')
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--batch', type=int, default=16)
     parser.add_argument('--warmup', type=int, default=10)

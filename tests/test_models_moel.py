@@ -160,6 +160,32 @@ def test_training_gives_every_listener_a_gradient_as_the_reference(batch):
     assert model.encoder.classifier.weight.grad.abs().max() > 0
 
 
+def test_listeners_on_their_rows_give_the_whole_batch_sums_and_gradients(batch):
+    """The whole-sequence pass runs each listener on the rows that weigh it; the cached path runs
+    it on every row (0 p_i V_i where p_i = 0). Outputs and every gradient agree to float rounding."""
+    context, speakers, response, _ = batch
+    inputs = torch.cat([tiny_model().START.expand(8, 1), response[:, :-1]], 1)
+    results = []
+    for whole_batch in (False, True):
+        model = tiny_model()  # training mode, dropout 0
+        states = model.encoder(context, speakers)
+        stack = model.decoder.stack
+        hidden = stack(model.decoder.words(inputs), states.memory, states.keep, states.aux.listener_weights,
+                       cache={} if whole_batch else None)
+        hidden.pow(2).sum().backward()
+        results.append((hidden.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (ours, ours_grads), (whole, whole_grads) = results
+    assert torch.allclose(ours, whole, atol=1e-6)
+    assert ours_grads.keys() == whole_grads.keys()
+    for name, grad in whole_grads.items():  # None there: a listener no row weighs (the cached path skips it)
+        if name.startswith('output.'):
+            continue  # outside the stack
+        assert ours_grads[name] is not None, name
+        expected = torch.zeros_like(ours_grads[name]) if grad is None else grad
+        assert torch.allclose(ours_grads[name], expected, atol=1e-5, rtol=1e-4), name
+    assert any(grad is None for grad in whole_grads.values())
+
+
 def test_the_response_loss_trains_the_keys_except_under_the_oracle(batch):
     context, speakers, response, emotion = batch
     for oracle in (False, True):

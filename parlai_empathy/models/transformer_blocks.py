@@ -87,8 +87,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=mask, is_causal=causal and mask is None,
             dropout_p=self.dropout if self.training else 0.0,
         )
-        batch, _, length, _ = out.shape
-        return self.out(out.transpose(1, 2).reshape(batch, length, -1))
+        return self.out(out.transpose(1, 2).flatten(2))  # flatten: also for a batch of no rows
 
 
 class FeedForward(nn.Module):

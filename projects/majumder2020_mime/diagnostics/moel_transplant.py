@@ -37,6 +37,7 @@ sys.path.insert(0, HERE)  # mime_transplant: its label order, block mapping and 
 from mime_transplant import capture, reference_label_maps, stack_pairs  # noqa: E402
 from transplant_common import Mapping, add_batch_arguments, reference_model, report  # noqa: E402
 
+LISTENERS = 'emotion listeners V_i (on the rows that weigh them)'
 # the MoEL command of the reference's README (without --cuda)
 MOEL_ARGS = ['--model', 'experts', '--label_smoothing', '--noam', '--emb_dim', '300', '--hidden_dim', '300',
              '--hop', '1', '--heads', '2', '--topk', '5', '--pretrain_emb', '--softmax', '--basic_learner',
@@ -215,18 +216,26 @@ def main():
     in_ref_order = [to_ref.index(i) for i in range(32)]  # its emotion i is our to_ref.index(i)
     for key in ('emotion logits K q', 'listener weights p'):
         our_out[key] = our_out[key][:, in_ref_order]
+    # ours runs listener j on the rows that weigh it (p_j != 0) only, the reference on every row:
+    # V_j is compared on those rows, both set to 0 on the others (where p_j V_j = 0 in both)
+    weighed = states.aux.listener_weights.detach().ne(0)  # [B, 32], our order
+    for j in range(32):
+        ours_rows = torch.zeros_like(ref_out[f'V_{j}'])
+        ours_rows[weighed[:, j]] = our_out.pop(f'V_{j}', ours_rows[:0])
+        our_out[f'V_{j}'] = ours_rows
+        ref_out[f'V_{j}'] = ref_out[f'V_{j}'] * weighed[:, j, None, None]
     for name in (ref_out, our_out):
-        name['emotion listeners V_i (all 32)'] = torch.stack([name.pop(f'V_{j}') for j in range(32)], 1)
+        name[LISTENERS] = torch.stack([name.pop(f'V_{j}') for j in range(32)], 1)
 
     keep = torch.cat([torch.ones(B, 1, dtype=torch.bool), tokens.ne(config.PAD_idx)], dim=1)
     real_y = ys.ne(config.PAD_idx)
     stages = []
     for key in ('H', 'emotion logits K q', 'listener weights p', 'shared listener V_0',
-                'emotion listeners V_i (all 32)', 'meta listener + norm', 'log p'):
+                LISTENERS, 'meta listener + norm', 'log p'):
         a, b = our_out[key], ref_out[key]
         if key == 'H':
             a, b = a[keep], b[keep]
-        elif key == 'emotion listeners V_i (all 32)':
+        elif key == LISTENERS:
             a, b = a.transpose(1, 2)[real_y], b.transpose(1, 2)[real_y]
         elif a.dim() == 3:
             a, b = a[real_y], b[real_y]  # real positions only (padding rows are not compared)

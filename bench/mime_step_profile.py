@@ -178,8 +178,8 @@ def measure(args):
         {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
          'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps}
         for e in events[: args.ops]]
-    report['model'] = {'agent': args.agent, 'params': sum(p.numel() for p in agent.model.parameters()), 'vocab': len(agent.dict),
-                       'batch': args.batch}
+    report['model'] = {'agent': args.agent, 'params': sum(p.numel() for p in agent.model.parameters()),
+                       'vocab': len(agent.dict), 'batch': args.batch}
     return report
 
 

@@ -23,7 +23,8 @@ def _parser(description: str) -> ParlaiParser:
 
 @register_script('empathy_humaneval_build')
 class HumanEvalBuild(EmpathyScript):
-    """Build a Likert or A/B rating task from eval_model world logs or ACUTE pairings."""
+    """Build a Likert or A/B rating task from eval_model world logs, committed rows' outputs or
+    ACUTE pairings."""
 
     @classmethod
     def setup_args(cls):
@@ -32,6 +33,13 @@ class HumanEvalBuild(EmpathyScript):
                        help='likert: rate each response; ab: pick the better of two')
         p.add_argument('--world-logs', nargs='+', default=[],
                        help='eval_model --world-logs files, as name=path or path (name = stem)')
+        p.add_argument('--outputs', nargs='+', default=[],
+                       help="committed rows' outputs.jsonl.gz (parlai empathy_leaderboard's "
+                       'evidence), as name=path or path (name = the row folder); their contexts '
+                       'come from the cleaned ED test split (--ed-datapath)')
+        p.add_argument('--ed-datapath', default=None,
+                       help='folder with test.csv for --outputs ("sample": the embedded sample); '
+                       'default $PARLAI_EMPATHY_ED_DIR')
         p.add_argument('--pairings', default=None, help='ACUTE-Eval pairings JSONL (A/B only)')
         p.add_argument('--per-emotion', type=int, default=0,
                        help='emotion-stratified sample size per emotion (MIME: 4)')
@@ -65,7 +73,8 @@ class HumanEvalBuild(EmpathyScript):
                 o['num_items'], o['annotators'], o['items_per_assignment'],
                 o['checks_per_assignment'], o['seed'], o['lease_seconds'], o['completion_url'],
                 o['acute_pairings_out'], o['overwrite'],
-                o['aspects'].split(',') if o['aspects'] else None)
+                o['aspects'].split(',') if o['aspects'] else None,
+                outputs=o['outputs'], ed_datapath=o['ed_datapath'])
         except (ValueError, OSError) as err:
             # bad inputs (their messages name file, line and field), not bugs: no traceback
             raise SystemExit(f'parlai empathy_humaneval_build: {err}') from None

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from humaneval_helpers import cached_world_logs
+from humaneval_helpers import REPO, cached_world_logs
 from parlai_empathy.humaneval import analysis, inputs, sampling, votes
 from parlai_empathy.humaneval.build import build_task
 from parlai_empathy.humaneval.db import TaskError
@@ -173,6 +173,90 @@ def test_world_log_without_generated_replies_says_how_to_fix_it(tmp_path):
     assert message.startswith(f"{path}:1: 'dialog'[0] model message (Mime) has no 'text': "
                               'the log holds no generated replies')
     assert message.endswith('rerun parlai eval_model with --skip-generation false')
+
+
+# -- committed rows' outputs ------------------------------------------------------------------
+def _outputs_of(world_log, path):
+    """The outputs.jsonl.gz the leaderboard writes from this world log (its own functions)."""
+    from parlai_empathy import evidence
+    from parlai_empathy.leaderboard.worldlogs import generation_rows
+
+    evidence.write_outputs(str(path), generation_rows(world_log))
+    return str(path)
+
+
+@pytest.mark.parametrize('shape', ['flat_mime', 'episodes'])
+def test_committed_outputs_give_the_items_and_replies_of_their_world_log(shaped_logs, shape, tmp_path):
+    from parlai_empathy.data import ed_source
+
+    log = inputs.read_world_log(shaped_logs[shape])
+    row_dir = tmp_path / 'runs' / 'echo_row'
+    row_dir.mkdir(parents=True)
+    items = inputs.ed_items(ed_source.sample_dir())
+    out = inputs.read_outputs(_outputs_of(shaped_logs[shape], row_dir / 'outputs.jsonl.gz'), items)
+    assert out.model == 'echo_row'  # the row's folder
+    assert out.items == log.items and out.responses == log.responses
+    assert list(items) and set(items) == set(log.items)
+
+
+def test_the_mime_rows_committed_outputs_are_its_replies_to_the_cleaned_ed_test(ed_dir):
+    items = inputs.ed_items(ed_dir)
+    path = os.path.join(REPO, 'projects', 'majumder2020_mime', 'runs', 'mime', 'outputs.jsonl.gz')
+    out = inputs.read_outputs(path, items)
+    assert out.model == 'mime' and len(out.items) == len(items) == 5259
+    first = out.items['hit:0_conv:0#2']
+    assert first.emotion == 'guilty' and first.gold == 'Did you suffer any injuries?'
+    assert [r for r, _ in out.items['hit:0_conv:0#4'].context] == ['speaker', 'listener', 'speaker']
+    assert out.responses['hit:0_conv:0#2'] == 'i am sorry to hear that. what happened?'
+
+
+def test_committed_outputs_that_are_not_a_rows_replies_to_the_split_are_refused(shaped_logs, tmp_path):
+    import gzip
+
+    from parlai_empathy.data import ed_source
+
+    items = inputs.ed_items(ed_source.sample_dir())
+    good = _outputs_of(shaped_logs['flat_mime'], tmp_path / 'good.jsonl.gz')
+    rows = [json.loads(line) for line in gzip.open(good, 'rt', encoding='utf-8')]
+    first = json.dumps(rows[0])
+
+    def gz(name, lines):
+        path = tmp_path / name
+        with gzip.open(path, 'wb') as f:
+            f.write(lines if isinstance(lines, bytes) else '\n'.join(lines).encode('utf-8'))
+        return str(path)
+
+    def changed(**fields):
+        return json.dumps({**rows[0], **fields})
+
+    cases = [
+        (gz('json.gz', [first, '{"id": ']), ':2: not valid JSON'),
+        (gz('list.gz', ['[1, 2]']), ':1: a row must be a JSON object'),
+        (gz('noid.gz', [json.dumps({'gold': 'x', 'reply': 'y'})]), ":1: field 'id' missing or not a string"),
+        (gz('reply.gz', [changed(reply=7)]), ":1: field 'reply' missing or not a string"),
+        (gz('other.gz', [first, changed(id='hit:9_conv:9/2')]),
+         ":2: 'id' 'hit:9_conv:9/2' is no Listener reply of the cleaned ED split"),
+        (gz('speaker.gz', [changed(id=rows[0]['id'].rsplit('/', 1)[0] + '/1')]),
+         ':1: \'id\' .*/1\' is no Listener reply'),
+        (gz('gold.gz', [changed(gold='Something else.')]),
+         ":1: 'gold' of .* is not the cleaned ED split's reply"),
+        (gz('twice.gz', [first, first]), ":2: repeats 'id'"),
+        (gz('utf8.gz', b'{"id": "\xff"}\n'), ':1: not UTF-8'),
+        (gz('deep.gz', ['[' * 30000 + ']' * 30000]), ':1: JSON nested too deeply'),
+        # a gzip bomb (16 MB in one line from a 16 kB file) is inflated no further than the line cap
+        (gz('bomb.gz', b'{"id": "' + b'a' * (1 << 24)), f':1: line longer than {inputs.MAX_OUTPUT_LINE} bytes'),
+        (gz('empty.gz', b''), 'no rows found'),
+    ]
+    plain = tmp_path / 'plain.jsonl.gz'
+    plain.write_text(first + '\n')
+    cases.append((str(plain), ':1: not a readable gzip file'))
+    cut = tmp_path / 'cut.jsonl.gz'
+    cut.write_bytes(open(good, 'rb').read()[:-20])
+    cases.append((str(cut), ': not a readable gzip file'))
+    for path, message in cases:
+        with pytest.raises(inputs.InputError, match=message) as err:
+            inputs.read_outputs(path, items)
+        assert str(err.value).startswith(path) and '\n' not in str(err.value), path
 
 
 def test_pairings_roundtrip_and_units(logs, tmp_path):

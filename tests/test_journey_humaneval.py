@@ -113,7 +113,7 @@ def journey(tmp_path_factory):
                 replies.setdefault(key, set()).add(norm(reply['text']))
     golds = {norm(m['eval_labels'][0]) for m in examples}
     return {'root': root, 'logs': logs, 'runs': runs, 'truth': truth, 'replies': replies,
-            'golds': golds}
+            'golds': golds, 'models': models}
 
 
 def test_world_logs_have_the_shapes_of_each_agent(journey):
@@ -246,3 +246,40 @@ def test_ab_pages_show_each_context_turn_once_in_order(journey, browser):
         server.stop()
     assert len(seen) == 5
     assert os.path.getsize(SHOTS['ab']) > 10_000
+
+
+def test_a_row_without_its_model_takes_part_through_its_committed_outputs(journey, browser):
+    """MIME's evidence row, written by ``empathy_leaderboard --artifacts`` as a table row's is,
+    stands in for its model: the A/B pages show its replies to the data's own conversations."""
+    root = journey['root']
+    parlai('empathy_leaderboard', '--entries', f"mime={journey['models']['mime']}", '--ed-datapath', 'sample',
+           '--artifacts', root / 'runs', '--outdir', root / 'board', '--bertscore-model', 'none',
+           '--p100-shuffled', 'false', '--progress', 'false', cwd=root)
+    outputs = root / 'runs' / 'mime' / 'outputs.jsonl.gz'
+    db = root / 'ab_outputs.db'
+    built = parlai('empathy_humaneval_build', '--db', db, '--mode', 'ab', '--world-logs',
+                   f"ethreed={journey['logs']['ethreed']}", '--outputs', outputs,
+                   '--ed-datapath', 'sample', '--annotators', 1, '--num-items', 4,
+                   '--items-per-assignment', 4, '--seed', 5, cwd=root)
+    assert "models ['ethreed', 'mime']" in built.stdout
+    import sqlite3
+
+    from parlai_empathy.humaneval import inputs
+
+    mime_log = inputs.read_world_log(str(root / 'board' / 'mime.world_logs.jsonl'))
+    with sqlite3.connect(db) as conn:
+        units = conn.execute('SELECT item_id, models, display FROM units WHERE is_check = 0').fetchall()
+    assert len(units) == 4
+    for item, models, display in units:
+        side = json.loads(models).index('mime')
+        # the model's own reply (its world log's), read back from its evidence
+        assert json.loads(display)['candidates'][side] == [['listener', mime_log.responses[item]]]
+    server = LocalServer(lambda port: [PARLAI, 'empathy_humaneval_serve', '--db', db, '--host',
+                                       '127.0.0.1', '--port', port], ready_path='/healthz', cwd=root)
+    try:
+        link = parlai('empathy_humaneval_links', '--db', db, '--base-url', server.url, '-n', 1,
+                      cwd=root).stdout.split()[-1]
+        seen = _walk(browser, link, journey, ['B'], 2, str(root / 'ab_outputs.png'))
+    finally:
+        server.stop()
+    assert len(seen) == 5  # 4 items and a check

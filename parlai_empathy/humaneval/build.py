@@ -9,15 +9,24 @@ LIKERT_ASPECTS = ['empathy', 'relevance', 'fluency']
 AB_ASPECTS = ['overall']
 
 
-def parse_model_args(specs: Sequence[str]) -> List[inputs.ModelOutputs]:
-    """``name=path`` or ``path`` (name = file stem) -> parsed world logs."""
-    outputs = []
-    for spec in specs:
-        name, sep, path = spec.partition('=')
-        if not sep:
-            name, path = None, spec
-        outputs.append(inputs.read_world_log(path, model=name))
-    return outputs
+def _named(spec: str):
+    name, sep, path = spec.partition('=')
+    return (name, path) if sep else (None, spec)
+
+
+def parse_model_args(specs: Sequence[str], outputs_specs: Sequence[str] = (),
+                     ed_datapath: Optional[str] = None) -> List[inputs.ModelOutputs]:
+    """World logs (``name=path`` or ``path``, name = file stem) and committed rows' outputs
+    (``name=path`` or ``path``, name = the row's folder), parsed; the rows' contexts come from the
+    cleaned ED test split at ``ed_datapath`` (default: ``$PARLAI_EMPATHY_ED_DIR``)."""
+    parsed = [inputs.read_world_log(path, model=name) for name, path in map(_named, specs)]
+    if outputs_specs:
+        from parlai_empathy.data import ed_source
+
+        items = inputs.ed_items(ed_source.resolve_ed_dir(ed_datapath), 'test')
+        parsed += [inputs.read_outputs(path, items, model=name)
+                   for name, path in map(_named, outputs_specs)]
+    return parsed
 
 
 def build_task(
@@ -25,11 +34,13 @@ def build_task(
     per_emotion: int = 0, num_items: int = 0, annotators: int = 3, items_per_assignment: int = 10,
     checks_per_assignment: int = 1, seed: int = 0, lease_seconds: int = 300,
     completion_url: str = '', acute_pairings_out: Optional[str] = None, overwrite: bool = False,
-    aspects: Optional[Sequence[str]] = None,
+    aspects: Optional[Sequence[str]] = None, outputs: Sequence[str] = (),
+    ed_datapath: Optional[str] = None,
 ) -> TaskDB:
     """Build and store a Likert or A/B task.
 
-    Likert and A/B from world logs: ``per_emotion`` (MIME: 4) picks an emotion-stratified sample,
+    Likert and A/B from world logs and committed rows' ``outputs`` (see
+    :func:`parse_model_args`): ``per_emotion`` (MIME: 4) picks an emotion-stratified sample,
     else ``num_items`` a uniform one (0 = all shared items). A/B compares every model pair. A/B
     from ``pairings`` (ACUTE-Eval JSONL) uses each pairing as one unit.
     """
@@ -49,9 +60,10 @@ def build_task(
         models = sorted({m for p in pairs for m in p.models})
         checks = []  # pairings carry no gold replies; ACUTE uses onboarding pairs instead
     else:
-        outputs = parse_model_args(world_logs)
+        outputs = parse_model_args(world_logs, outputs, ed_datapath)
         if len(outputs) < (1 if mode == sampling.LIKERT else 2):
-            raise ValueError(f'{mode} needs {"a world log" if mode == "likert" else "2+ world logs"}')
+            raise ValueError(f'{mode} needs {"a model" if mode == "likert" else "2+ models"} '
+                             '(--world-logs, --outputs)')
         items, models = inputs.align(outputs)
         if per_emotion:
             selected = sampling.stratified_sample(items, per_emotion, seed)

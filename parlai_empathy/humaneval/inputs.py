@@ -13,14 +13,22 @@
   ``context_utterances``/``context_roles`` (which already hold the last Speaker turn). Examples
   where the Speaker responds (``label_role`` speaker, only in train with both sides) are skipped:
   the task rates Listener replies.
+* A committed row's ``outputs.jsonl.gz`` (``parlai empathy_leaderboard``'s evidence: one JSON
+  object a line with the example ``id`` ``conv_id/turn``, its ``gold`` reply and the model's
+  ``reply``), for a row whose model is not at hand. The rows hold no context: each row's
+  conversation so far comes from the cleaned ED split the leaderboard evaluated on
+  (``empathy_ed_clean``, the same turns and roles its world log would give), and the row's gold
+  must be that split's reply, or the file was evaluated on other data.
 * ACUTE-Eval pairings JSONL: ``{"is_onboarding", "speakers_to_eval": [m1, m2], "dialogue_ids",
   "dialogue_dicts": [{"speakers", "dialogue": [{"id", "text"}, ...]}, ...]}``.
 
 Every parse error names the file, the line and the field.
 """
+import gzip
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -192,6 +200,84 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
     if not out.items:
         raise InputError(f'{path}: no conversations found')
     return out
+
+
+# the longest line of a committed outputs file read: a row is a few hundred bytes
+MAX_OUTPUT_LINE = 1 << 16
+
+
+def ed_items(ed_dir: str, split: str = 'test') -> Dict[str, Item]:
+    """Every Listener reply of the cleaned ED ``split`` as an item, keyed as the world logs' are."""
+    from parlai_empathy.data import ed_episodes, ed_raw
+
+    conversations, _report = ed_raw.read_clean(os.path.join(ed_dir, f'{split}.csv'))
+    items = {}
+    for episode in ed_episodes.build_episodes(conversations, both_sides=False):
+        for ex in episode:
+            item_id = f'{ex.conv_id}#{ex.turn}'
+            items[item_id] = Item(item_id=item_id, emotion=ex.emotion, situation=ex.situation,
+                                  context=list(zip(ex.context_roles, ex.context_utterances)),
+                                  gold=ex.label)
+    return items
+
+
+def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None) -> ModelOutputs:
+    """A committed ``outputs.jsonl.gz``'s replies to ``items`` (:func:`ed_items`)."""
+    # a row's folder is its name: projects/<paper>/runs/<row>/outputs.jsonl.gz
+    out = ModelOutputs(model=model or os.path.basename(os.path.dirname(os.path.abspath(path))))
+    by_row_id = {_row_id(item_id): item for item_id, item in items.items()}
+    lineno = 0
+    try:
+        with gzip.open(path, 'rb') as f:
+            while True:
+                line = f.readline(MAX_OUTPUT_LINE + 1)
+                if not line:
+                    break
+                lineno += 1
+                if len(line) > MAX_OUTPUT_LINE:
+                    raise InputError(_where(path, lineno, f'line longer than {MAX_OUTPUT_LINE} bytes'))
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line.decode('utf-8'))
+                except UnicodeDecodeError:
+                    raise InputError(_where(path, lineno, 'not UTF-8')) from None
+                except json.JSONDecodeError as e:
+                    raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
+                except RecursionError:
+                    raise InputError(_where(path, lineno, 'JSON nested too deeply')) from None
+                _add_output_row(out, row, by_row_id, lambda what, n=lineno: _where(path, n, what))
+    except (OSError, EOFError, zlib.error) as e:
+        # not gzip, cut short, or corrupt: gzip's own words, with where it stopped
+        raise InputError(_where(path, lineno + 1, f'not a readable gzip file ({e})')) from None
+    if not out.items:
+        raise InputError(f'{path}: no rows found')
+    return out
+
+
+def _row_id(item_id: str) -> str:
+    """``conv_id#turn`` (an item) -> ``conv_id/turn`` (its id in ``outputs.jsonl.gz``)."""
+    conv, _, turn = item_id.rpartition('#')
+    return f'{conv}/{turn}'
+
+
+def _add_output_row(out: ModelOutputs, row, by_row_id: Dict[str, Item], where) -> None:
+    if not isinstance(row, dict):
+        raise InputError(where('a row must be a JSON object'))
+    for key in ('id', 'gold', 'reply'):
+        if not isinstance(row.get(key), str):
+            raise InputError(where(f"field '{key}' missing or not a string"))
+    item = by_row_id.get(row['id'])
+    if item is None:
+        raise InputError(where(f"'id' {row['id']!r} is no Listener reply of the cleaned ED split: "
+                               'was the row evaluated on other data?'))
+    if row['gold'] != item.gold:
+        raise InputError(where(f"'gold' of {row['id']} is not the cleaned ED split's reply "
+                               f'({item.gold!r}): was the row evaluated on other data?'))
+    if item.item_id in out.items:
+        raise InputError(where(f"repeats 'id' {row['id']}"))
+    out.items[item.item_id] = item
+    out.responses[item.item_id] = row['reply']
 
 
 def align(outputs: List[ModelOutputs]) -> Tuple[Dict[str, Item], List[str]]:

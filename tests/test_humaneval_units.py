@@ -463,6 +463,19 @@ def test_db_rejects_foreign_repeated_and_out_of_order_answers(logs, tmp_path):
     assert len(rows) == 3 == len({r[0] for r in rows})
 
 
+def test_a_task_without_answers_is_analysed_with_every_pair_listed(logs, tmp_path):
+    """What the analysis step shows before the first worker: each comparison with 0 items."""
+    db = str(tmp_path / 'ab.db')
+    build_task(db, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=4,
+               annotators=3, items_per_assignment=4)
+    paths = analysis.analyze(db, str(tmp_path / 'out'))
+    report = open(paths['markdown'], encoding='utf-8').read()
+    assert '| gold vs echo | overall | – | – | – | 0 | 0 | 0 |' in report
+    assert os.path.getsize(paths['plot']) > 0
+    table = pd.read_csv(paths['csv'])
+    assert list(table['Comparison']) == ['gold vs echo'] and table['items'].tolist() == [0]
+
+
 def test_likert_analysis_mean_sem(logs, tmp_path):
     db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
                     num_items=6, annotators=2, items_per_assignment=6, checks_per_assignment=1)

@@ -137,12 +137,18 @@ def ab_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
                                           'seconds'])
 
 
-def ab_table(df: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
+def ab_table(df: pd.DataFrame, models: Sequence[str], pairs: Sequence[Sequence[str]] = (),
+             aspects: Sequence[str] = ()) -> pd.DataFrame:
     """MIME layout: per pair and aspect, win/lose/tie % of the first model (task order), decided
-    per item by majority vote with the 4th-annotator rule; undecided items are counted apart."""
+    per item by majority vote with the 4th-annotator rule; undecided items are counted apart.
+    Every pair of ``pairs`` (the task's) gets a row for every aspect, votes or not (0 items)."""
     order = {m: i for i, m in enumerate(models)}
+    groups = {key: sub for key, sub in df.groupby(['pair', 'aspect'])}
+    for pair in pairs:
+        for aspect in aspects:
+            groups.setdefault((tuple(sorted(pair)), aspect), df.iloc[:0])
     out = []
-    for (pair, aspect), sub in df.groupby(['pair', 'aspect']):
+    for (pair, aspect), sub in groups.items():
         first, second = sorted(pair, key=lambda m: order.get(m, len(order)))
         decided = sub.sort_values('answer_id').groupby('unit_id')['winner'].apply(
             lambda v: votes.majority_vote(list(v)))
@@ -156,7 +162,8 @@ def ab_table(df: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
                     'Win %': pct((done == first).sum()), 'Lose %': pct((done == second).sum()),
                     'Tie %': pct((done == votes.TIE).sum()), 'items': n,
                     'undecided': int(decided.isna().sum()), 'votes': len(sub)})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=['Comparison', 'aspect', 'Win %', 'Lose %', 'Tie %', 'items',
+                                      'undecided', 'votes'])
 
 
 def acute_rows(df: pd.DataFrame, run_id: str, question: str) -> pd.DataFrame:
@@ -375,7 +382,8 @@ def _md(df: pd.DataFrame, floatfmt='.2f') -> str:
     cols = list(df.columns)
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for row in df.itertuples(index=False):
-        cells = [format(v, floatfmt) if isinstance(v, float) else str(v) for v in row]
+        cells = [('–' if np.isnan(v) else format(v, floatfmt)) if isinstance(v, float) else str(v)
+                 for v in row]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -389,7 +397,7 @@ def analyze(db_path: str, outdir: str, keep_failed: bool = False,
     (:func:`verify_answers`)."""
     db = TaskDB(db_path)
     cfg, rows = db.config, db.answer_rows()
-    bindings = db.bindings()
+    bindings, pairs = db.bindings(), db.model_sets()
     failed = pd.DataFrame(db.failed_workers())
     db.close()
     rows, unverified, notes = verify_answers(rows, bindings, mturk, prolific_submissions)
@@ -413,7 +421,7 @@ def analyze(db_path: str, outdir: str, keep_failed: bool = False,
         kappa = agreement(df, 'score', **LIKERT_KAPPA)
     else:
         df = ab_frame(rows, keep_failed)
-        table = shown = ab_table(df, cfg['models'])
+        table = shown = ab_table(df, cfg['models'], pairs, cfg['aspects'])
         _plot_ab(table, paths['plot'])
         kappa = agreement(df, 'winner', **AB_KAPPA)
         run = run_id or os.path.splitext(os.path.basename(db_path))[0]

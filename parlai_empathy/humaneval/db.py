@@ -554,6 +554,11 @@ class TaskDB:
             entry['answered'] += r['answered']
         return list(merged.values())
 
+    def model_sets(self) -> List[tuple]:
+        """The models rated together (one for Likert, a pair for A/B), sorted, in unit order."""
+        rows = self._all('SELECT models FROM units WHERE is_check = 0 ORDER BY unit_id')
+        return list(dict.fromkeys(tuple(sorted(json.loads(r['models']))) for r in rows))
+
     def answer_rows(self) -> List[dict]:
         """Every answer with its unit, worker and assignment: the raw export."""
         rows = self._all(

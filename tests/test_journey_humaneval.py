@@ -153,6 +153,11 @@ def _build_and_serve(journey, mode, *args):
     built = parlai('empathy_humaneval_build', '--db', db, '--mode', mode, '--world-logs', *specs,
                    '--annotators', 1, '--overwrite', 'true', *args, cwd=root)
     assert "models ['mime', 'ethreed', 'ranker', 'stock']" in built.stdout
+    return _serve(db, root)
+
+
+def _serve(db, root):
+    """``empathy_humaneval_serve`` on 127.0.0.1; (server, one worker link)."""
     server = LocalServer(lambda port: [PARLAI, 'empathy_humaneval_serve', '--db', db, '--host',
                                        '127.0.0.1', '--port', port], ready_path='/healthz', cwd=root)
     try:
@@ -274,11 +279,8 @@ def test_a_row_without_its_model_takes_part_through_its_committed_outputs(journe
         side = json.loads(models).index('mime')
         # the model's own reply (its world log's), read back from its evidence
         assert json.loads(display)['candidates'][side] == [['listener', mime_log.responses[item]]]
-    server = LocalServer(lambda port: [PARLAI, 'empathy_humaneval_serve', '--db', db, '--host',
-                                       '127.0.0.1', '--port', port], ready_path='/healthz', cwd=root)
+    server, link = _serve(db, root)
     try:
-        link = parlai('empathy_humaneval_links', '--db', db, '--base-url', server.url, '-n', 1,
-                      cwd=root).stdout.split()[-1]
         seen = _walk(browser, link, journey, ['B'], 2, str(root / 'ab_outputs.png'))
     finally:
         server.stop()

@@ -60,18 +60,18 @@ def build_task(
         models = sorted({m for p in pairs for m in p.models})
         checks = []  # pairings carry no gold replies; ACUTE uses onboarding pairs instead
     else:
-        outputs = parse_model_args(world_logs, outputs, ed_datapath)
-        if len(outputs) < (1 if mode == sampling.LIKERT else 2):
+        parsed = parse_model_args(world_logs, outputs, ed_datapath)
+        if len(parsed) < (1 if mode == sampling.LIKERT else 2):
             raise ValueError(f'{mode} needs {"a model" if mode == "likert" else "2+ models"} '
                              '(--world-logs, --outputs)')
-        items, models = inputs.align(outputs)
+        items, models = inputs.align(parsed)
         if per_emotion:
             selected = sampling.stratified_sample(items, per_emotion, seed)
         elif num_items:
             selected = sampling.uniform_sample(items, num_items, seed)
         else:
             selected = list(items)
-        responses = {o.model: o.responses for o in outputs}
+        responses = {o.model: o.responses for o in parsed}
         if mode == sampling.LIKERT:
             units = sampling.likert_units(items, responses, selected, annotators)
         else:

@@ -127,6 +127,11 @@ def _context(teacher: dict, history: List[Tuple[str, str]], where) -> List[Tuple
     return history + list(zip(_alternating_roles(len(lines), last), lines))
 
 
+def _item_id(conv_id, turn) -> str:
+    """An ED example's item id, ``conv_id#turn``: the same in every model's outputs."""
+    return f'{conv_id}#{turn}'
+
+
 def _no_reply_text(loc: str, reply) -> str:
     """Why a model message has no reply, and the fix when it is the usual cause."""
     if isinstance(reply, dict) and 'text' not in reply:
@@ -184,7 +189,7 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
                 situation = str(teacher.get('situation', ''))
                 if teacher.get('conv_id'):
                     turn_no = teacher.get('turn', turn_idx)
-                    item_id = f"{teacher['conv_id']}#{turn_no}"
+                    item_id = _item_id(teacher['conv_id'], turn_no)
                 else:
                     item_id = _content_key(situation, context, gold)
                 if item_id in out.items:
@@ -214,7 +219,7 @@ def ed_items(ed_dir: str, split: str = 'test') -> Dict[str, Item]:
     items = {}
     for episode in ed_episodes.build_episodes(conversations, both_sides=False):
         for ex in episode:
-            item_id = f'{ex.conv_id}#{ex.turn}'
+            item_id = _item_id(ex.conv_id, ex.turn)
             items[item_id] = Item(item_id=item_id, emotion=ex.emotion, situation=ex.situation,
                                   context=list(zip(ex.context_roles, ex.context_utterances)),
                                   gold=ex.label)
@@ -256,7 +261,8 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
 
 
 def _row_id(item_id: str) -> str:
-    """``conv_id#turn`` (an item) -> ``conv_id/turn`` (its id in ``outputs.jsonl.gz``)."""
+    """An item's id (:func:`_item_id`) -> its example's id in ``outputs.jsonl.gz``
+    (``conv_id/turn``, :func:`parlai_empathy.evidence.example_id`)."""
     conv, _, turn = item_id.rpartition('#')
     return f'{conv}/{turn}'
 

@@ -353,6 +353,51 @@ def test_incremental_decoding_matches_teacher_forcing(data):
     torch.testing.assert_close(torch.stack(steps, 1).exp(), forced.exp(), atol=1e-5, rtol=1e-4)
 
 
+def test_mixing_at_the_source_positions_gives_the_whole_vocabularys_values(copy_data, data):
+    """log_probs mixes the copy mass in at the source's words only; the values must be those of
+    the mixture written over every word of the extended vocabulary (what it did before) up to the
+    last bit of logaddexp, whose vectorised and scalar CPU loops round differently (which loop an
+    element gets depends on its offset in the tensor), and with the same best word everywhere."""
+    from parlai_empathy.models.ethreed import _log_or_minus_inf
+
+    for vocab, examples in (copy_data[:2], data):
+        model = build(vocab).eval()
+        xs, ys, _, _ = make_batch(vocab, examples)
+        with torch.no_grad():
+            enc = model.encoder(*xs)
+            steps = model._teacher_forced(enc, ys)
+            generate, copy = model.decoder.distributions(steps, enc.aux, enc.keep)
+            source = enc.aux.source_tokens
+            size = max(len(vocab), int(source.max()) + 1)
+            copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
+                2, source.unsqueeze(1).expand(-1, ys.size(1), -1), steps.attention)
+            whole = torch.logaddexp(F.pad(generate, (0, size - len(vocab)), value=float('-inf')),
+                                    copy.unsqueeze(2) + _log_or_minus_inf(copied))
+            mixed = model.decoder.log_probs(steps, enc)
+            assert torch.equal(mixed.isinf(), whole.isinf())
+            finite = whole.isfinite()
+            torch.testing.assert_close(mixed[finite], whole[finite], rtol=2 ** -22, atol=0)
+            assert torch.equal(mixed.argmax(-1), whole.argmax(-1))
+
+
+def test_the_attention_keys_are_projected_once_per_search(data):
+    """The decoder state carries W m; a step gives the same scores as projecting it anew."""
+    vocab, examples = data
+    model = build(vocab).eval()
+    xs, _, _, _ = make_batch(vocab, examples[:3])
+    calls = []
+    project = model.decoder.attention.project
+    model.decoder.attention.project = lambda memory: calls.append(1) or project(memory)
+    with torch.no_grad():
+        enc = model.encoder(*xs)
+        tokens, state = torch.full((3, 1), START), None
+        for _ in range(4):
+            scores, state = model.decoder(tokens, enc, state)
+            tokens = torch.cat([tokens, scores[:, -1:].argmax(-1)], dim=1)
+        assert len(calls) == 1
+        assert torch.equal(state['keys'], project(enc.memory))
+
+
 def test_attention_coverage_and_kl_behaviour():
     keep = torch.tensor([[True, True, False]])
     weights = masked_softmax(torch.tensor([[1.0, 2.0, 9.0]]), keep)

@@ -388,13 +388,15 @@ class PointerGeneratorDecoder(nn.Module):
         return {
             'hidden': encoder_states.aux.decoder_init,
             'coverage': torch.zeros_like(encoder_states.keep, dtype=encoder_states.memory.dtype),
+            # W m_j depends on the memory alone: projected once per search, not at every step
+            'keys': self.attention.project(encoder_states.memory),
         }
 
     def run(self, tokens: torch.Tensor, encoder_states: EncoderStates,
             state: Dict[str, torch.Tensor]) -> Tuple[DecoderSteps, Dict[str, torch.Tensor]]:
         """Feed ``tokens [B, T]`` (previous outputs, START first; extended ids allowed)."""
         memory, keep, _ = encoder_states
-        keys = self.attention.project(memory)
+        keys = state['keys']
         hidden, coverage = state['hidden'], state['coverage']
         embedded = self.words(in_vocabulary(tokens, self.vocab_size, self.unk_idx))
         steps = {name: [] for name in DecoderSteps._fields}
@@ -409,7 +411,7 @@ class PointerGeneratorDecoder(nn.Module):
                                 ('attention', weights)):
                 steps[name].append(value)
         stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
-        return stacked, {'hidden': hidden, 'coverage': coverage}
+        return stacked, {'hidden': hidden, 'coverage': coverage, 'keys': keys}
 
     def distributions(self, steps: DecoderSteps, readout: EthreedReadout, keep: torch.Tensor):
         """``(log P_vocab [B, T, V] + log(1 - p_ptr), log p_ptr [B, T])`` for every step."""
@@ -429,10 +431,15 @@ class PointerGeneratorDecoder(nn.Module):
         generate, copy = self.distributions(steps, readout, keep)
         source = readout.source_tokens
         size = max(self.vocab_size, int(source.max()) + 1)
-        copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
-            2, source.unsqueeze(1).expand(-1, generate.size(1), -1), steps.attention)
+        at_source = source.unsqueeze(1).expand(-1, generate.size(1), -1)  # [B, T, S]
+        copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
         generate = F.pad(generate, (0, size - self.vocab_size), value=float('-inf'))
-        return torch.logaddexp(generate, copy.unsqueeze(2) + _log_or_minus_inf(copied))
+        # Only the source's words have copy mass; for every other word logaddexp(g, -inf) is g
+        # exactly, so the mixture is computed (and written back) at the source positions alone:
+        # the same values as over the whole extended vocabulary, without a log of each of its words
+        mixed = torch.logaddexp(generate.gather(2, at_source),
+                                copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source)))
+        return generate.scatter_(2, at_source, mixed)
 
     def target_log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
                          targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -34,6 +34,7 @@ import parlai.utils.logging as logging
 import torch
 from parlai.core.torch_generator_agent import TorchGeneratorAgent
 
+from parlai_empathy.agents.batched_search import applicable_search, batched_greedy
 from parlai_empathy.agents.config_options import migrate_saved_opt
 from parlai_empathy.agents.detokenize import detokenize
 from parlai_empathy.agents.safety import SafeAgentMixin
@@ -206,6 +207,14 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
 
     def add_readout_fields(self, output, aux):
         raise NotImplementedError
+
+    def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
+        # one hypothesis per example: the whole batch's search at once (same replies and scores)
+        if batch.text_vec is not None:
+            search = applicable_search(self, beam_size, batch.text_vec.device, prefix_tokens)
+            if search is not None:
+                return batched_greedy(self, batch, search, max_ts)
+        return super()._generate(batch, beam_size, max_ts, prefix_tokens=prefix_tokens)
 
     def _v2t(self, vec):
         return detokenize(super()._v2t(vec))

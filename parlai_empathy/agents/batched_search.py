@@ -67,12 +67,10 @@ def batched_greedy(agent, batch, search, max_ts: int):
     eos, bos, min_length = search.eos, search.bos, search.min_length
     use_topk = isinstance(search, BeamSearch)
     decoder_input = agent._get_initial_decoder_input(bsz, 1, device)
-    encoder_states = model.reorder_encoder_states(encoder_states, torch.arange(bsz, device=device))
     incr_state = None
-    scores = torch.zeros(bsz, device=device)
+    scores = torch.zeros(bsz, device=device)  # a row's score stays as it was once the row ended
     outputs = [torch.full((bsz,), bos, dtype=torch.long, device=device)]
-    finished_at = [None] * bsz  # the step (index into outputs) of each row's end token
-    final_scores = [None] * bsz
+    ends = torch.full((bsz,), -1, dtype=torch.long, device=device)  # index into outputs of the end token
     live = torch.ones(bsz, dtype=torch.bool, device=device)
     for step in range(max_ts):
         if not bool(live.any()):
@@ -92,18 +90,15 @@ def batched_greedy(agent, batch, search, max_ts: int):
         scores = torch.where(live, best, scores)
         tokens = torch.where(live, tokens, torch.full_like(tokens, eos))
         outputs.append(tokens)
-        for row in (live & tokens.eq(eos)).nonzero().flatten().tolist():
-            finished_at[row], final_scores[row] = len(outputs) - 1, scores[row].clone()
+        ends = torch.where(live & tokens.eq(eos), len(outputs) - 1, ends)
         live = live & tokens.ne(eos)
         decoder_input = torch.cat([decoder_input, tokens.unsqueeze(1)], dim=1)
     paths = torch.stack(outputs, dim=1).cpu()  # [B, 1 + steps]
+    # never ended: ParlAI overwrites the last token with the end token
     last = len(outputs) - 1
+    paths[ends.cpu() < 0, last] = eos
     results = []
-    for row in range(bsz):
-        end = finished_at[row]
-        if end is None:  # never ended: ParlAI overwrites the last token with the end token
-            end, final_scores[row] = last, scores[row].clone()
-            paths[row, last] = eos
+    for row, end in enumerate(ends.where(ends >= 0, last).tolist()):
         length_penalty = math.pow((1 + end + 1) / 6, search.length_penalty)
-        results.append((paths[row, : end + 1].clone(), final_scores[row].cpu() / length_penalty, None))
+        results.append((paths[row, : end + 1].clone(), scores[row].cpu() / length_penalty, None))
     return results, [FinishedSearch([result]) for result in results]

@@ -435,8 +435,9 @@ class PointerGeneratorDecoder(nn.Module):
         copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
         generate = F.pad(generate, (0, size - self.vocab_size), value=float('-inf'))
         # Only the source's words have copy mass; for every other word logaddexp(g, -inf) is g
-        # exactly, so the mixture is computed (and written back) at the source positions alone:
-        # the same values as over the whole extended vocabulary, without a log of each of its words
+        # exactly, so the mixture is computed (and written back) at the source positions alone,
+        # without a log of every word: the values of the whole-vocabulary mixture up to the last
+        # bit of logaddexp (its vector and scalar CPU loops round differently)
         mixed = torch.logaddexp(generate.gather(2, at_source),
                                 copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source)))
         return generate.scatter_(2, at_source, mixed)

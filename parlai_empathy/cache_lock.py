@@ -8,13 +8,17 @@ together, and every one of them wants the same cache).
   mounted with ``flock``; on other shared file systems, build the cache before starting the ranks.
 * :func:`atomic_write` -- write to a temporary file named after host and process, then rename it
   over the target: a reader sees the old file or the whole new one, never a part.
+  :func:`atomic_save_as` does the same for a writer that takes a file name (ParlAI's option and
+  dictionary files) and :func:`atomic_save_dir` for one that fills a folder, file by file; a run
+  killed while saving its checkpoint then resumes from the last complete one.
 """
 import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import socket
-from typing import IO, Callable
+from typing import IO, Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +40,14 @@ def build_lock(path: str, what: str = None):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def temporary_name(path: str) -> str:
+    """A name beside ``path`` that no other process (on any host) writes to."""
+    return f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
+
+
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = True) -> None:
     """``write(f)`` into a temporary file beside ``path``, flushed to disk, then renamed to it."""
-    tmp = f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
+    tmp = temporary_name(path)
     try:
         with open(tmp, 'wb' if binary else 'w', **({} if binary else {'encoding': 'utf-8'})) as f:
             write(f)
@@ -49,3 +58,45 @@ def atomic_write(path: str, write: Callable[[IO], None], binary: bool = True) ->
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def atomic_save_as(path: str, save: Callable[[str], None], sidecars: Sequence[str] = ()) -> None:
+    """``save(name)`` writes a file at ``name`` (and, for each suffix in ``sidecars``, perhaps one at
+    ``name + suffix``); each is flushed and renamed to ``path`` (``path + suffix``), the sidecars
+    first, so the main file's presence says the save finished."""
+    tmp = temporary_name(path)
+    try:
+        save(tmp)
+        for suffix in [*sidecars, '']:
+            if suffix and not os.path.exists(tmp + suffix):
+                continue
+            move_into_place(tmp + suffix, path + suffix)
+    except BaseException:
+        for suffix in [*sidecars, '']:
+            with contextlib.suppress(OSError):
+                os.remove(tmp + suffix)
+        raise
+
+
+def atomic_save_dir(path: str, save: Callable[[str], None]) -> None:
+    """``save(folder)`` fills a temporary folder beside ``path``; each of its files is then renamed
+    into ``path``: a file there is always whole (a save killed half-way leaves some files of the
+    new save beside the rest of the old one, which is complete when saves write the same files)."""
+    tmp = temporary_name(path)
+    try:
+        save(tmp)
+        os.makedirs(path, exist_ok=True)
+        for root, _, files in os.walk(tmp):
+            target = os.path.join(path, os.path.relpath(root, tmp))
+            os.makedirs(target, exist_ok=True)
+            for name in files:
+                move_into_place(os.path.join(root, name), os.path.join(target, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def move_into_place(written: str, path: str) -> None:
+    """A finished file, flushed to disk, renamed over ``path`` (one step for a reader)."""
+    with open(written, 'rb') as f:
+        os.fsync(f.fileno())
+    os.replace(written, path)

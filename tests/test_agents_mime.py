@@ -280,19 +280,36 @@ def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     assert (tmp_path / 'model.valid').exists() and (tmp_path / 'model.test').exists()
 
 
-def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
-    from resume_helpers import train_kill_resume
-
-    model_file = tmp_path / 'model'
-
+def _sample_training(model_file):
+    """``train_model`` arguments of a tiny MIME on the sample, plus the ``extra`` given."""
     def train_args(*extra):
         return ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
                 '-o', 'empathy/mime', '-mf', model_file, '-bs', 8, '--dict-maxtokens', 2000,
                 '--glove-init', 'false', *TINY, *extra]
+    return train_args
 
+
+def test_mime_resumes_after_sigkill(run_parlai, tmp_path, ed_dir):
+    from resume_helpers import train_kill_resume
+
+    model_file = tmp_path / 'model'
     env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir)
-    log, done_updates, target = train_kill_resume(train_args, str(model_file), tmp_path, env)
+    log, done_updates, target = train_kill_resume(_sample_training(model_file), str(model_file), tmp_path, env)
     assert target == done_updates + 3 and 'loss_cls' in log
+
+
+@pytest.mark.parametrize('victim', ['.checkpoint.opt', '.checkpoint.trainstats'])
+def test_mime_resumes_after_a_kill_in_the_middle_of_saving(tmp_path, ed_dir, victim):
+    """ParlAI writes a checkpoint's ``.opt`` and ``.trainstats`` in place: a run killed while
+    writing one left a truncated file, and resuming stopped on it (a JSON error). Each goes
+    through a temporary file now, so the last complete one is still there."""
+    from resume_helpers import train_die_while_saving
+
+    model_file = tmp_path / 'model'
+    env = dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir)
+    train_die_while_saving(_sample_training(model_file), str(model_file), f'{model_file}{victim}', tmp_path, env)
+    # the file the kill interrupted is the only temporary one left
+    assert len([name for name in os.listdir(tmp_path) if '.tmp-' in name]) == 1
 
 
 def test_flattened_contexts_keep_their_speakers():

@@ -24,6 +24,7 @@ from parlai.core.torch_classifier_agent import TorchClassifierAgent
 from parlai_empathy.agents.batch_defaults import training_defaults
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.safety import SafeAgentMixin
+from parlai_empathy.cache_lock import atomic_save_dir
 from parlai_empathy.data.goemotions import join_labels, split_labels
 from parlai_empathy.emotions import classifier_files
 from parlai_empathy.models.emotion_classifier import (
@@ -207,10 +208,15 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         path = self.opt.get('model_file') if path is None else path
         if path and os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        super().save(path)
         if path and hasattr(self, 'model'):
-            self.dict.hf_tokenizer.save_pretrained(path + HF_SUFFIX)
-            self.model.config.save_pretrained(path + HF_SUFFIX)
+            # before the weights, whose presence makes the folder count (saved_hf_dir), and file by
+            # file through a temporary folder: a killed save never leaves a half tokenizer there
+            def save_hf(folder):
+                self.dict.hf_tokenizer.save_pretrained(folder)
+                self.model.config.save_pretrained(folder)
+
+            atomic_save_dir(path + HF_SUFFIX, save_hf)
+        super().save(path)
 
     def _set_text_vec(self, obs, history, truncate):
         """[CLS] text [SEP], cut to ``--max-length``: only this example's text, never earlier

@@ -10,6 +10,7 @@ from parlai.core.metrics import AverageMetric
 from parlai.core.torch_generator_agent import PPLMetric
 from parlai.utils.misc import warn_once
 
+from parlai_empathy.cache_lock import atomic_save_as
 from parlai_empathy.data.moel_text import moel_tokens
 from parlai_empathy.models import glove
 
@@ -43,6 +44,15 @@ class MoelDictionaryAgent(DictionaryAgent):
     @staticmethod
     def moel_tokenize(text):
         return moel_tokens(text)
+
+    def save(self, filename=None, append=False, sort=True):
+        """ParlAI's save through temporary files: ParlAI writes the dictionary and its ``.opt`` in
+        place, and a half-written dictionary left by a killed run counts as built from then on."""
+        filename = self.opt['dict_file'] if filename is None else filename
+        if append:
+            return super().save(filename, append=True, sort=sort)
+        parent = super()
+        atomic_save_as(filename, lambda name: parent.save(name, sort=sort), sidecars=('.opt', '.codecs'))
 
 
 def record_response_metrics(agent, response, suffix=''):

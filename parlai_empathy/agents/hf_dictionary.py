@@ -12,6 +12,7 @@ from typing import List
 from parlai.core.dict import DictionaryAgent
 from parlai.core.opt import Opt
 
+from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.models.bi_encoder import load_tokenizer
 
 BERT_SPECIAL_TOKENS = ('cls_token', 'sep_token', 'pad_token', 'unk_token')
@@ -73,8 +74,7 @@ class HFTokenizerDictionary(DictionaryAgent):
         if filename:
             # the first save (a checkpoint) may come before anything made the model's folder
             os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
-            with open(filename, 'w', encoding='utf-8') as f:
-                f.write(f'# HuggingFace tokenizer of {self.source}\n')
+            atomic_write(filename, lambda f: f.write(f'# HuggingFace tokenizer of {self.source}\n'), binary=False)
 
     def share(self):
         return {'opt': self.opt, 'hf_tokenizer': self.hf_tokenizer, 'source': self.source, 'class': type(self)}

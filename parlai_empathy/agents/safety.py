@@ -16,6 +16,10 @@
   no trace in the dialogue history (a message with a label, as in evaluation, is scored as usual);
 * ``parlai interactive``, ``eval_model -d`` and ``display_model`` show the emotion fields of the
   replies (``display_fields``: ``--display-add-fields`` by default; a given value replaces it);
+* ``save`` writes the weights, the options and the dictionary each to a temporary file renamed
+  over the old one: ParlAI writes the ``.opt`` and ``.dict`` in place, so a run killed in the
+  middle of a checkpoint left an empty ``model.checkpoint.opt`` (or a half dictionary) and could
+  not resume;
 * built by ``parlai train_model``'s loop, the agent gives that loop the project's training
   behaviour (:mod:`parlai_empathy.agents.training_loop`; a stock agent's loop is left alone).
 """
@@ -23,6 +27,7 @@ import os
 import sys
 
 from parlai_empathy.agents import training_loop
+from parlai_empathy.cache_lock import atomic_save_as
 from parlai_empathy.safe_loading import ModelFileError, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
@@ -104,6 +109,21 @@ class SafeAgentMixin:
         from parlai.core.message import Message
 
         return Message({'id': self.getID(), 'text': EMPTY_INPUT_REPLY, 'episode_done': False})
+
+    def save(self, path=None):
+        """ParlAI's ``TorchAgent.save``, each file complete at its name at every moment (the
+        weights already were: ParlAI's ``atomic_save``)."""
+        path = self.opt.get('model_file') if path is None else path
+        if not path:
+            return
+        if hasattr(self, 'dict') and not os.path.exists(path + '.dict'):
+            self.dict.save(path + '.dict', sort=False)  # our dictionaries save atomically themselves
+        states = self.state_dict()
+        if states:
+            from parlai.utils.torch import atomic_save
+
+            atomic_save(states, path)
+            atomic_save_as(path + '.opt', self.opt.save)
 
     def load(self, path):
         """ParlAI's ``TorchAgent.load``, without unpickling anything but weights."""

@@ -30,6 +30,10 @@ The changes, and why:
 * A resumed run that never beats its best after resuming does not end by saving its last weights
   over the best model file, and its final valid and test reports are of the best model file, not
   of the last checkpoint.
+* The ``.trainstats`` file is written to a temporary name and renamed over the old one. ParlAI
+  writes it in place, so a run killed while saving left a truncated ``.checkpoint.trainstats``,
+  and the resumed run stopped on a JSON error (the agent saves its own files the same way:
+  :meth:`~parlai_empathy.agents.safety.SafeAgentMixin.save`).
 """
 import json
 import os
@@ -37,6 +41,7 @@ import sys
 import types
 from typing import Optional
 
+from parlai_empathy.cache_lock import move_into_place, temporary_name
 from parlai_empathy.compat import _ModuleView
 
 
@@ -55,6 +60,7 @@ def attach(opt) -> None:
     loop.validate = types.MethodType(_validate, loop)
     loop._get_time = types.MethodType(_get_time, loop)
     loop.train_steps = types.MethodType(_train_steps, loop)
+    loop._save_train_stats = types.MethodType(_save_train_stats, loop)
 
 
 def _loop_building_an_agent() -> Optional[object]:
@@ -126,6 +132,20 @@ def _get_time(self, world):
     self._total_exs = int(module.np.round(self._total_epochs * world.num_examples()))
     _validate_the_schedule_end(self, module.logging, module.StopTrainException)
     return times
+
+
+def _save_train_stats(self, suffix=None):
+    real_save = type(self)._save_train_stats
+    model_file = self.opt.get('model_file')
+    if not model_file:
+        return real_save(self, suffix)
+    final = f'{model_file}{suffix or ""}.trainstats'
+    # ParlAI names the file model_file + suffix + '.trainstats'; a suffix of ours makes it temporary
+    partial_suffix = temporary_name(suffix or '')
+    real_save(self, partial_suffix)
+    written = f'{model_file}{partial_suffix}.trainstats'
+    if os.path.exists(written):  # a non-primary worker writes nothing
+        move_into_place(written, final)
 
 
 def _train_steps(self):

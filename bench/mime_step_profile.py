@@ -204,20 +204,15 @@ def main():
     if args.kernels == 'avx2' and not args.child:
         env = dict(os.environ, **AVX2_KERNELS)
         return subprocess.call([sys.executable, *sys.argv, '--child'], env=env)
-    import torch
-
     from parlai_empathy import evidence
 
+    run = evidence.benchmark_record(REPO)
     report = measure(args)
     report.update(
         command='python bench/mime_step_profile.py ' + ' '.join(
             f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items()
             if k not in ('ed_dir', 'out', 'child', 'workdir')),
-        cpu=cpu_flags(), kernels=args.kernels,
-        kernel_env={k: os.environ.get(k) for k in AVX2_KERNELS},
-        torch_cpu_capability=torch.backends.cpu.get_cpu_capability(),
-        machine=evidence.machine(), code=evidence.code_version(REPO),
-        taken=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))
+        cpu=cpu_flags(), kernels=args.kernels, **evidence.finish_benchmark_record(run))
     print(json.dumps(report, indent=1))
     if args.out:
         with open(args.out, 'w') as handle:

@@ -87,7 +87,12 @@ def main():
               '--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
               '--eval-candidates', 'fixed', '--fixed-candidates-path', pool, '--interactive-mode', 'true']
     common += shlex.split(args.agent_args)
-    figures = {'threads': torch.get_num_threads(), 'cpu_count': os.cpu_count()}
+    from parlai_empathy import evidence
+
+    command = ['python', 'bench/ranker_latency.py'] + evidence.portable(sys.argv[1:], evidence.path_placeholders())
+    figures = {'command': command,
+               **evidence.benchmark_record(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+               'threads': torch.get_num_threads(), 'cpu_count': os.cpu_count()}
 
     start = time.perf_counter()
     cold = make_agent(common)
@@ -162,6 +167,7 @@ def main():
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     figures['eval_fixed_pool_peak_rss_gb'] = max(peak_kb, before) / 1024 ** 2
     figures['eval_fixed_pool_examples'] = 64
+    evidence.finish_benchmark_record(figures)
     print(json.dumps(figures, indent=1))
     if args.out:
         with open(args.out, 'w') as f:

@@ -319,6 +319,8 @@ def table(rows):
 
 
 def main_parent(args):
+    from parlai_empathy import evidence  # the parent runs in our environment; the references' children do not
+
     if args.setup_ref_venv:
         args.ref_python = setup_ref_venv(os.path.abspath(args.setup_ref_venv))
         print(f'reference venv ready: {args.ref_python}')
@@ -340,10 +342,10 @@ def main_parent(args):
     os.makedirs(ours_data, exist_ok=True)
 
     report = {
-        'command': [os.path.basename(sys.executable)] + sys.argv,
-        'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
-        'machine': {'platform': platform.platform(), 'processor': platform.processor(),
-                    'cpu_count': os.cpu_count(), 'python': platform.python_version()},
+        'command': [os.path.basename(sys.executable)] + evidence.portable(sys.argv, evidence.path_placeholders()),
+        'platform': platform.platform(),
+        # the machine and its load at the start, our code's commit, the kernel settings
+        **evidence.benchmark_record(REPO),
         'threads': args.threads,
         'ed_dir': ed_dir, 'ed_sha256_12': key, 'ed_limit': args.ed_limit,
         'train_dialogues': train_dialogues, 'train_listener_responses': train_responses,
@@ -469,6 +471,7 @@ def main_parent(args):
         ref = report.get(name, {}).get('reference')
         if ref and not (ref['commit'] or '').startswith(ref['expected_commit']):
             print(f'note: {name} checkout is at {ref["commit"]}, not {ref["expected_commit"]}')
+    evidence.finish_benchmark_record(report)
     if args.out:
         with open(args.out, 'w') as handle:
             json.dump(report, handle, indent=1)

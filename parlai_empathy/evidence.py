@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import subprocess
+import time
 from typing import Dict, Iterable, List, Mapping, Optional
 
 from parlai_empathy.cache_lock import atomic_write
@@ -163,6 +164,31 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
     except (OSError, subprocess.CalledProcessError):
         return {'commit': None}
     return {'commit': commit, 'dirty': dirty, 'package': __version__}
+
+
+# the variables that choose the CPU kernels PyTorch, oneDNN and MKL use, and the thread count: a
+# figure taken under them is not one of the machine's native kernels
+KERNEL_ENV = ('ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS', 'OMP_NUM_THREADS')
+
+
+def benchmark_record(repo: Optional[str] = None) -> Dict[str, object]:
+    """What a benchmark's JSON says of its run besides the figures: when (UTC), the machine and its
+    load at that moment, the code (:func:`code_version`), the kernel settings in force. Taken at
+    the start of a run; :func:`finish_benchmark_record` adds the load at its end."""
+    import torch
+
+    return {
+        'taken': time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()),
+        'machine': machine(), 'code': code_version(repo),
+        'kernel_env': {name: os.environ.get(name) for name in KERNEL_ENV},
+        'torch_cpu_capability': torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def finish_benchmark_record(record: Dict[str, object]) -> Dict[str, object]:
+    """``record`` with the load average at the end of the run (a run that shared the machine shows)."""
+    record['load_average_end'] = machine().get('load_average')
+    return record
 
 
 # ----- outputs ------------------------------------------------------------------------------------

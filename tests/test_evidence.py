@@ -246,3 +246,20 @@ def test_code_version_is_dirty_for_code_changes_not_for_evidence(tmp_path, monke
     assert code_version(str(tmp_path))['dirty'] is False
     (tmp_path / 'projects/p/table.json').write_text('{"plan": 1}\n')  # the plans are code
     assert code_version(str(tmp_path))['dirty'] is True
+
+
+def test_a_benchmark_record_names_the_code_the_machine_and_the_kernels(monkeypatch):
+    """A bench JSON says which commit ran, on what machine under what load, and under which kernel
+    settings (a figure taken with AVX2 kernels forced on an AVX-512 CPU must say so)."""
+    from parlai_empathy.evidence import benchmark_record, finish_benchmark_record
+
+    monkeypatch.setenv('PARLAI_EMPATHY_COMMIT', '0123abcd')
+    monkeypatch.setenv('ATEN_CPU_CAPABILITY', 'avx2')
+    monkeypatch.delenv('ONEDNN_MAX_CPU_ISA', raising=False)
+    record = benchmark_record()
+    assert record['code'] == {'commit': '0123abcd', 'dirty': False, 'package': record['code']['package']}
+    assert record['kernel_env']['ATEN_CPU_CAPABILITY'] == 'avx2' and record['kernel_env']['ONEDNN_MAX_CPU_ISA'] is None
+    assert record['machine']['cores'] == os.cpu_count() and len(record['machine']['load_average']) == 3
+    assert record['torch_cpu_capability'] and record['taken'].endswith(' UTC')
+    assert 'load_average_end' not in record
+    assert len(finish_benchmark_record(record)['load_average_end']) == 3

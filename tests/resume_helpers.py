@@ -31,6 +31,12 @@ def train_kill_resume(train_args, model_file, cwd, env, extra_updates=3, timeout
     assert done_updates > 0 and not os.path.isfile(model_file)
 
     target = done_updates + extra_updates
+    return resume_to(train_args, model_file, target, cwd, env), done_updates, target
+
+
+def resume_to(train_args, model_file, target, cwd, env):
+    """Run the same command again up to ``target`` updates; asserts it resumed from the
+    checkpoint and reached the target. Returns its log."""
     resumed = subprocess.run(
         [PARLAI] + [str(a) for a in train_args('--max-train-steps', target)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
@@ -40,7 +46,7 @@ def train_kill_resume(train_args, model_file, cwd, env, extra_updates=3, timeout
     assert f'Loading existing model params from {model_file}.checkpoint' in log
     with open(f'{model_file}.trainstats') as f:
         assert json.load(f)['train_steps'] == target
-    return log, done_updates, target
+    return log
 
 
 # ``parlai train_model`` with json.dump replaced: the second time the run saves the file named by
@@ -78,13 +84,4 @@ def train_die_while_saving(train_args, model_file, victim, cwd, env, extra_updat
     assert first.returncode == -signal.SIGKILL, (first.stdout + first.stderr)[-3000:]
     with open(f'{model_file}.checkpoint.trainstats') as f:
         target = json.load(f)['train_steps'] + extra_updates
-    resumed = subprocess.run(
-        [PARLAI] + [str(a) for a in train_args('--max-train-steps', target)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )
-    log = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, log[-5000:]
-    assert f'Loading existing model params from {model_file}.checkpoint' in log
-    with open(f'{model_file}.trainstats') as f:
-        assert json.load(f)['train_steps'] == target
-    return log
+    return resume_to(train_args, model_file, target, cwd, env)

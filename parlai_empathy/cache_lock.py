@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import socket
 from typing import IO, Callable, Sequence
@@ -100,3 +101,34 @@ def move_into_place(written: str, path: str) -> None:
     with open(written, 'rb') as f:
         os.fsync(f.fileno())
     os.replace(written, path)
+
+
+def remove_dead_temporaries(path: str) -> None:
+    """Remove the temporary files beside ``path`` (``<its name>...tmp-<host>-<pid>...``) left by a
+    process of this host that no longer runs: a run killed while saving leaves one, which
+    nothing else would ever read or remove. Another host's, and a live process's, are kept."""
+    folder, base = os.path.split(os.path.abspath(path))
+    pattern = re.compile(re.escape(base) + r'.*\.tmp-' + re.escape(socket.gethostname()) + r'-(\d+)(\..*)?$')
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.match(name)
+        if match is None or int(match.group(1)) == os.getpid() or _process_exists(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            if os.path.isdir(os.path.join(folder, name)):
+                shutil.rmtree(os.path.join(folder, name))
+            else:
+                os.remove(os.path.join(folder, name))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

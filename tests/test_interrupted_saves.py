@@ -118,3 +118,29 @@ def test_the_ranker_dictionary_file_is_written_whole(tmp_path):
     dictionary.save(str(path))
     assert path.read_text(encoding='utf-8') == '# HuggingFace tokenizer of sentence-transformers/all-MiniLM-L6-v2\n'
     assert os.listdir(path.parent) == ['model.dict']
+
+
+def test_a_killed_saves_temporary_files_are_removed_and_nothing_else(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from parlai_empathy.cache_lock import remove_dead_temporaries
+
+    host = socket.gethostname()
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    names = {
+        f'model.checkpoint.opt.tmp-{host}-{dead.pid}': False,  # left by a killed run: removed
+        f'model.checkpoint.tmp-{host}-{dead.pid}.trainstats': False,
+        f'model.checkpoint.opt.tmp-another-host-{dead.pid}': True,  # cannot tell: kept
+        f'model.opt.tmp-{host}-{os.getppid()}': True,  # a live process's
+        f'model.opt.tmp-{host}-{os.getpid()}': True,  # this process's
+        f'other.opt.tmp-{host}-{dead.pid}': True,  # another model's
+        'model.checkpoint.opt': True,
+    }
+    for name in names:
+        (tmp_path / name).write_text('{')
+    (tmp_path / f'model.checkpoint.hf.tmp-{host}-{dead.pid}').mkdir()
+    remove_dead_temporaries(str(tmp_path / 'model'))
+    assert sorted(os.listdir(tmp_path)) == sorted(name for name, kept in names.items() if kept)

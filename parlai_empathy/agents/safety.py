@@ -19,7 +19,7 @@
 * ``save`` writes the weights, the options and the dictionary each to a temporary file renamed
   over the old one: ParlAI writes the ``.opt`` and ``.dict`` in place, so a run killed in the
   middle of a checkpoint left an empty ``model.checkpoint.opt`` (or a half dictionary) and could
-  not resume;
+  not resume; the temporary file such a kill leaves is removed by the next save;
 * built by ``parlai train_model``'s loop, the agent gives that loop the project's training
   behaviour (:mod:`parlai_empathy.agents.training_loop`; a stock agent's loop is left alone).
 """
@@ -27,7 +27,7 @@ import os
 import sys
 
 from parlai_empathy.agents import training_loop
-from parlai_empathy.cache_lock import atomic_save_as
+from parlai_empathy.cache_lock import atomic_save_as, remove_dead_temporaries
 from parlai_empathy.safe_loading import ModelFileError, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
@@ -124,6 +124,8 @@ class SafeAgentMixin:
 
             atomic_save(states, path)
             atomic_save_as(path + '.opt', self.opt.save)
+        # what a run killed while saving left beside this model: its files are complete again
+        remove_dead_temporaries(path)
 
     def load(self, path):
         """ParlAI's ``TorchAgent.load``, without unpickling anything but weights."""

@@ -48,17 +48,11 @@ def temporary_name(path: str) -> str:
 
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = True) -> None:
     """``write(f)`` into a temporary file beside ``path``, flushed to disk, then renamed to it."""
-    tmp = temporary_name(path)
-    try:
-        with open(tmp, 'wb' if binary else 'w', **({} if binary else {'encoding': 'utf-8'})) as f:
+    def save(name):
+        with open(name, 'wb' if binary else 'w', **({} if binary else {'encoding': 'utf-8'})) as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+
+    atomic_save_as(path, save)
 
 
 def atomic_save_as(path: str, save: Callable[[str], None], sidecars: Sequence[str] = ()) -> None:

@@ -28,6 +28,17 @@ caches, clock and memory stay), so figures from a real one are kept apart.
     .venv/bin/python bench/mime_step_profile.py --threads 2 --out bench/results/mime_step_profile_amd.json
     .venv/bin/python bench/mime_step_profile.py --threads 2 --kernels avx2 \
         --out bench/results/mime_step_profile_amd_avx2kernels.json
+
+``--pass validation`` times MIME's validation instead: ``compute_loss`` in evaluation (what
+``train_model`` runs on each valid batch; ``--skip-generation true``) over the first ``--steps``
+batches of the ED valid set, collected and tokenized before the clock starts, each batch scored
+under both settings in turn (alternating which goes first): ``before`` (the gold polarity's and the
+predicted polarity's perplexities from two whole encoder passes, what the agent did before) and
+``now`` (both from one reading of the context, ``Mime.gold_and_predicted_states``). Every
+example's perplexities are compared between the two, value for value.
+
+    .venv/bin/python bench/mime_step_profile.py --pass validation --threads 2 --steps 359 \
+        --out bench/results/mime_validation_profile_amd.json
 """
 import argparse
 import ctypes
@@ -183,6 +194,77 @@ def measure(args):
     return report
 
 
+def measure_validation(args):
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    from parlai.core.agents import create_agent
+    from parlai.core.worlds import create_task
+    from parlai.scripts.build_dict import build_dict
+    from parlai.scripts.train_model import setup_args
+
+    from parlai_empathy.agents.generator_common import record_response_metrics
+    from parlai_empathy.agents.mime import MimeAgent
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
+    model_file = os.path.join(workdir, 'model')
+    flags = ['-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', 'empathy/mime',
+             '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
+             '--glove-init', 'false', '--skip-generation', 'true']
+    if not os.path.isfile(model_file + '.dict'):
+        build_dict(setup_args().parse_args(flags + ['-dt', 'train']))
+    opt = setup_args().parse_args(flags + ['-dt', 'valid'])
+    agent = create_agent(opt)
+    world = create_task(opt, agent)
+    batches = []
+    scored = MimeAgent.eval_step
+    MimeAgent.eval_step = lambda self, batch: batches.append(batch)  # collect only
+    try:
+        while len(batches) < args.steps and not world.epoch_done():
+            world.parley()
+    finally:
+        MimeAgent.eval_step = scored
+    now = MimeAgent.record_extra_eval_metrics
+
+    def two_passes(self, batch, gold):  # the agent's method before one reading served both
+        response, _, _ = self.model(batch.text_vec, batch.get('speaker_vec'), gold, 'gold',
+                                    ys=batch.label_vec, loss_smoothing=0.0)
+        record_response_metrics(self, response, suffix='_gold')
+
+    settings = {'before': two_passes, 'now': now}
+    keys = ('ppl_gold', 'ppl_ex_gold', 'ppl', 'ppl_ex', 'emo_acc')
+    seconds = dict.fromkeys(settings, 0.0)
+    figures = {kind: {key: [] for key in keys} for kind in settings}
+    agent.model.eval()
+    with torch.no_grad():
+        for _ in range(2):  # warm-up
+            agent._local_metrics.clear()
+            agent.compute_loss(batches[0])
+        for index, batch in enumerate(batches):
+            order = list(settings) if index % 2 == 0 else list(settings)[::-1]
+            for kind in order:
+                MimeAgent.record_extra_eval_metrics = settings[kind]
+                agent._local_metrics.clear()
+                start = time.perf_counter()
+                agent.compute_loss(batch)
+                seconds[kind] += time.perf_counter() - start
+                for key in keys:
+                    figures[kind][key].extend(metric.value() for metric in agent._local_metrics[key])
+    MimeAgent.record_extra_eval_metrics = now
+    agent._local_metrics.clear()
+    examples = sum(len(batch.valid_indices) for batch in batches)
+    report = {kind: {'batches': len(batches), 'examples': examples,
+                     'ms_per_batch': round(1000 * seconds[kind] / len(batches), 2),
+                     'examples_per_s': round(examples / seconds[kind], 2)} for kind in settings}
+    report['speedup'] = seconds['before'] / seconds['now']
+    report['same_figures'] = {key: figures['before'][key] == figures['now'][key] for key in keys}
+    report['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report['model'] = {'agent': 'empathy/mime', 'params': sum(p.numel() for p in agent.model.parameters()),
+                       'vocab': len(agent.dict), 'batch': args.batch}
+    return report
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
@@ -197,6 +279,8 @@ def main():
     parser.add_argument('--ops', type=int, default=15, help='operators listed')
     parser.add_argument('--ops-steps', type=int, default=10, help='steps under torch.profiler')
     parser.add_argument('--kernels', choices=['native', 'avx2'], default='native')
+    parser.add_argument('--pass', dest='phase', choices=['train', 'validation'], default='train',
+                        help="a training step (the phases above) or a validation batch (MIME only)")
     parser.add_argument('--workdir', default=None, help='dictionary and model folder (default: a new temporary one)')
     parser.add_argument('--out', default=None)
     parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
@@ -207,10 +291,12 @@ def main():
     from parlai_empathy import evidence
 
     run = evidence.benchmark_record(REPO)
-    report = measure(args)
+    if args.phase == 'validation' and args.agent != 'empathy/mime':
+        parser.error('--pass validation profiles empathy/mime')
+    report = measure_validation(args) if args.phase == 'validation' else measure(args)
     report.update(
         command='python bench/mime_step_profile.py ' + ' '.join(
-            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items()
+            f'--{("pass" if k == "phase" else k).replace("_", "-")} {v}' for k, v in vars(args).items()
             if k not in ('ed_dir', 'out', 'child', 'workdir')),
         cpu=cpu_flags(), kernels=args.kernels, **evidence.finish_benchmark_record(run))
     print(json.dumps(report, indent=1))

@@ -264,6 +264,29 @@ def test_mimicry_polarity_gold_in_training_classifier_at_inference(sample_batch)
         model.encoder(context, speakers, polarity='gold')
 
 
+@pytest.mark.parametrize('fields', [{}, {'emotion_grouping': False}, {'stochastic': False}])
+def test_both_polarities_from_one_context_reading_equal_two_encoder_passes(sample_batch, fields):
+    """Evaluation scores the gold polarity (ppl_ex_gold) and the predicted one (ppl_ex) from one
+    context encoding: the same bits as two whole encoder passes, readout included."""
+    vocab, _, (context, speakers, response, emotion) = sample_batch
+    torch.manual_seed(0)
+    model = Mime(len(vocab), tiny(**fields)).eval()
+    with torch.no_grad():
+        gold, predicted = model.gold_and_predicted_states(context, speakers, emotion)
+        expected = (model.encoder(context, speakers, emotion, polarity='gold'), model.encoder(context, speakers))
+        for shared, alone in zip((gold, predicted), expected):
+            assert torch.equal(shared.memory, alone.memory) and torch.equal(shared.keep, alone.keep)
+            assert torch.equal(shared.aux.user_positive, alone.aux.user_positive)
+            assert torch.equal(shared.aux.emotion_logits, alone.aux.emotion_logits)
+            assert all(torch.equal(a, b) for a, b in zip(shared.aux.distributions, alone.aux.distributions))
+            assert shared.aux.kl is None
+            assert torch.equal(model.response_loss(shared, response).nll, model.response_loss(alone, response).nll)
+    if not fields:  # the batch has both polarities where gold and prediction disagree
+        assert not torch.equal(gold.aux.user_positive, predicted.aux.user_positive)
+    with pytest.raises(ValueError, match='evaluation'):
+        model.train().gold_and_predicted_states(context, speakers, emotion)
+
+
 def test_ablation_switches_change_the_computation(sample_batch):
     vocab, _, (context, speakers, response, emotion) = sample_batch
     positive = torch.full((8,), emotion_to_id('joyful'))

@@ -302,12 +302,13 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
                 f'{self.id} trains on the ED "emotion" field; the task gives none. '
                 'Use -t empathy_ed_clean (or empathy_ed).'
             )
-        if not training and gold is not None:
-            self.record_extra_eval_metrics(batch, gold)  # before the pass whose readout is kept
+        encoder_states = None
+        if not training and gold is not None:  # before the pass whose readout is kept
+            encoder_states = self.record_extra_eval_metrics(batch, gold)
         smoothing = self.opt['label_smoothing'] if training else 0.0
         with self._training_precision():
             response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
-                                                     loss_smoothing=smoothing)
+                                                     prev_enc=encoder_states, loss_smoothing=smoothing)
             extra, parts = self.core_model.extra_losses(encoder_states, gold) if gold is not None else (0, {})
         record_response_metrics(self, response)
         loss = self.core_model.response_weight * (response.smoothed if training else response.nll.sum())
@@ -325,7 +326,9 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return (loss, (None, None, encoder_states)) if return_output else loss
 
     def record_extra_eval_metrics(self, batch, gold):
-        """Model-specific evaluation figures (MIME: perplexity with the gold polarity)."""
+        """Model-specific evaluation figures (MIME: perplexity with the gold polarity); may return
+        the encoder states of the evaluation's own pass, computed alongside, or None."""
+        return None
 
     def _treesearch_factory(self, device, verbose=False):
         search = super()._treesearch_factory(device, verbose)

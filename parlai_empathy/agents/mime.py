@@ -35,10 +35,13 @@ class MimeAgent(EmotionGeneratorAgent):
 
     def record_extra_eval_metrics(self, batch, gold):
         """``ppl_gold``/``ppl_ex_gold``: the response scored with the gold user polarity, as the
-        reference computes its perplexity (it generates with the predicted polarity, as here)."""
-        response, _, _ = self.model(batch.text_vec, batch.get('speaker_vec'), gold, 'gold',
-                                    ys=batch.label_vec, loss_smoothing=0.0)
+        reference computes its perplexity (it generates with the predicted polarity, as here).
+        Returns the predicted polarity's encoder states, read from the same context encoding."""
+        gold_states, predicted_states = self.core_model.gold_and_predicted_states(
+            batch.text_vec, batch.get('speaker_vec'), gold)
+        response, _, _ = self.model(batch.text_vec, ys=batch.label_vec, prev_enc=gold_states, loss_smoothing=0.0)
         record_response_metrics(self, response, suffix='_gold')
+        return predicted_states
 
     def build_model(self):
         return self.build_generator(Mime, self.model_config(MimeConfig))

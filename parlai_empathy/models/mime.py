@@ -138,6 +138,16 @@ class GroupSample(NamedTuple):
     logvar: torch.Tensor  # [B, latent]
 
 
+class ContextReading(NamedTuple):
+    """Steps 1, 2 and 4 of one batch (:meth:`MimeEncoder.read_context`)."""
+
+    hidden: torch.Tensor  # [B, S, D] H
+    keep: torch.Tensor  # [B, S]
+    c: torch.Tensor  # [B, D] H_0
+    emotion_logits: torch.Tensor  # [B, 32] s
+    samples: List[GroupSample]  # one per group
+
+
 class EmotionSampler(nn.Module):
     """Step 4 for every group, and the posterior KL of the ELBO."""
 
@@ -251,27 +261,39 @@ class MimeEncoder(nn.Module):
         :class:`MimeReadout` is the states' ``aux``."""
         if polarity not in (None,) + POLARITIES:
             raise ValueError(f'polarity must be one of {POLARITIES}, not {polarity!r}')
+        if polarity == 'gold' and emotion is None:
+            raise ValueError("polarity='gold' needs the gold emotion ids")
+        context = self.read_context(tokens, speakers)
+        use_gold = emotion is not None and (self.training or polarity == 'gold')
+        return self.condition(context, emotion if use_gold else None,
+                              posterior=self.training and self.stochastic and emotion is not None)
+
+    def read_context(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None) -> 'ContextReading':
+        """Steps 1, 2 and 4: what does not depend on the polarity mimicry follows, so that one
+        reading serves both polarities (:meth:`Mime.gold_and_predicted_states`)."""
         # 1. H and c = H_0
         x, keep = self.embedding(tokens, speakers)
         hidden = self.context_encoder(x, keep)
         c = hidden[:, 0]
         # 2. s = E_E W_E c
         emotion_logits = self.classifier_proj(c) @ self.emotion_embedding.t()
-        predicted = emotion_logits.argmax(dim=-1)
-        # 5 (the polarity mimicry follows)
-        use_gold = emotion is not None and (self.training or polarity == 'gold')
-        if polarity == 'gold' and emotion is None:
-            raise ValueError("polarity='gold' needs the gold emotion ids")
-        user_positive = self.is_positive[emotion if use_gold else predicted]
         # 4. one emotion vector per group
         seeds = None if self.training or not self.stochastic else example_seeds(tokens, self.padding_idx)
         samples = self.sampler(c, self.emotion_embedding, seeds)
-        readout = MimeReadout(emotion_logits=emotion_logits, user_positive=user_positive,
+        return ContextReading(hidden, keep, c, emotion_logits, samples)
+
+    def condition(self, context: 'ContextReading', emotion: Optional[torch.Tensor] = None,
+                  posterior: bool = False) -> EncoderStates:
+        """Steps 5-7 on a :meth:`read_context`: mimicry follows the polarity of the gold ids
+        ``emotion``, or of the classifier's prediction when None; ``posterior`` adds the KL terms."""
+        hidden, keep, c, samples = context.hidden, context.keep, context.c, context.samples
+        # 5 (the polarity mimicry follows)
+        user_positive = self.is_positive[context.emotion_logits.argmax(dim=-1) if emotion is None else emotion]
+        readout = MimeReadout(emotion_logits=context.emotion_logits, user_positive=user_positive,
                               distributions=tuple(sample.distribution for sample in samples))
-        with_posterior = self.training and self.stochastic and emotion is not None
         if not self.grouping:
             memory = self.mimic_encoder(hidden, samples[0].emotion, keep)
-            if with_posterior:
+            if posterior:
                 readout.kl = tuple(self.sampler.kl(c, [self._pool(memory, keep)], samples))
             return EncoderStates(memory, keep, readout)
         e_pos, e_neg = samples[0].emotion, samples[1].emotion
@@ -281,7 +303,7 @@ class MimeEncoder(nn.Module):
         # 6. M and M~
         m_out = self.mimic_encoder(hidden, m, keep)
         m_tilde_out = self.non_mimic_encoder(hidden, m_tilde, keep)
-        if with_posterior:
+        if posterior:
             pooled_m, pooled_tilde = self._pool(m_out, keep), self._pool(m_tilde_out, keep)
             pooled_pos = torch.where(flag, pooled_m, pooled_tilde)  # the positive group's side
             pooled_neg = torch.where(flag, pooled_tilde, pooled_m)
@@ -314,6 +336,17 @@ class Mime(GeneratorModel):
         self.cls_weight, self.elbo_weight = config.emotion_loss_weight, config.elbo_weight  # alpha, beta
         self.response_weight = config.response_weight  # gamma
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
+
+    def gold_and_predicted_states(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor],
+                                  emotion: torch.Tensor) -> Tuple[EncoderStates, EncoderStates]:
+        """The encoder states for the gold polarity and for the predicted one, from one reading
+        of the context: the same values as ``encoder(..., emotion, polarity='gold')`` and
+        ``encoder(...)`` at inference, for what evaluation scores both ways (``ppl_ex_gold`` and
+        ``ppl_ex``) at the cost of one context encoder."""
+        if self.training:
+            raise ValueError('gold_and_predicted_states is for evaluation (the model is training)')
+        context = self.encoder.read_context(tokens, speakers)
+        return self.encoder.condition(context, emotion), self.encoder.condition(context)
 
     def extra_losses(self, encoder_states: EncoderStates, emotion: torch.Tensor):
         """alpha * batch-mean L_cls + beta * sum_g KL_g summed over the batch (the reference's

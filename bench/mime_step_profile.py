@@ -18,7 +18,8 @@ on the CPU and glibc's default ``mmap`` of every allocation above 128 KiB, what 
 before), ``foreach`` (Adam's multi-tensor step only) and ``now`` (that step and large tensors kept
 on the heap, what the agents do; ``parlai_empathy.agents.encoder_readout``). All three end in the
 same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window under ``now`` adds
-the operators with the most CPU time.
+the operators with the most CPU time, also split by their input shapes (which product of the
+model an ``aten::mm`` is).
 
 ``--kernels avx2`` runs the measurement in a child process with PyTorch, oneDNN and MKL held to
 AVX2 kernels (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``): on an
@@ -180,15 +181,26 @@ def measure(args):
     report['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(args.ops_steps):
             world.parley()
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    whole = sum(e.self_cpu_time_total for e in events) or 1
-    report['operators'] = [
-        {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
-         'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps}
-        for e in events[: args.ops]]
+    for field, grouped in (('operators', False), ('operators_by_shape', True)):
+        events = sorted(prof.key_averages(group_by_input_shape=grouped),
+                        key=lambda e: e.self_cpu_time_total, reverse=True)
+        whole = sum(e.self_cpu_time_total for e in events) or 1
+        report[field] = [
+            {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
+             'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps,
+             **({'input_shapes': e.input_shapes} if grouped else {})}
+            for e in events[: args.ops]]
+        if grouped:  # the products with the output layer (vocabulary-wide operands), all shapes summed
+            vocab = len(agent.dict)
+            products = [e for e in events if e.key in ('aten::mm', 'aten::addmm')
+                        and any(vocab in shape for shape in e.input_shapes if shape)]
+            report['vocabulary_products'] = {
+                'ms_per_step': round(sum(e.self_cpu_time_total for e in products) / 1000 / args.ops_steps, 2),
+                'share': round(sum(e.self_cpu_time_total for e in products) / whole, 4),
+                'calls_per_step': sum(e.count for e in products) / args.ops_steps}
     report['model'] = {'agent': args.agent, 'params': sum(p.numel() for p in agent.model.parameters()),
                        'vocab': len(agent.dict), 'batch': args.batch}
     return report

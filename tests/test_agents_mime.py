@@ -228,6 +228,67 @@ def test_training_keeps_large_tensors_on_the_heap(run_parlai, tmp_path):
     assert faults({'MALLOC_MMAP_THRESHOLD_': '131072'}) == ['FAULTS True True']
 
 
+def _sparse_training(flush_every, steps=2400):
+    """A word table and output layer under Adam (foreach) where words 8-63 appear in the first 20
+    steps only: their moments then decay into float32's subnormal range and stop there. Words
+    8-15 come back for the last 100 steps. Returns the weights and the subnormal moment count."""
+    import torch
+
+    from parlai_empathy.agents.encoder_readout import flush_subnormal_moments
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-9, foreach=True)
+    for step in range(steps):
+        high = 64 if step < 20 else (16 if step >= steps - 100 else 8)
+        words = torch.randint(0, high, (32,), generator=torch.Generator().manual_seed(step))
+        loss = torch.nn.functional.cross_entropy(model[1](torch.tanh(model[0](words))), words.flip(0))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if flush_every and (step + 1) % flush_every == 0:
+            flush_subnormal_moments(optimizer)
+    left = flush_subnormal_moments(optimizer)  # counts (and flushes) what is subnormal at the end
+    return [p.detach().clone() for p in model.parameters()], left
+
+
+def test_flushing_subnormal_adam_moments_changes_no_weight():
+    """Adam's moments of words absent from the batches end as subnormal float32 numbers (the CPU's
+    slow path) unless flushed; flushed every 10 or 100 steps, the weights are the same to the
+    bit, also after those words come back."""
+    import torch
+
+    kept, subnormal = _sparse_training(flush_every=0)
+    assert subnormal > 200  # the premise: they stay subnormal without the flush
+    for every in (10, 100):
+        flushed, left = _sparse_training(flush_every=every)
+        assert left < subnormal and all(torch.equal(a, b) for a, b in zip(kept, flushed))
+
+
+def test_training_flushes_subnormal_moments_every_100_updates(run_parlai, tmp_path):
+    """On the CPU a generator's ``update_params`` flushes Adam's subnormal moments after every
+    100th update, not in between."""
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    script = tmp_path / 'flush.py'
+    script.write_text(
+        'import sys, torch\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'datatype': 'train'})\n"
+        'optimizer = getattr(agent.optimizer, "optimizer", agent.optimizer)\n'
+        'state = next(iter(optimizer.state.values()))\n'
+        'seen = []\n'
+        'for update in range(agent._number_training_updates + 1, 202):\n'
+        '    state["exp_avg_sq"].view(-1)[0] = 1e-40  # subnormal\n'
+        '    optimizer.step = lambda *a, **k: None  # only the bookkeeping of a step\n'
+        '    agent.update_params()\n'
+        '    if float(state["exp_avg_sq"].view(-1)[0]) == 0.0:\n'
+        '        seen.append(agent._number_training_updates)\n'
+        "print('FLUSHED', seen)\n"
+    )
+    out = run_parlai('python', script, model_file).stdout.splitlines()
+    assert [line for line in out if line.startswith('FLUSHED')] == ['FLUSHED [100, 200]']
+
+
 def test_multitask_transformer_trains(run_parlai, tmp_path):
     _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
     assert 'emo_acc@2' in log and 'loss_cls' in log

@@ -97,8 +97,8 @@ def keep_large_tensors_on_heap() -> bool:
 
 # Adam's moments of a row whose gradient stays zero (a word absent from the batches) shrink by
 # beta1 or beta2 each step into float32's subnormal range and, rounded to nearest, stop there a
-# few units above zero; x86 CPUs take those numbers through a slow path (a square root ~15x
-# slower per element), every step, for the rest of training
+# few units above zero; x86 CPUs take some operations on them (the square root of the second
+# moment) through a slow path, every step, for the rest of training (bench/adam_subnormal.py)
 SMALLEST_NORMAL = torch.finfo(torch.float32).tiny
 MOMENTS = ('exp_avg', 'exp_avg_sq', 'max_exp_avg_sq')
 FLUSH_SUBNORMAL_EVERY = 100  # updates

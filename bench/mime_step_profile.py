@@ -30,13 +30,15 @@ caches, clock and memory stay), so figures from a real one are kept apart.
     .venv/bin/python bench/mime_step_profile.py --threads 2 --kernels avx2 \
         --out bench/results/mime_step_profile_amd_avx2kernels.json
 
-``--pass validation`` times MIME's validation instead: ``compute_loss`` in evaluation (what
-``train_model`` runs on each valid batch; ``--skip-generation true``) over the first ``--steps``
+``--pass validation`` times MIME's validation instead: ``eval_step`` (what ``train_model`` runs
+on each valid batch; ``--skip-generation true``: the perplexities and the emotion fields) over the
+first ``--steps``
 batches of the ED valid set, collected and tokenized before the clock starts, each batch scored
 under both settings in turn (alternating which goes first): ``before`` (the gold polarity's and the
 predicted polarity's perplexities from two whole encoder passes, what the agent did before) and
 ``now`` (both from one reading of the context, ``Mime.gold_and_predicted_states``). Every
-example's perplexities are compared between the two, value for value.
+example's perplexities and emotion fields are compared between the two, value for value, and
+the context encodings per batch are counted.
 
     .venv/bin/python bench/mime_step_profile.py --pass validation --threads 2 --steps 359 \
         --out bench/results/mime_validation_profile_amd.json
@@ -246,31 +248,45 @@ def measure_validation(args):
 
     settings = {'before': two_passes, 'now': now}
     keys = ('ppl_gold', 'ppl_ex_gold', 'ppl', 'ppl_ex', 'emo_acc')
+    fields = ('predicted_emotion', 'emotion_polarity')
     seconds = dict.fromkeys(settings, 0.0)
-    figures = {kind: {key: [] for key in keys} for kind in settings}
-    agent.model.eval()
+    readings = dict.fromkeys(settings, 0)
+    figures = {kind: {key: [] for key in keys + fields} for kind in settings}
+    encoder = agent.core_model.encoder
+    read_context = encoder.read_context
+
+    def counted(*args, **kwargs):  # every context encoding, in a forward pass or not
+        readings[kind] += 1
+        return read_context(*args, **kwargs)
+    encoder.read_context = counted
+    kind = 'now'
     with torch.no_grad():
         for _ in range(2):  # warm-up
             agent._local_metrics.clear()
-            agent.compute_loss(batches[0])
+            agent.eval_step(batches[0])
+        readings['now'] = 0
         for index, batch in enumerate(batches):
             order = list(settings) if index % 2 == 0 else list(settings)[::-1]
             for kind in order:
                 MimeAgent.record_extra_eval_metrics = settings[kind]
                 agent._local_metrics.clear()
                 start = time.perf_counter()
-                agent.compute_loss(batch)
+                output = agent.eval_step(batch)  # what train_model's validation runs per batch
                 seconds[kind] += time.perf_counter() - start
                 for key in keys:
                     figures[kind][key].extend(metric.value() for metric in agent._local_metrics[key])
+                for field in fields:
+                    figures[kind][field].extend(output[field])
     MimeAgent.record_extra_eval_metrics = now
+    encoder.read_context = read_context
     agent._local_metrics.clear()
     examples = sum(len(batch.valid_indices) for batch in batches)
     report = {kind: {'batches': len(batches), 'examples': examples,
                      'ms_per_batch': round(1000 * seconds[kind] / len(batches), 2),
-                     'examples_per_s': round(examples / seconds[kind], 2)} for kind in settings}
+                     'examples_per_s': round(examples / seconds[kind], 2),
+                     'context_encodings_per_batch': readings[kind] / len(batches)} for kind in settings}
     report['speedup'] = seconds['before'] / seconds['now']
-    report['same_figures'] = {key: figures['before'][key] == figures['now'][key] for key in keys}
+    report['same_figures'] = {key: figures['before'][key] == figures['now'][key] for key in keys + fields}
     report['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report['model'] = {'agent': 'empathy/mime', 'params': sum(p.numel() for p in agent.model.parameters()),
                        'vocab': len(agent.dict), 'batch': args.batch}

@@ -228,6 +228,40 @@ def test_training_keeps_large_tensors_on_the_heap(run_parlai, tmp_path):
     assert faults({'MALLOC_MMAP_THRESHOLD_': '131072'}) == ['FAULTS True True']
 
 
+def test_evaluation_encodes_each_context_once_for_both_polarities(run_parlai, tmp_path):
+    """A labelled evaluation batch (what every validation runs) scores the gold and the predicted
+    polarity and fills the reply's emotion fields from one context encoding, the fields equal to
+    those of a fresh encoder pass."""
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
+    script = tmp_path / 'once.py'
+    script.write_text(
+        'import sys, torch\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        'from parlai_empathy.data.emotions import ED_EMOTIONS\n'
+        "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': True, 'datatype': 'valid'})\n"
+        'encoder = agent.core_model.encoder\n'
+        'calls = []\n'
+        'read = encoder.read_context\n'
+        'encoder.read_context = lambda *a, **k: calls.append(1) or read(*a, **k)\n'
+        'TEXTS = [("I lost my wallet today", "oh no, did you find it?", "sad"),\n'
+        '         ("we won the final!", "congratulations, that is great", "proud")]\n'
+        'batch = []\n'
+        'for text, label, emotion in TEXTS:\n'
+        '    agent.reset()\n'
+        '    batch.append(agent.observe({"text": text, "eval_labels": [label], "emotion": emotion, '
+        '"episode_done": True}))\n'
+        'replies = agent.batch_act(batch)\n'
+        'metrics = replies[0].get("metrics", {})\n'
+        'vec = agent.batchify(batch)\n'
+        'with torch.no_grad():\n'
+        '    fresh = encoder(vec.text_vec, vec.get("speaker_vec")).aux.emotion_logits.argmax(-1).tolist()\n'
+        "print('ONCE', len(calls) - 1, [r['predicted_emotion'] for r in replies] == [ED_EMOTIONS[i] for i in fresh],"
+        " 'ppl_ex_gold' in metrics and 'ppl_ex' in metrics)\n"
+    )
+    out = run_parlai('python', script, model_file).stdout.splitlines()
+    assert [line for line in out if line.startswith('ONCE')] == ['ONCE 1 True True']
+
+
 def _sparse_training(flush_every, steps=2400):
     """A word table and output layer under Adam (foreach) where words 8-63 appear in the first 20
     steps only: their moments then decay into float32's subnormal range and stop there. Words

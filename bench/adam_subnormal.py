@@ -139,9 +139,7 @@ def main():
         cpu=cpu_flags(), **evidence.finish_benchmark_record(run))
     print(json.dumps(report, indent=1))
     if args.out:
-        with open(args.out, 'w') as handle:
-            json.dump(report, handle, indent=1)
-            handle.write('\n')
+        evidence.write_json(args.out, report)
     return 0
 
 

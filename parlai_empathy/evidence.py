@@ -166,9 +166,10 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
     return {'commit': commit, 'dirty': dirty, 'package': __version__}
 
 
-# the variables that choose the CPU kernels PyTorch, oneDNN and MKL use, and the thread count: a
-# figure taken under them is not one of the machine's native kernels
-KERNEL_ENV = ('ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS', 'OMP_NUM_THREADS')
+# the variables that choose the CPU kernels PyTorch, oneDNN and MKL use, the thread count and how
+# idle OpenMP threads wait: a figure taken under them is not the machine's default
+KERNEL_ENV = ('ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS', 'OMP_NUM_THREADS',
+              'OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')
 
 
 def benchmark_record(repo: Optional[str] = None) -> Dict[str, object]:

@@ -13,6 +13,7 @@ from parlai.core.message import Message
 from parlai.core.torch_generator_agent import TorchGeneratorAgent
 
 from parlai_empathy.agents import batched_search
+from parlai_empathy.agents.detokenize import detokenize
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.ed_episodes import build_episodes
 from tiny_models import cached_tiny_model
@@ -67,6 +68,8 @@ def test_same_tokens_and_scores_as_parlais_loop(tmp_path_factory, agent_name, in
             assert torch.equal(tokens, t_tokens), (tokens, t_tokens)
             assert torch.equal(score, t_score) and score.dtype == t_score.dtype
             assert details is None and t_details is None
+            # the reply's text: ours reads the ids as a list, ParlAI's loop the tensor
+            assert agent._v2t(tokens) == detokenize(TorchGeneratorAgent._v2t(agent, tokens))
             lengths.add(len(tokens))
         for search, parlai_search in zip(searches, parlai_searches):
             [(tokens, score, _)] = search.get_rescored_finished()

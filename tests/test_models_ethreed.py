@@ -380,6 +380,34 @@ def test_mixing_at_the_source_positions_gives_the_whole_vocabularys_values(copy_
             assert torch.equal(mixed.argmax(-1), whole.argmax(-1))
 
 
+def test_copy_mass_summed_at_first_positions_has_the_vocabulary_scatters_bits(copy_data, data):
+    """log_probs sums each source word's attention in a [B, T, S] buffer at the word's first
+    position; the values must be those of the scatter over the whole extended vocabulary it
+    replaced, to the bit (the same additions in the same order), with repeated source words."""
+    from parlai_empathy.models.ethreed import _log_or_minus_inf, first_occurrences
+
+    for vocab, examples in (copy_data[:2], data):
+        model = build(vocab).eval()
+        xs, ys, _, _ = make_batch(vocab, examples)
+        with torch.no_grad():
+            enc = model.encoder(*xs)
+            steps = model._teacher_forced(enc, ys)
+            generate, copy = model.decoder.distributions(steps, enc.aux, enc.keep)
+            source = enc.aux.source_tokens
+            assert len(set(source[0].tolist())) < source.size(1)  # words repeat in the source
+            size = max(len(vocab), int(source.max()) + 1)
+            at_source = source.unsqueeze(1).expand(-1, ys.size(1), -1)
+            copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
+            padded = F.pad(generate, (0, size - len(vocab)), value=float('-inf'))
+            before = padded.scatter(2, at_source, torch.logaddexp(
+                padded.gather(2, at_source), copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source))))
+            assert torch.equal(model.decoder.log_probs(steps, enc), before)
+            first = first_occurrences(source)
+            assert torch.equal(source.gather(1, first), source)
+            assert bool((first <= torch.arange(source.size(1))).all())
+            assert torch.equal(model.decoder.log_probs(steps, enc, first), before)
+
+
 def test_the_attention_keys_are_projected_once_per_search(data):
     """The decoder state carries W m; a step gives the same scores as projecting it anew."""
     vocab, examples = data

@@ -261,4 +261,8 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         return super()._generate(batch, beam_size, max_ts, prefix_tokens=prefix_tokens)
 
     def _v2t(self, vec):
+        # ParlAI's loop compares every element of a tensor with the end and start tokens (three
+        # tensor operations per token); on a list of ints it reads the same ids
+        if torch.is_tensor(vec):
+            vec = vec.tolist()
         return detokenize(super()._v2t(vec))

@@ -477,10 +477,9 @@ class EthreedAgent(EncoderReadoutAgent):
         # copied unknown words back into the replies, and Distinct-n on nltk tokens
         replies = [self._reply_text(tokens, words) for tokens, words in zip(*self._generated)]
         output['text'] = replies
+        words = [distinct.nltk_tokens(reply) for reply in replies]
         for n in DISTINCT_ORDERS:
-            self.record_local_metric(f'dist-{n}_nltk', [
-                CorpusDistinctMetric.of_response(reply, n, distinct.nltk_tokens) for reply in replies
-            ])
+            self.record_local_metric(f'dist-{n}_nltk', [CorpusDistinctMetric.of_tokens(w, n) for w in words])
         return output
 
     def _reply_text(self, tokens, oov):

@@ -83,7 +83,12 @@ class CorpusDistinctMetric(Metric):
 
     @classmethod
     def of_response(cls, response: str, n: int, tokenize=distinct.tokens) -> 'CorpusDistinctMetric':
-        return cls(distinct.ngrams(tokenize(response), n), n)
+        return cls.of_tokens(tokenize(response), n)
+
+    @classmethod
+    def of_tokens(cls, tokens: Sequence[str], n: int) -> 'CorpusDistinctMetric':
+        """One response's statistics from its tokens (tokenize once for several orders)."""
+        return cls(distinct.ngrams(tokens, n), n)
 
     def _entries(self) -> List[Tuple]:
         return self._log[:self._length]
@@ -149,8 +154,9 @@ def comparison_metrics(gold: str, response: str) -> Dict[str, Metric]:
                                         bleu.AVG_BLEU_LC),
         'reply_tokens': AverageMetric(len(distinct.tokens(response)), 1),
     }
+    words = distinct.nltk_tokens(response)
     for n in DISTINCT_ORDERS:
-        metrics[f'dist-{n}_nltk'] = CorpusDistinctMetric.of_response(response, n, distinct.nltk_tokens)
+        metrics[f'dist-{n}_nltk'] = CorpusDistinctMetric.of_tokens(words, n)
     return metrics
 
 

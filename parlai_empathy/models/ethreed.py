@@ -390,6 +390,8 @@ class PointerGeneratorDecoder(nn.Module):
             'coverage': torch.zeros_like(encoder_states.keep, dtype=encoder_states.memory.dtype),
             # W m_j depends on the memory alone: projected once per search, not at every step
             'keys': self.attention.project(encoder_states.memory),
+            # so do the positions of each source word's first occurrence (log_probs)
+            'first': first_occurrences(encoder_states.aux.source_tokens),
         }
 
     def run(self, tokens: torch.Tensor, encoder_states: EncoderStates,
@@ -425,21 +427,28 @@ class PointerGeneratorDecoder(nn.Module):
         switch = switch.squeeze(2).masked_fill(~keep.any(dim=1, keepdim=True), NO_COPY)
         return vocab + F.logsigmoid(-switch).unsqueeze(2), F.logsigmoid(switch)
 
-    def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates) -> torch.Tensor:
-        """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most)."""
+    def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
+                  first: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most).
+
+        ``first``: :func:`first_occurrences` of the source, which a search computes once."""
         _, keep, readout = encoder_states
         generate, copy = self.distributions(steps, readout, keep)
         source = readout.source_tokens
+        first = first_occurrences(source) if first is None else first
         size = max(self.vocab_size, int(source.max()) + 1)
         at_source = source.unsqueeze(1).expand(-1, generate.size(1), -1)  # [B, T, S]
-        copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
+        # A word's copy mass: the attention on every source position holding it, summed at the
+        # word's first position ([B, T, S], not a vocabulary-sized buffer per step) in the same
+        # order a scatter over the vocabulary adds it, so to the same bits
+        at_first = first.unsqueeze(1).expand_as(at_source)
+        copied = torch.zeros_like(steps.attention).scatter_add_(2, at_first, steps.attention).gather(2, at_first)
         generate = F.pad(generate, (0, size - self.vocab_size), value=float('-inf'))
         # Only the source's words have copy mass; for every other word logaddexp(g, -inf) is g
         # exactly, so the mixture is computed (and written back) at the source positions alone,
         # without a log of every word: the values of the whole-vocabulary mixture up to the last
         # bit of logaddexp (its vector and scalar CPU loops round differently)
-        mixed = torch.logaddexp(generate.gather(2, at_source),
-                                copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source)))
+        mixed = torch.logaddexp(generate.gather(2, at_source), copy.unsqueeze(2) + _log_or_minus_inf(copied))
         return generate.scatter_(2, at_source, mixed)
 
     def target_log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
@@ -479,7 +488,14 @@ class PointerGeneratorDecoder(nn.Module):
         else:
             tokens = tokens[:, -1:]  # earlier tokens are already in the recurrent state
         steps, state = self.run(tokens, encoder_states, incr_state)
-        return self.log_probs(steps, encoder_states), state
+        state['first'] = incr_state['first']
+        return self.log_probs(steps, encoder_states, state['first']), state
+
+
+def first_occurrences(source: torch.Tensor) -> torch.Tensor:
+    """``[B, S]``: for each source position, the first position holding the same token."""
+    same = source.unsqueeze(2) == source.unsqueeze(1)  # [B, S, S]
+    return same.to(torch.uint8).argmax(dim=2)  # argmax returns the first of equal maxima
 
 
 def _log_or_minus_inf(mass):

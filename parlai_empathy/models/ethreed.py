@@ -390,8 +390,6 @@ class PointerGeneratorDecoder(nn.Module):
             'coverage': torch.zeros_like(encoder_states.keep, dtype=encoder_states.memory.dtype),
             # W m_j depends on the memory alone: projected once per search, not at every step
             'keys': self.attention.project(encoder_states.memory),
-            # so do the positions of each source word's first occurrence (log_probs)
-            'first': first_occurrences(encoder_states.aux.source_tokens),
         }
 
     def run(self, tokens: torch.Tensor, encoder_states: EncoderStates,
@@ -413,7 +411,7 @@ class PointerGeneratorDecoder(nn.Module):
                                 ('attention', weights)):
                 steps[name].append(value)
         stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
-        return stacked, {'hidden': hidden, 'coverage': coverage, 'keys': keys}
+        return stacked, {**state, 'hidden': hidden, 'coverage': coverage}  # the rest carried as is
 
     def distributions(self, steps: DecoderSteps, readout: EthreedReadout, keep: torch.Tensor):
         """``(log P_vocab [B, T, V] + log(1 - p_ptr), log p_ptr [B, T])`` for every step."""
@@ -484,11 +482,13 @@ class PointerGeneratorDecoder(nn.Module):
                 incr_state: Optional[Dict[str, torch.Tensor]] = None
                 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         if incr_state is None:
-            incr_state = self.initial_state(encoder_states)
+            # a search also carries where each source word first occurs (log_probs), which
+            # depends on the source alone; teacher forcing (training) never needs it
+            incr_state = {**self.initial_state(encoder_states),
+                          'first': first_occurrences(encoder_states.aux.source_tokens)}
         else:
             tokens = tokens[:, -1:]  # earlier tokens are already in the recurrent state
         steps, state = self.run(tokens, encoder_states, incr_state)
-        state['first'] = incr_state['first']
         return self.log_probs(steps, encoder_states, state['first']), state
 
 

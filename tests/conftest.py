@@ -58,6 +58,7 @@ TABLE_MARKS = {
     'test_script_help.py': ('cli',),
     'test_sharded_eval.py': ('cli', 'slow'),
     'test_demo.py': ('cli', 'slow'),
+    'test_crowd_tasks.py': ('cli', 'browser', 'slow'),  # Mephisto runs, world logs of parlai eval_model
     'test_readme_commands.py': ('cli', 'slow'),
     'test_mission_outputs.py': ('cli', 'slow'),
     'test_emotions_tagging.py::test_command_killed_mid_run_resumes': ('cli',),
@@ -103,6 +104,22 @@ def pytest_collection_modifyitems(config, items):
     stale = [f'{file}::{test}' for file, test in pairs if file in modules and not hasattr(modules[file], test)]
     if stale:
         warnings.warn(f'tests/conftest.py TABLE_MARKS names tests that do not exist: {", ".join(stale)}', stacklevel=2)
+
+
+CROWD_MISSING = ('the crowd extra is not installed (make install-crowd: Mephisto 1.1.1, node and '
+                 'npm); make test installs it')
+
+
+def require_crowd():
+    """Skip a test of ParlAI's crowdsourcing tasks when the crowd extra is absent, with one line
+    saying how to enable it; fail instead where PARLAI_EMPATHY_REQUIRE_CROWD=1 (make test, CI)."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec('mephisto') is None or not (shutil.which('node') and shutil.which('npm')):
+        if os.environ.get('PARLAI_EMPATHY_REQUIRE_CROWD') == '1':
+            pytest.fail(f'{CROWD_MISSING}; PARLAI_EMPATHY_REQUIRE_CROWD=1 forbids skipping', pytrace=False)
+        pytest.skip(CROWD_MISSING)
 
 
 def _data_dir(env, name):

@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 import torch
 
 from parlai_empathy import compat
@@ -71,3 +72,23 @@ def test_pkg_resources_stand_in_when_setuptools_has_none():
     )
     exists, missing, path = out.split()
     assert (exists, missing) == ('True', 'False') and path.endswith('opt_presets/docs.py')
+
+
+def test_crowd_patches_refuse_a_file_they_were_not_made_for():
+    from parlai_empathy import compat
+
+    upstream = 'x = 1\n    task: TaskRunArgs = TaskRunArgs()\n'
+    patched = compat.patch_text(upstream, compat.CROWD_SOURCE_PATCHES['mephisto.operations.hydra_config'][:1], 'f.py')
+    assert 'field(default_factory=TaskRunArgs)' in patched
+    with pytest.raises(compat.CrowdVersionError, match=r'f.py: expected the upstream line hydra_config.py:39'):
+        compat.patch_text(upstream, compat.CROWD_SOURCE_PATCHES['mephisto.operations.hydra_config'], 'f.py')
+
+
+def test_a_process_that_runs_no_crowd_command_gets_no_mephisto_patches():
+    import subprocess
+    import sys
+
+    code = ('import sys, parlai.core.params; from parlai_empathy import compat; '
+            'print(any(isinstance(f, compat._PatchSourceOnImport) for f in sys.meta_path))')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == 'False', done.stderr[-2000:]

@@ -35,6 +35,7 @@ from parlai_empathy import web_limits
 from parlai_empathy.humaneval import identity, providers, sampling
 from parlai_empathy.humaneval.db import Limits, TaskDB
 from parlai_empathy.humaneval.errors import TaskError
+from parlai_empathy.humaneval.questions import QUESTIONS
 
 HERE = os.path.dirname(__file__)
 STATIC_DIR = os.path.join(HERE, 'static')
@@ -58,16 +59,6 @@ SECURITY_HEADERS = {
         "https://www.mturk.com"),
 }
 
-# Rashkin et al. (2019), Section 5: the three questions, rated 1 (not at all) .. 5 (very much).
-QUESTIONS = {
-    'empathy': ('Empathy/Sympathy', 'Did the responses show understanding of the feelings of the '
-                'person talking about their experience?'),
-    'relevance': ('Relevance', 'Did the responses seem appropriate to the conversation? Were they '
-                  'on-topic?'),
-    'fluency': ('Fluency', 'Could you understand the responses? Did the language seem accurate?'),
-    'overall': ('Overall', 'Which response is better, considering whether it shows understanding '
-                'of the feelings of the person, fits the conversation, and is fluent?'),
-}
 LIKERT_SCALE = dict(zip(sampling.LIKERT_RATINGS, ['1 (not at all)', '2', '3 (somewhat)', '4', '5 (very much)']))
 AB_OPTIONS = {'A': 0, 'B': 1, 'tie': 'tie'}
 AB_LABELS = {'A': 'Response A', 'B': 'Response B', 'tie': 'Tie'}

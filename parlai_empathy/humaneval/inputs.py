@@ -230,7 +230,7 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
     """A committed ``outputs.jsonl.gz``'s replies to ``items`` (:func:`ed_items`)."""
     # a row's folder is its name: projects/<paper>/runs/<row>/outputs.jsonl.gz
     out = ModelOutputs(model=model or os.path.basename(os.path.dirname(os.path.abspath(path))))
-    by_row_id = {_row_id(item_id): item for item_id, item in items.items()}
+    by_row_id = {row_id(item_id): item for item_id, item in items.items()}
     lineno = 0
     try:
         with gzip.open(path, 'rb') as f:
@@ -260,7 +260,7 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
     return out
 
 
-def _row_id(item_id: str) -> str:
+def row_id(item_id: str) -> str:
     """An item's id (:func:`_item_id`) -> its example's id in ``outputs.jsonl.gz``
     (``conv_id/turn``, :func:`parlai_empathy.evidence.example_id`)."""
     conv, _, turn = item_id.rpartition('#')

@@ -57,6 +57,10 @@ def setup_args():
                        help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
                        '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
     group.add_argument('--progress', type='bool', default=True, help='show a progress bar per evaluation')
+    group.add_argument('--human-eval', nargs='+', default=[],
+                       help="results.json files of parlai empathy_acute_analyze (ACUTE-Eval runs): each row "
+                            "of the same name gets its win rate against the run's reference system, with "
+                            'its interval and number of judgments')
     group.add_argument('--eval-workers', type=int, default=1,
                        help='shard each evaluation over this many processes, as parlai multiprocessing_eval '
                             '(the same figures; beam search is bound by one CPU thread per process)')
@@ -98,7 +102,7 @@ class EmpathyLeaderboard(EmpathyScript):
 
         opt = self.opt
         if opt['from_artifacts']:
-            return self._from_artifacts(opt['from_artifacts'], opt['outdir'])
+            return self._from_artifacts(opt['from_artifacts'], opt['outdir'], self._human_eval)
         if not opt['entries']:
             raise ValueError('give --entries NAME=PATH ... (or --from-artifacts PROJECTS)')
         started = time.time()
@@ -130,6 +134,7 @@ class EmpathyLeaderboard(EmpathyScript):
             results.append(result)
         notes = rows.board_notes(results)
         notes['total time'] = f'{time.time() - started:.0f} s'
+        results = self._human_eval(results, notes)
         paths = board.write_outputs(results, opt['outdir'], notes)
         with open(paths['leaderboard.md']) as f:
             print(f.read())
@@ -155,12 +160,22 @@ class EmpathyLeaderboard(EmpathyScript):
             args.append(arg)
         return args
 
+    def _human_eval(self, results, notes):
+        from parlai_empathy.leaderboard.human import HumanEvalError, attach_acute
+
+        try:
+            return attach_acute(results, self.opt['human_eval'], notes)
+        except HumanEvalError as err:
+            raise SystemExit(f'parlai empathy_leaderboard: --human-eval {err}') from None
+
     @staticmethod
-    def _from_artifacts(projects_dir, outdir):
+    def _from_artifacts(projects_dir, outdir, human_eval=lambda results, notes: results):
         from parlai_empathy.leaderboard import board, readme_tables, rows
 
         results = rows.gather_artifacts(projects_dir)
-        paths = board.write_outputs(results, outdir, rows.board_notes(results))
+        notes = rows.board_notes(results)
+        results = human_eval(results, notes)
+        paths = board.write_outputs(results, outdir, notes)
         for readme in readme_tables.fill_project_tables(projects_dir):
             print(f'filled {readme}')
         for name, path in paths.items():

@@ -6,7 +6,7 @@ import os
 from typing import Dict, List
 
 from parlai_empathy import evidence
-from parlai_empathy.leaderboard import plot
+from parlai_empathy.leaderboard import human, plot
 from parlai_empathy.leaderboard.columns import HEADLINE, board_columns
 from parlai_empathy.leaderboard.formatting import figure
 from parlai_empathy.leaderboard.records import EntryResult
@@ -76,6 +76,7 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
                   "row's `alignment.json`.", '']
         lines += _md_table(['model'] + [k.replace('_', ' ') for k in keys],
                            [[row_name(r)] + [str(r.alignment.get(k, '')) for k in keys] for r in aligned])
+    lines += human.markdown(results)
     lines += ['', '### Settings', '']
     lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]
     lines += ['', '### Commands', '']

@@ -3,6 +3,7 @@ family with the scale, unit and header the markdown table and the figure show it
 from dataclasses import dataclass
 from typing import List
 
+from parlai_empathy.leaderboard.human import COLUMNS as HUMAN_COLUMNS
 from parlai_empathy.leaderboard.records import EntryResult
 from parlai_empathy.metrics.retrieval import METRIC as P100
 from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
@@ -16,7 +17,7 @@ CLASSIFIER_COLUMNS = ['accuracy', 'macro_f1', 'micro_f1', 'macro_f1_tuned', 'mic
 
 def board_columns(results: List[EntryResult]) -> List[str]:
     """Every figure any row has, in the CSV's order (the suite's headline columns first)."""
-    columns = [c for c in SHOWN + CLASSIFIER_COLUMNS if any(c in r.values for r in results)]
+    columns = [c for c in SHOWN + CLASSIFIER_COLUMNS + HUMAN_COLUMNS if any(c in r.values for r in results)]
     return columns + [c for c in COLUMNS if c not in columns and any(c in r.values for r in results)]
 
 

@@ -177,6 +177,11 @@ CROWD_SOURCE_PATCHES = {
          'hydra_config.py:45'),
     ],
 }
+# Mephisto's metrics endpoint (prometheus_client's start_http_server) listens on every interface.
+CROWD_SOURCE_PATCHES['mephisto.utils.metrics'] = [
+    ('        start_http_server(3031)\n', "        start_http_server(3031, addr='127.0.0.1')\n",
+     'utils/metrics.py:122'),
+]
 # The node router Mephisto's local architect starts: `server.listen(PORT, ...)` listens on every
 # interface and no option changes it, so the router copy under the run folder gets a host.
 ROUTER_LISTEN_PATCH = ('server.listen(PORT, function () {',

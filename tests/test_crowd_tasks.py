@@ -94,17 +94,36 @@ def inputs(world_logs, tmp_path_factory):
     return out
 
 
-def _listening(port):
-    """The local addresses a socket listens on for ``port`` (IPv4 and IPv6)."""
+def _listening(port=None, pgid=None):
+    """The local addresses of the listening sockets on ``port``, or of every process of the
+    process group ``pgid`` (IPv4 and IPv6, as /proc/net shows them)."""
+    inodes = None
+    if pgid is not None:
+        inodes = set()
+        for pid in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                if os.getpgid(int(pid)) != pgid:
+                    continue
+                for fd in os.listdir(f'/proc/{pid}/fd'):
+                    target = os.readlink(f'/proc/{pid}/fd/{fd}')
+                    if target.startswith('socket:['):
+                        inodes.add(target[8:-1])
+            except OSError:  # a process that ended meanwhile
+                continue
     found = []
     for table in ('/proc/net/tcp', '/proc/net/tcp6'):
         with open(table) as f:
             for row in f.readlines()[1:]:
-                local, state = row.split()[1], row.split()[3]
-                address, hexport = local.rsplit(':', 1)
-                if state == '0A' and int(hexport, 16) == port:
+                fields = row.split()
+                address, hexport = fields[1].rsplit(':', 1)
+                if fields[3] != '0A':
+                    continue
+                if (port is not None and int(hexport, 16) == port) or (inodes is not None and fields[9] in inodes):
                     found.append(address)
     return found
+
+
+LOOPBACK = {'0100007F', '00000000000000000000000001000000'}  # 127.0.0.1 and ::1 in /proc/net
 
 
 class Launch:
@@ -158,13 +177,13 @@ class Launch:
             self.stop()
 
     def stop(self):
+        """Only a failed test gets here with the run still going: end it and its router."""
+        from parlai_empathy.humaneval.crowd.launch import stop_routers
+
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        stop_routers(self.run_dir)
 
 
 def _accept_alert(driver, timeout=15):
@@ -228,8 +247,11 @@ def test_acute_eval_on_mephisto_counts_the_clicks_of_workers_who_passed_onboardi
     pairings = [json.loads(line) for line in open(inputs / 'pairings.jsonl', encoding='utf-8')]
     launch = Launch(inputs, str(tmp_path / 'run'), 'acute', annotations_per_pair=2)
     try:
-        # the router Mephisto's local architect started listens on this machine only
+        # the router Mephisto's local architect started listens on this machine only, and so does
+        # every other server of the run (Mephisto's metrics endpoint)
         assert _listening(launch.port) == ['0100007F'], _listening(launch.port)
+        everything = _listening(pgid=launch.proc.pid)
+        assert everything and set(everything) <= LOOPBACK, everything  # the router has a group of its own
         driver = headless_chromium(tmp_path / 'profile_alice')
         try:
             failed = _acute_worker(driver, launch, 'alice', pairings, fail_onboarding=True)
@@ -313,6 +335,7 @@ def test_turn_annotations_on_mephisto_turn_away_a_failed_practice_and_count_the_
     launch = Launch(inputs, str(tmp_path / 'run'), 'turns')
     try:
         assert _listening(launch.port) == ['0100007F']
+        assert set(_listening(pgid=launch.proc.pid)) <= LOOPBACK
         driver = headless_chromium(tmp_path / 'profile_eve')
         try:
             marks, end = _turns_worker(driver, launch, 'eve', practice, fail_practice=True)
@@ -475,3 +498,21 @@ def test_prepare_crowd_keeps_mephisto_out_of_home_and_site_packages(tmp_path):
     assert not (tmp_path / 'home' / '.mephisto').exists()  # import mephisto wrote no config there
     assert (tmp_path / 'run' / 'config' / 'config.yml').is_file()
     assert os.path.exists(site_tmp) == existed
+
+
+def test_a_killed_run_leaves_its_router_to_stop_routers_and_starts_again_in_its_folder(inputs, tmp_path):
+    from parlai_empathy.humaneval.crowd.launch import stop_routers
+
+    run_dir = str(tmp_path / 'run')
+    launch = Launch(inputs, run_dir, 'acute')
+    os.killpg(launch.proc.pid, signal.SIGKILL)  # no chance to shut anything down
+    launch.proc.wait(timeout=30)
+    assert _listening(launch.port) == ['0100007F']  # the router, in a group of its own, survived
+    assert stop_routers(run_dir) == 1
+    assert _listening(launch.port) == []
+    again = Launch(inputs, run_dir, 'acute')  # the same folder: a new task run of the same task
+    try:
+        assert 'run 2' in again.log()
+    finally:
+        again.stop()
+    assert _listening(again.port) == []

@@ -17,9 +17,12 @@ ec2 architect (see docs/human_evaluation.md). ``--dry-run true`` builds and vali
 network, the MTurk requests Mephisto would send, prints them with the cost, and posts nothing.
 """
 
+import contextlib
 import json
 import math
 import os
+import signal
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -342,13 +345,44 @@ def launch(
     if run.provider != 'mock':
         _ensure_requester(LocalMephistoDB(database_path=run.database), run)
     operator = Operator(LocalMephistoDB(database_path=run.database))
-    task_run_id = operator.launch_task_run_or_die(config, _shared_state(run))
-    printer(f'task {run.task_name} (run {task_run_id}): {units(run)} units, database {run.database}')
-    if run.provider == 'mock':
-        printer(f'workers open {worker_url(run, "WORKER")} (any WORKER name; one unit each)')
-    printer('Ctrl-C ends the run; the answers given so far stay in the database')
-    operator.wait_for_runs_then_shutdown(skip_input=True, log_rate=60)
+    try:
+        task_run_id = operator.launch_task_run_or_die(config, _shared_state(run))
+        printer(f'task {run.task_name} (run {task_run_id}): {units(run)} units, database {run.database}')
+        if run.provider == 'mock':
+            printer(f'workers open {worker_url(run, "WORKER")} (any WORKER name; one unit each)')
+        printer("Ctrl-C once: Mephisto expires the units nobody took and waits for the workers at "
+                'work; once more: it ends their units too and quits. Answers given stay in the database.')
+        operator.wait_for_runs_then_shutdown(skip_input=True, log_rate=60)
+    finally:
+        stopped = stop_routers(run.run_dir)
+        if stopped:
+            printer(f'stopped {stopped} router process(es) Mephisto left running')
     return task_run_id
+
+
+def stop_routers(run_dir: str, timeout: float = 10) -> int:
+    """End the router processes serving from a run folder's deploy folder (Mephisto's local
+    architect starts each in a process group of its own, ``local_architect.py:152``, and a
+    shutdown cut short leaves it running); returns how many were still running."""
+    deployed = os.path.realpath(os.path.join(run_dir, 'mephisto', 'tmp'))
+    found = []
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            cwd = os.readlink(f'/proc/{pid}/cwd').removesuffix(' (deleted)')
+        except OSError:
+            continue
+        if cwd == deployed or cwd.startswith(deployed + os.sep):
+            found.append(int(pid))
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(os.path.exists(f'/proc/{pid}') for pid in found) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(found)
 
 
 def _ensure_requester(db, run: CrowdRun) -> None:

@@ -92,7 +92,8 @@ setup(
                            'humaneval/templates/*.html',
                            # the crowd pages' sources (built with npm at make install-crowd)
                            'humaneval/crowd/webapp/*.json', 'humaneval/crowd/webapp/*.mjs',
-                           'humaneval/crowd/webapp/*.html', 'humaneval/crowd/webapp/src/*'],
+                           'humaneval/crowd/webapp/*.html', 'humaneval/crowd/webapp/*.js',
+                           'humaneval/crowd/webapp/src/*'],
         'parlai.opt_presets.empathy': ['*.opt'],
         'parlai.zoo.empathy': ['manifest.json'],
         'parlai_empathy.projects': ['*/table.json', '*/runs/*/meta.json'],

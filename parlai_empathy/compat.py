@@ -187,6 +187,13 @@ CROWD_SOURCE_PATCHES['mephisto.utils.metrics'] = [
 ROUTER_LISTEN_PATCH = ('server.listen(PORT, function () {',
                        "server.listen(PORT, '127.0.0.1', function () {",
                        'router/node/server.js:379')
+# ... and every request first passes our guard (humaneval/crowd/webapp/router_guard.js says what
+# it stops: a file download route that serves any file of the machine, unbounded uploads, and
+# bodies that crash a handler or leave a request unanswered).
+ROUTER_GUARD_PATCH = ('app.use(bodyParser.json());\n',
+                      'app.use(bodyParser.json());\n'
+                      'require("./router_guard.js")(app, () => Object.keys(pending_agent_requests).length);\n',
+                      'router/node/server.js:40')
 
 
 class CrowdVersionError(RuntimeError):

@@ -516,3 +516,67 @@ def test_a_killed_run_leaves_its_router_to_stop_routers_and_starts_again_in_its_
     finally:
         again.stop()
     assert _listening(again.port) == []
+
+
+HOSTILE_REQUESTS = [  # (method, path, content type, body)
+    ('GET', '/download_file/..%2Fetc%2Fhostname', None, None),  # Mephisto's router served any file
+    ('GET', '/download_file/x', None, None),
+    ('GET', '/%2e%2e/%2e%2e/etc/hostname', None, None),
+    ('POST', '/request_agent', 'application/json', '{}'),
+    ('POST', '/request_agent', 'application/json', '[]'),
+    ('POST', '/request_agent', 'application/json', '"x"'),
+    ('POST', '/request_agent', 'application/json', '{"provider_data": 5}'),
+    ('POST', '/request_agent', 'application/json', '{"provider_data": {"worker_name": {"$gt": ""}}}'),
+    (
+        'POST',
+        '/request_agent',
+        'application/json',
+        '{"provider_data": {"worker_name": "w", "agent_registration_id": "' + 'a' * 5000 + '"}}',
+    ),
+    ('POST', '/request_agent', 'application/json', '{"provider_data": '),
+    ('POST', '/submit_onboarding', 'application/json', '{}'),
+    (
+        'POST',
+        '/submit_onboarding',
+        'application/json',
+        '{"provider_data": {"USED_AGENT_ID": "1", "onboarding_data": 3}}',
+    ),
+    ('POST', '/submit_task', 'application/json', '{}'),
+    ('POST', '/submit_task', 'application/json', '{"USED_AGENT_ID": "1", "final_string_data": "{not json"}'),
+    ('POST', '/submit_task', 'application/json', '{"USED_AGENT_ID": "1", "final_data": [1]}'),
+    (
+        'POST',
+        '/submit_task',
+        'multipart/form-data; boundary=b',
+        '--b\r\nContent-Disposition: form-data; name="f"; filename="x.txt"\r\n\r\nhello\r\n--b--\r\n',
+    ),
+    ('POST', '/submit_task', 'application/json', '{"USED_AGENT_ID": "' + 'x' * 300_000 + '"}'),
+    ('POST', '/submit_metadata', 'application/json', '{"metadata": 1}'),
+    ('POST', '/log_error', 'application/json', '[1, 2]'),
+    ('POST', '/log_error', 'text/plain', 'hello'),
+    ('POST', '/', 'application/x-www-form-urlencoded', 'a[b][c][d][e][f]=1&' * 2000),
+]
+
+
+def test_every_route_of_the_router_answers_hostile_input_with_a_4xx(inputs, tmp_path):
+    import requests
+
+    launch = Launch(inputs, str(tmp_path / 'run'), 'acute')
+    base = f'http://127.0.0.1:{launch.port}'
+    try:
+        answers = []
+        for method, path, content_type, body in HOSTILE_REQUESTS:
+            headers = {'Content-Type': content_type} if content_type else {}
+            url = base + path
+            prepared = requests.Request(method, url, headers=headers, data=body).prepare()
+            prepared.url = url  # as sent, "../" and %2F included
+            answer = requests.Session().send(prepared, timeout=10)
+            answers.append((method, path[:40], answer.status_code, answer.text[:80]))
+        assert all(400 <= status < 500 for _, _, status, _ in answers), answers
+        hostname = open('/etc/hostname').read().strip()
+        assert not any(text.strip() == hostname for *_, text in answers)
+        assert requests.get(base + '/', timeout=10).status_code == 200  # still serving
+        assert requests.get(base + '/task_config.json', timeout=10).status_code == 200
+        assert 'workers open' in launch.log() and launch.proc.poll() is None
+    finally:
+        launch.stop()

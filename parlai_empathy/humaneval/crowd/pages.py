@@ -7,9 +7,10 @@ never into site-packages. ``make install-crowd`` builds them ahead of time; a la
 if they are missing.
 
 The router is Mephisto's own node router (``mephisto/abstractions/architects/router/node``) with
-two changes in the cached copy: it listens on 127.0.0.1 only
-(:data:`parlai_empathy.compat.ROUTER_LISTEN_PATCH`), and its ``static/index.html`` is ours (the
-stock one loads Bulma from a CDN). Each run gets its own copy under its run folder, passed to the
+three changes in the cached copy: it listens on 127.0.0.1 only
+(:data:`parlai_empathy.compat.ROUTER_LISTEN_PATCH`), every request passes ``router_guard.js``
+first (:data:`parlai_empathy.compat.ROUTER_GUARD_PATCH`), and its ``static/index.html`` is ours
+(the stock one loads Bulma from a CDN). Each run gets its own copy under its run folder, passed to the
 local architect as ``server_source_path``, so Mephisto never runs ``npm install`` in site-packages.
 """
 
@@ -24,7 +25,7 @@ from parlai_empathy import cache_lock, compat
 
 WEBAPP = os.path.join(os.path.dirname(__file__), 'webapp')
 CACHE_ENV = 'PARLAI_EMPATHY_CROWD_CACHE'
-WEBAPP_SOURCES = ('package.json', 'package-lock.json', 'build.mjs', 'index.html')
+WEBAPP_SOURCES = ('package.json', 'package-lock.json', 'build.mjs', 'index.html', 'router_guard.js')
 MEPHISTO_VERSION = '1.1.1'
 
 
@@ -135,9 +136,10 @@ def router_source(cache: Optional[str] = None) -> str:
             shutil.copytree(_mephisto_router_source(), folder, ignore=shutil.ignore_patterns('node_modules'))
             server = os.path.join(folder, 'server.js')
             with open(server, encoding='utf-8') as f:
-                text = compat.patch_text(f.read(), [compat.ROUTER_LISTEN_PATCH], server)
+                text = compat.patch_text(f.read(), [compat.ROUTER_LISTEN_PATCH, compat.ROUTER_GUARD_PATCH], server)
             with open(server, 'w', encoding='utf-8') as f:
                 f.write(text)
+            shutil.copy2(os.path.join(WEBAPP, 'router_guard.js'), folder)
             shutil.copy2(pages.index_html, os.path.join(folder, 'static', 'index.html'))
             _npm_ci(folder, "installing Mephisto's router")
 

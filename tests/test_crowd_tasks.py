@@ -291,6 +291,7 @@ def test_acute_eval_on_mephisto_counts_the_clicks_of_workers_who_passed_onboardi
 
 def _turns_worker(driver, launch, worker, practice, fail_practice, shots=()):
     """Do the practice and one unit; returns [(judged text, marked relevant, practice?)]."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
 
     driver.get(launch.url(worker))
@@ -301,9 +302,14 @@ def _turns_worker(driver, launch, worker, practice, fail_practice, shots=()):
         if state == 'blocked':
             return marks, 'blocked'
         if state == 'done':
-            if 'practice' not in driver.find_element(By.ID, 'done').text:
+            # after the practice, Mephisto soon replaces this page with the task (or the refusal)
+            try:
+                text = driver.find_element(By.ID, 'done').text
+            except WebDriverException:  # replaced meanwhile
+                text = 'practice'
+            if 'practice' not in text:
                 return marks, 'done'
-            _wait_for(driver, 'next', 'blocked')  # Mephisto replaces the practice with the task
+            _wait_for(driver, 'next', 'blocked')
             continue
         in_practice = bool(driver.find_elements(By.ID, 'onboarding'))
         turns = driver.find_elements(By.CSS_SELECTOR, '#context .turn')
@@ -409,6 +415,7 @@ def test_mturk_sandbox_dry_run_prints_the_cost_and_validated_requests(inputs, tm
     'args, message',
     [
         (['--provider', 'mturk'], '--provider mturk needs --requester'),
+        (['--provider', 'mturk_sandbox', '--requester', 'p'], 'MTurk workers cannot reach 127.0.0.1'),
         (['--question', 'charm'], '--question must be one of empathy, relevance, fluency, overall'),
         (['--inputs', 'nowhere'], 'nowhere/pairings.jsonl: missing; write the inputs with parlai empathy_acute_build'),
     ],

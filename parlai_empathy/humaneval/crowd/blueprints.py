@@ -1,4 +1,5 @@
-"""ParlAI's ACUTE-Eval blueprint with our page: the one class this package adds to Mephisto.
+"""What this package adds to Mephisto: ParlAI's ACUTE-Eval blueprint with our page, and the local
+architect with a public address.
 
 Imported only after :func:`parlai_empathy.compat.prepare_crowd` (it imports Mephisto). ACUTE's
 runner, agent state, arguments, onboarding and soft-blocking are ParlAI's own; what changes is
@@ -13,6 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List
 
+from mephisto.abstractions.architects.local_architect import LocalArchitect, LocalArchitectArgs
 from mephisto.operations.registry import register_mephisto_abstraction
 from omegaconf import MISSING
 from parlai.crowdsourcing.tasks.acute_eval.acute_eval_blueprint import (
@@ -58,3 +60,32 @@ class EmpathyAcuteBlueprint(AcuteEvalBlueprint):
         args = super().get_frontend_args()
         args['task_description'] = ACUTE_DESCRIPTION  # ParlAI's is a placeholder its page replaces
         return args
+
+
+ARCHITECT_TYPE = 'empathy_local'
+
+
+@dataclass
+class EmpathyLocalArchitectArgs(LocalArchitectArgs):
+    _architect_type: str = ARCHITECT_TYPE
+    public_url: str = field(
+        default='', metadata={'help': 'the https address workers open (a proxy in front of the local server)'}
+    )
+
+
+@register_mephisto_abstraction()
+class EmpathyLocalArchitect(LocalArchitect):
+    """Mephisto's local architect, whose task URL (what MTurk's HITs show) can be the address of
+    the user's reverse proxy while Mephisto itself still talks to the router on 127.0.0.1: the
+    stock one gives ``hostname:port``, the same address its own websocket dials."""
+
+    ArgsClass = EmpathyLocalArchitectArgs
+    ARCHITECT_TYPE = ARCHITECT_TYPE
+
+    def deploy(self) -> str:
+        local = super().deploy()
+        return self.args_public_url or local
+
+    def __init__(self, db, args, shared_state, task_run, build_dir_root):
+        super().__init__(db, args, shared_state, task_run, build_dir_root)
+        self.args_public_url = args.architect.get('public_url', '') or ''

@@ -65,6 +65,12 @@ class CrowdRun:
             raise ValueError(f'--question must be one of {", ".join(questions.ACUTE_QUESTIONS)}, got {self.question!r}')
         if self.provider != 'mock' and not self.requester:
             raise ValueError(f'--provider {self.provider} needs --requester (an AWS profile name)')
+        if self.provider != 'mock' and not (self.public_url or '').startswith('https://'):
+            raise ValueError(
+                f'--provider {self.provider} needs --public-url https://...: MTurk workers cannot reach '
+                f'127.0.0.1:{self.port}, where the task is served (put your own https proxy in front of '
+                'it, see docs/human_evaluation.md)'
+            )
         if self.subtasks_per_unit < 1 or self.annotations_per_pair < 1:
             raise ValueError('--subtasks-per-unit and --annotations-per-pair must be >= 1')
         if not 0 < self.port < 65536:
@@ -172,15 +178,14 @@ def onboarding_check(answers: List[dict]) -> Callable[[dict], bool]:
 
 def _config(run: CrowdRun, page: Dict[str, str], router: str):
     """The Mephisto run config, built in Python (the ParlAI wheel ships no hydra configs)."""
-    from mephisto.abstractions.architects.local_architect import LocalArchitectArgs
     from mephisto.data_model.task_run import TaskRunArgs
     from mephisto.operations.hydra_config import DatabaseArgs, MephistoConfig
     from omegaconf import OmegaConf
 
+    from parlai_empathy.humaneval.crowd.blueprints import EmpathyAcuteArgs, EmpathyLocalArchitectArgs
+
     question, s1, s2 = questions.ACUTE_QUESTIONS.get(run.question, ('', '', ''))
     if run.kind == 'acute':
-        from parlai_empathy.humaneval.crowd.blueprints import EmpathyAcuteArgs
-
         blueprint = EmpathyAcuteArgs(
             pairings_filepath=_input(run, bridge.PAIRINGS),
             task_source=page['acute'],
@@ -217,7 +222,9 @@ def _config(run: CrowdRun, page: Dict[str, str], router: str):
     config = OmegaConf.structured(
         MephistoConfig(
             blueprint=blueprint,
-            architect=LocalArchitectArgs(hostname='127.0.0.1', port=str(run.port), server_source_path=router),
+            architect=EmpathyLocalArchitectArgs(
+                hostname='127.0.0.1', port=str(run.port), server_source_path=router, public_url=run.public_url or ''
+            ),
             provider=_provider_args(run),
             task=TaskRunArgs(
                 task_name=run.task_name,
@@ -350,8 +357,10 @@ def launch(
         printer(f'task {run.task_name} (run {task_run_id}): {units(run)} units, database {run.database}')
         if run.provider == 'mock':
             printer(f'workers open {worker_url(run, "WORKER")} (any WORKER name; one unit each)')
-        printer("Ctrl-C once: Mephisto expires the units nobody took and waits for the workers at "
-                'work; once more: it ends their units too and quits. Answers given stay in the database.')
+        printer(
+            'Ctrl-C once: Mephisto expires the units nobody took and waits for the workers at '
+            'work; once more: it ends their units too and quits. Answers given stay in the database.'
+        )
         operator.wait_for_runs_then_shutdown(skip_input=True, log_rate=60)
     finally:
         stopped = stop_routers(run.run_dir)

@@ -56,6 +56,10 @@ def setup_args():
     group.add_argument('--p100-shuffled', type='bool', default=True,
                        help='rankers: also P@1,100 on blocks of shuffled test examples (the ED paper\'s '
                        '"randomly selected" wording; plain P@1,100 uses consecutive blocks)')
+    group.add_argument('--intervals', type='bool', default=False,
+                       help="print every figure's bootstrap 95 %% interval over the test examples; with "
+                            "--from-artifacts, first recompute each row's intervals from its committed "
+                            'outputs.jsonl.gz into its report.json')
     group.add_argument('--progress', type='bool', default=True, help='show a progress bar per evaluation')
     group.add_argument('--human-eval', nargs='+', default=[],
                        help="results.json files of parlai empathy_acute_analyze (ACUTE-Eval runs): each row "
@@ -102,7 +106,7 @@ class EmpathyLeaderboard(EmpathyScript):
 
         opt = self.opt
         if opt['from_artifacts']:
-            return self._from_artifacts(opt['from_artifacts'], opt['outdir'], self._human_eval)
+            return self._from_artifacts(opt['from_artifacts'], opt['outdir'], self._human_eval, opt['intervals'])
         if not opt['entries']:
             raise ValueError('give --entries NAME=PATH ... (or --from-artifacts PROJECTS)')
         started = time.time()
@@ -127,6 +131,8 @@ class EmpathyLeaderboard(EmpathyScript):
                 entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
                 workers=opt['eval_workers'], trust=trust)
             result = evaluation.add_offline_figures(evaluation.add_bertscore(result, scorer))
+            if opt['intervals']:
+                result = artifacts.with_intervals(result)
             if opt['artifacts'] and result.source == 'model':
                 command = 'parlai empathy_leaderboard ' + shlex.join(self._command_args(entry.name))
                 paths = artifacts.write_entry_artifacts(result, os.path.join(opt['artifacts'], entry.name), command)
@@ -138,6 +144,8 @@ class EmpathyLeaderboard(EmpathyScript):
         paths = board.write_outputs(results, opt['outdir'], notes)
         with open(paths['leaderboard.md']) as f:
             print(f.read())
+        if opt['intervals']:
+            print(board.interval_listing(results))
         for name, path in paths.items():
             print(f'{name}: {path}')
         if opt['projects_dir']:
@@ -169,12 +177,18 @@ class EmpathyLeaderboard(EmpathyScript):
             raise SystemExit(f'parlai empathy_leaderboard: --human-eval {err}') from None
 
     @staticmethod
-    def _from_artifacts(projects_dir, outdir, human_eval=lambda results, notes: results):
-        from parlai_empathy.leaderboard import board, readme_tables, rows
+    def _from_artifacts(projects_dir, outdir, human_eval=lambda results, notes: results, intervals=False):
+        from parlai_empathy.leaderboard import artifacts, board, readme_tables, rows
 
+        if intervals:
+            for folder in rows.artifact_folders(projects_dir):
+                if artifacts.refresh_intervals(folder):
+                    print(f'intervals recomputed into {folder}/report.json')
         results = rows.gather_artifacts(projects_dir)
         notes = rows.board_notes(results)
         results = human_eval(results, notes)
+        if intervals:
+            print(board.interval_listing(results))
         paths = board.write_outputs(results, outdir, notes)
         for readme in readme_tables.fill_project_tables(projects_dir):
             print(f'filled {readme}')

@@ -72,6 +72,20 @@ def setup_args(parser=None):
                        help="write a board row's evidence into ARTIFACTS/ENTRY (report, alignment, per-example "
                             'figures, meta; not the replies): a published row of projects/<paper>/table.json')
     group.add_argument('--entry', default=None, help='the row name for --artifacts (default: the --released name)')
+    group.add_argument('--compare', nargs='+', default=None, metavar='[NAME=]ROW',
+                       help='test entries against each other on the test examples they share: each a row folder '
+                            '(projects/<paper>/runs/<row>) or its outputs.jsonl.gz; every pair, every figure both '
+                            "have: McNemar's exact test for accuracies, the paired bootstrap for the rest, Holm's "
+                            'adjustment over all the tests of the command')
+    group.add_argument('--compare-metrics', default=None,
+                       help='comma-separated figures for --compare (default: every figure the entries share)')
+    group.add_argument('--resamples', type=int, default=1000, help='bootstrap resamples for --compare')
+    group.add_argument('--seed', type=int, default=0, help='bootstrap seed for --compare')
+    group.add_argument('--item-statistics-only', type='bool', default=False,
+                       help="with --artifacts: keep the row's evidence and add to its outputs.jsonl.gz the "
+                            'per-example statistics the bootstrap and --compare need (BLEU counts, n-gram ids, '
+                            "reply ids), from the row's own released file; then `parlai empathy_leaderboard "
+                            '--from-artifacts projects --intervals` recomputes its intervals')
     return parser
 
 
@@ -108,6 +122,8 @@ class EmpathyScore(EmpathyScript):
         from parlai_empathy.metrics import released as rel
 
         opt = self.opt
+        if opt['compare']:
+            return self._compare()
         if opt['released'] == 'list':
             for name, known in sorted(rel.KNOWN.items()):
                 print(f'{name}: {known.label}; {known.repo}@{known.commit[:7]}:{known.path} ({known.format})')
@@ -143,6 +159,50 @@ class EmpathyScore(EmpathyScript):
             print(f'report written to {opt["json_out"]}')
         return report.to_dict()
 
+    def _compare(self):
+        from parlai_empathy.leaderboard.formatting import figure
+        from parlai_empathy.leaderboard.rows import read_entry_rows
+        from parlai_empathy.metrics import bootstrap
+
+        opt = self.opt
+        if len(opt['compare']) < 2:
+            raise SystemExit('--compare needs at least two entries')
+        if opt['resamples'] < 1:
+            raise SystemExit('--resamples must be at least 1')
+        entries = []
+        for item in opt['compare']:
+            name, _, path = item.rpartition('=')
+            path = path.rstrip('/')
+            entries.append((name or path.replace('/outputs.jsonl.gz', ''), read_entry_rows(path)))
+        keys = [k.strip() for k in opt['compare_metrics'].split(',')] if opt['compare_metrics'] else None
+        unknown = sorted(set(keys or []) - set(bootstrap.FIGURES))
+        if unknown:
+            raise SystemExit(f'--compare-metrics {",".join(unknown)}: no per-example statistic (known: '
+                             f'{", ".join(bootstrap.FIGURES)})')
+        tests = bootstrap.compare(entries, keys, opt['resamples'], opt['seed'])
+        if not tests:
+            raise SystemExit('the entries share no test example with a figure both have')
+        print(f'{len(tests)} tests; paired bootstrap: {opt["resamples"]} resamples, seed {opt["seed"]}; '
+              "McNemar: exact binomial test of the discordant pairs; p (Holm): Holm's adjustment over all "
+              f'{len(tests)} tests; difference = A - B on the examples both have\n')
+        print('| A | B | figure | examples | A | B | difference | 95 % interval | test | p | p (Holm) | '
+              'A only / B only | odds ratio |')
+        print('|---' * 13 + '|')
+        for t in tests:
+            discordant = '' if t.a_only is None else f'{t.a_only} / {t.b_only}'
+            odds = '' if t.odds_ratio is None else figure(t.odds_ratio)
+            print(f'| {t.a} | {t.b} | {t.metric} | {t.examples} | {figure(t.value_a)} | {figure(t.value_b)} | '
+                  f'{figure(t.difference)} | {figure(t.low)} – {figure(t.high)} | {t.test} | {t.p:.3g} | '
+                  f'{t.p_holm:.3g} | {discordant} | {odds} |')
+        result = {'resamples': opt['resamples'], 'seed': opt['seed'], 'adjustment': 'holm',
+                  'tests': [t.to_json() for t in tests]}
+        if opt['json_out']:
+            from parlai_empathy.evidence import write_json
+
+            write_json(opt['json_out'], result)
+            print(f'tests written to {opt["json_out"]}')
+        return result
+
     def _plain(self, path, fmt, scorer):
         from parlai_empathy.metrics.saved_outputs import read_outputs
         from parlai_empathy.metrics.suite import score_examples
@@ -167,6 +227,18 @@ class EmpathyScore(EmpathyScript):
         if fmt == 'auto':
             fmt = 'world_logs' if path.endswith(('.jsonl', '.json')) else 'tsv'
         outputs = published.read_any(path, fmt)
+        if self.opt['item_statistics_only']:
+            entry = self.opt['entry'] or (known.entry if known else None)
+            if not (self.opt['artifacts'] and entry):
+                raise SystemExit('--item-statistics-only adds to a row: give --artifacts DIR and --entry NAME')
+            row_dir = os.path.join(self.opt['artifacts'], entry)
+            added = published.add_item_statistics(row_dir, outputs, ed_test_examples(self.opt['ed_datapath']))
+            print(f'{row_dir}: per-example statistics added to {added} examples')
+            from parlai_empathy.evidence import read_report
+            from parlai_empathy.metrics.suite import SuiteReport
+
+            report = read_report(row_dir)
+            return SuiteReport(report['values'], report.get('exs') or {}, report.get('notes') or {})
         score = published.score_outputs(outputs, ed_test_examples(self.opt['ed_datapath']), scorer,
                                         self.opt['emotion_classifier'])
         print(f'{path} ({fmt}): {score.alignment.summary()}')

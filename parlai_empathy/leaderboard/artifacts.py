@@ -1,5 +1,6 @@
 """An evaluated model entry's evidence: the four files of :mod:`parlai_empathy.evidence` in
 ``<artifacts>/<entry>/``, from which the project tables and the board regenerate without the model."""
+import dataclasses
 import datetime
 import json
 import os
@@ -16,15 +17,40 @@ def entry_report(result: EntryResult) -> Report:
     models) each figure's bootstrap 95 % interval over the per-example outputs."""
     from parlai_empathy.metrics.suite import settings_notes
 
-    ci95 = None
-    if result.kind != 'classifier' and result.outputs:
+    ci95 = result.ci95
+    if ci95 is None and result.kind != 'classifier' and result.outputs:
         from parlai_empathy.metrics.bootstrap import intervals
 
-        ci95 = intervals(result.outputs)
+        ci95 = intervals(result.outputs, keys=list(result.values))
     return Report(entry=result.name, kind=result.kind, values=result.values, exs=result.exs or {},
                   commands=result.commands, notes=dict(settings_notes(), **(result.notes or {})),
                   per_label=result.per_label or None, per_label_tuned=result.per_label_tuned or None, ci95=ci95,
                   extra={} if result.kind is not None else {'kind': None})  # a report always names its kind
+
+
+def with_intervals(result: EntryResult) -> EntryResult:
+    """``result`` with the bootstrap 95 % interval of every figure its per-example outputs support."""
+    if result.kind == 'classifier' or not result.outputs:
+        return result
+    from parlai_empathy.metrics.bootstrap import intervals
+
+    return dataclasses.replace(result, ci95=intervals(result.outputs, keys=list(result.values)) or None)
+
+
+def refresh_intervals(row_dir: str) -> bool:
+    """Recompute a committed row's intervals from its ``outputs.jsonl.gz`` into its ``report.json``
+    (every figure the outputs support; a classifier row has none); whether the report changed."""
+    from parlai_empathy.metrics.bootstrap import intervals
+
+    path = os.path.join(row_dir, evidence.REPORT)
+    report = evidence.read_report(row_dir)
+    if report.get('kind') == 'classifier':
+        return False
+    ci95 = intervals(evidence.read_outputs(os.path.join(row_dir, evidence.OUTPUTS)), keys=list(report['values']))
+    if not ci95 or report.get('ci95') == ci95:
+        return False
+    evidence.write_json(path, dict(report, ci95=ci95))
+    return True
 
 
 def entry_meta(result: EntryResult, eval_command: str, opt: Dict) -> Meta:

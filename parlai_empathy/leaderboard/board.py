@@ -28,15 +28,59 @@ def write_outputs(results: List[EntryResult], outdir: str, notes: Dict[str, str]
     columns = board_columns(results)
     paths = {name: os.path.join(outdir, name) for name in BOARD_FILES}
     evidence.write_json(paths['results.json'], {'results': [r.to_json() for r in results], 'notes': notes})
+    # the figures' columns first, then each interval's bounds: a column added to the figures later
+    # lands before the intervals, which follow the figures' order
+    bounds = interval_columns(results, columns)
     with open(paths['leaderboard.csv'], 'w', newline='') as f:
         writer = csv.writer(f, lineterminator='\n')
-        writer.writerow(['model'] + columns)
+        writer.writerow(['model'] + columns + [f'{c} ci95 {side}' for c in bounds for side in ('low', 'high')])
         for r in results:
-            writer.writerow([r.name] + [r.values.get(c, '') for c in columns])
+            writer.writerow([r.name] + [r.values.get(c, '') for c in columns]
+                            + [x for c in bounds for x in ((r.ci95 or {}).get(c) or ['', ''])])
     with open(paths['leaderboard.md'], 'w') as f:
         f.write(markdown_board(results, notes))
     plot.plot_headline(results, paths['leaderboard.png'])
     return paths
+
+
+def interval_columns(results: List[EntryResult], columns: List[str]) -> List[str]:
+    """The columns, in ``columns``' order, for which some row has a bootstrap interval."""
+    return [c for c in columns if any(c in (r.ci95 or {}) for r in results)]
+
+
+def interval_cell(result: EntryResult, key: str, scale: float = 1) -> str:
+    """``low–high`` of ``key``'s 95 % interval on the table's scale; nothing where there is none."""
+    low_high = (result.ci95 or {}).get(key)
+    if not low_high:
+        return ''
+    return f'{figure(low_high[0] * scale)}–{figure(low_high[1] * scale)}'
+
+
+def markdown_intervals(results: List[EntryResult]) -> List[str]:
+    """The headline figures' 95 % bootstrap intervals, on the headline table's scale, for every row
+    that has any (the lines of a markdown section)."""
+    headlines = [h for h in HEADLINE if any(h.key in (r.ci95 or {}) for r in results)]
+    rows = [r for r in results if any(h.key in (r.ci95 or {}) for h in headlines)]
+    if not rows:
+        return []
+    from parlai_empathy.metrics.bootstrap import RESAMPLES, SEED
+
+    lines = ['', '### 95 % bootstrap intervals of the headline figures', '',
+             f'Over test examples, {RESAMPLES:,} resamples with replacement (seed {SEED}), percentile intervals; '
+             "Distinct-n's moved by the bootstrap's bias estimate (`parlai_empathy/metrics/bootstrap.py`). "
+             "Every other figure's interval is in `leaderboard.csv` (`<figure> ci95 low/high`) and `results.json`; "
+             '`parlai empathy_score --compare A B` tests two rows on the examples both have.', '']
+    lines += _md_table(['model'] + [h.column for h in headlines],
+                       [[row_name(r)] + [interval_cell(r, h.key, h.scale) for h in headlines] for r in rows])
+    return lines
+
+
+def interval_listing(results: List[EntryResult]) -> str:
+    """Every figure that has an interval, row by row, unrounded to four digits: what
+    ``parlai empathy_leaderboard --intervals`` prints."""
+    body = [[row_name(r), key, figure(r.values.get(key)), f'{figure(low)} – {figure(high)}']
+            for r in results for key, (low, high) in (r.ci95 or {}).items()]
+    return '\n'.join(_md_table(['model', 'figure', 'value', '95 % interval'], body)) + '\n'
 
 
 def _md_table(header: List[str], rows: List[List[str]]) -> List[str]:
@@ -55,6 +99,7 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
     lines += ['', 'Columns (the `leaderboard.csv` column, times the factor the table shows it at):', '']
     lines += [f'- **{h.column}** = `{h.key}`' + (f' × {h.scale:g}' if h.scale != 1 else '') + f': {h.title} ({h.unit})'
               + (f'; {h.note}' if h.note else '') for h in headlines]
+    lines += markdown_intervals(results)
     lines += ['', 'Every figure of every row, unrounded, is in `leaderboard.csv` and `results.json`; the tables '
               "below give each family's other figures as the suite reports them (rates as fractions)."]
     shown = {h.key for h in headlines}

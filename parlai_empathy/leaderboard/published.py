@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 from parlai_empathy import evidence
 from parlai_empathy.leaderboard.records import Meta, Report
 from parlai_empathy.metrics.alignment import Alignment, align, example_id
+from parlai_empathy.metrics.bootstrap import intervals, item_statistics
 from parlai_empathy.metrics.released import FORMATS, ReleasedFile, ReleasedOutput, read_released
 from parlai_empathy.metrics.suite import ScoredExample, SuiteReport, score_examples
 
@@ -87,9 +88,10 @@ def score_outputs(outputs: Sequence[ReleasedOutput], examples, scorer=None,
     from parlai_empathy.metrics.distinct import tokens
 
     rows = []
-    for (o, e), d, b in zip(pairs, detected, bertscores):
+    statistics = item_statistics(responses, golds)
+    for (o, e), d, b, stats in zip(pairs, detected, bertscores, statistics):
         row = {'id': example_id(e), 'source': os.path.basename(o.source), 'emotion': e.emotion,
-               'reply_tokens': len(tokens(o.response))}
+               'reply_tokens': len(tokens(o.response)), **stats}
         if b is not None:
             row['bertscore_f'] = b
         if d is not None:
@@ -98,13 +100,30 @@ def score_outputs(outputs: Sequence[ReleasedOutput], examples, scorer=None,
     return PublishedScore(report, alignment, rows, time.time() - start)
 
 
+def add_item_statistics(row_dir: str, outputs: Sequence[ReleasedOutput], examples) -> int:
+    """Add the per-example statistics of :func:`~parlai_empathy.metrics.bootstrap.item_statistics`
+    to a committed row's ``outputs.jsonl.gz`` from its released file, keeping every figure the row
+    has (BERTScore and the detected emotion need models; these statistics need only the text).
+    The file must match the same examples the row has, in the same order; returns how many."""
+    path = os.path.join(row_dir, evidence.OUTPUTS)
+    rows = evidence.read_outputs(path)
+    pairs = align(outputs, examples).pairs
+    ids = [example_id(e) for _, e in pairs]
+    if ids != [r.get('id') for r in rows]:
+        raise ValueError(f'{path}: its {len(rows)} examples are not the {len(ids)} this file matches: '
+                         'not the file the row was scored from')
+    statistics = item_statistics([o.response for o, _ in pairs], [e.label for _, e in pairs])
+    return evidence.write_outputs(path, [dict(row, **stats) for row, stats in zip(rows, statistics)])
+
+
 def write_row(row_dir: str, entry: str, score: PublishedScore, command: str,
               released: Optional[ReleasedFile] = None) -> Dict[str, str]:
     """The four files of a ``published`` row (:data:`PUBLISHED_ROW_FILES`)."""
     os.makedirs(row_dir, exist_ok=True)
     places = evidence.path_placeholders()
     report = Report(entry=entry, kind=KIND, values=score.report.values, exs=score.report.counts,
-                    commands=[command], notes=score.report.notes)
+                    commands=[command], notes=score.report.notes,
+                    ci95=intervals(score.rows, keys=list(score.report.values)) or None)
     meta = Meta(entry=entry, code=evidence.code_version(), machine=evidence.machine(),
                 evaluated=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
                 evaluation_seconds=round(score.seconds, 1), evaluation_command=command,

@@ -164,6 +164,7 @@ class EntryResult:
     seconds: Optional[float] = None
     notes: Optional[Dict[str, str]] = None
     paper: Optional[Dict[str, float]] = None
+    ci95: Optional[Dict[str, List[float]]] = None  # bootstrap 95 % interval of each figure that has one
     world_logs: Optional[str] = None
     per_label: Optional[Dict[str, Dict[str, float]]] = None
     per_label_tuned: Optional[Dict[str, Dict[str, float]]] = None

@@ -49,6 +49,58 @@ def row_curve(project_dir: str, row: Dict) -> List[Dict]:
             for point in row_meta(project_dir, row).curve]
 
 
+# a row's outputs.jsonl.gz is well under 1 MB; a file far beyond it is not one
+MAX_OUTPUTS_BYTES = 64 * 1024 * 1024
+
+
+def read_entry_rows(path: str) -> List[Dict]:
+    """The per-example rows of an entry to compare: a row's folder (its ``outputs.jsonl.gz``) or
+    such a file, checked field by field (:func:`parlai_empathy.metrics.bootstrap.check_rows`)."""
+    import gzip
+    import json
+    import zlib
+
+    from parlai_empathy.metrics.bootstrap import check_rows
+
+    if os.path.isdir(path):
+        path = os.path.join(path, evidence.OUTPUTS)
+    if not os.path.isfile(path):
+        raise ValueError(f'{path} does not exist (give a row folder or its {evidence.OUTPUTS})')
+    if os.path.getsize(path) > MAX_OUTPUTS_BYTES:
+        raise ValueError(f'{path}, line 1, field \'file\': {os.path.getsize(path)} bytes, '
+                         "more than any row's outputs")
+    rows, read = [], 0
+    try:
+        with gzip.open(path, 'rt', encoding='utf-8') as f:
+            for line_no, line in enumerate(f, start=1):
+                read += len(line)
+                if read > 16 * MAX_OUTPUTS_BYTES:
+                    raise ValueError(f'{path}, line {line_no}, field \'file\': more than '
+                                     f'{16 * MAX_OUTPUTS_BYTES} bytes uncompressed')
+                try:
+                    rows.append(json.loads(line, parse_constant=lambda name: float(name)))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f'{path}, line {line_no}, field \'line\': not JSON ({err.msg})') from None
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
+        raise ValueError(f'{path}, line {len(rows) + 1}, field \'file\': not gzipped UTF-8 JSON lines '
+                         f'({err})') from None
+    check_rows(rows, path)
+    return rows
+
+
+def artifact_folders(projects_dir: str) -> List[str]:
+    """Every table row's artifacts folder that exists, in the board's order."""
+    folders = []
+    for paper in sorted(os.listdir(projects_dir)):
+        project_dir = os.path.join(projects_dir, paper)
+        spec_path = os.path.join(project_dir, 'table.json')
+        if os.path.isfile(spec_path):
+            for table in project_tables(evidence.read_json(spec_path)):
+                folders += [os.path.join(project_dir, row['artifacts']) for row in table['rows']
+                            if has_artifacts(project_dir, row)]
+    return folders
+
+
 def gather_artifacts(projects_dir: str) -> List[EntryResult]:
     """Every project row that has artifacts, as leaderboard results (``name`` = ``paper/entry``);
     a row's ``paper`` figures are divided by their column's scale, onto its report's scale."""
@@ -73,7 +125,7 @@ def gather_artifacts(projects_dir: str) -> List[EntryResult]:
                     label=row.get('label') if published else None,
                     alignment=meta.alignment if published else None,
                     paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
-                    seconds=meta.seconds, notes=report.notes or {}))
+                    seconds=meta.seconds, notes=report.notes or {}, ci95=report.ci95))
     return results
 
 

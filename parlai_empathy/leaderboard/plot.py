@@ -26,6 +26,7 @@ class Bar:
     value: float
     paper: Optional[float]
     kind: Optional[str]
+    interval: Optional[Tuple[float, float]] = None  # the figure's 95 % bootstrap interval, on the panel's scale
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,11 @@ def headline_panels(results: List[EntryResult]) -> List[Panel]:
                 continue
             project, entry = split_name(r.name)
             paper = r.paper_value(key)
+            low_high = (r.ci95 or {}).get(key)
             groups.setdefault(project, []).append(Bar(
                 r.name, short_label(entry), r.values[key] * headline.scale,
-                None if paper is None else paper * headline.scale, r.kind))
+                None if paper is None else paper * headline.scale, r.kind,
+                None if low_high is None else (low_high[0] * headline.scale, low_high[1] * headline.scale)))
         if groups:
             panels.append(Panel(key, headline.title, headline.unit, headline.scale, list(groups.items())))
     return panels
@@ -134,6 +137,9 @@ def draw_panels(panels: List[Panel], path: str) -> None:
         handles.append(matplotlib.patches.Patch(color=OTHER_COLOUR, label='other'))
     if any(bar.paper is not None for panel in panels for bar in panel.bars):
         handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure (same scale)"))
+    if any(bar.interval is not None for panel in panels for bar in panel.bars):
+        handles.append(matplotlib.lines.Line2D([], [], color='#333333', linewidth=0.9,
+                                               label='95 % bootstrap interval over test examples'))
     fig.legend(handles=handles, loc='upper center', ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=100, metadata={'Software': None})
@@ -152,18 +158,21 @@ def _draw_panel(ax, panel: Panel, height: int) -> None:
     ax.barh([pos for pos, _ in bars], [bar.value for _, bar in bars], height=0.8,
             color=[FAMILY_COLOURS.get(bar.kind, OTHER_COLOUR) for _, bar in bars])
     for pos, bar in bars:
+        if bar.interval is not None:
+            ax.plot(bar.interval, [pos, pos], color='#333333', linewidth=0.9)
         if bar.paper is not None:
             ax.plot([bar.paper, bar.paper], [pos - 0.4, pos + 0.4], color='black', linewidth=1.5)
         text = f' {formatting.figure(bar.value)}'
         if bar.paper is not None:
             text += f'  (paper {formatting.figure(bar.paper)})'
-        ax.text(max(bar.value, bar.paper or 0.0), pos, text, va='center', fontsize=7)
+        ax.text(max(bar.value, bar.paper or 0.0, bar.interval[1] if bar.interval else 0.0), pos, text, va='center',
+                fontsize=7)
     ax.set_yticks(positions, [label for label, _ in slots], fontsize=7.5)
     for tick, (_, bar) in zip(ax.get_yticklabels(), slots):
         if bar is None:
             tick.set_fontweight('bold')
     ax.set_ylim(height - 0.5, -0.5)
-    top = max(max(bar.value, bar.paper or 0.0) for _, bar in bars)
+    top = max(max(bar.value, bar.paper or 0.0, bar.interval[1] if bar.interval else 0.0) for _, bar in bars)
     ax.set_xlim(0, top * 1.45 or 1)  # room for the values written beside the longest bar
     ax.set_title(panel.heading, fontsize=10)
     ax.set_xlabel(panel.unit, fontsize=8)

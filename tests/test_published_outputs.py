@@ -161,6 +161,43 @@ def test_a_block_missing_its_emotion_line_is_refused_not_merged(tmp_path, sample
         read_released(path, 'kemp')
 
 
+def write_cem(path, examples):
+    """CEM's results.txt layout: its two header lines, then one block per example."""
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write('EVAL\tLoss\tPPL\tAccuracy\n3.5411285986002006\t34.5058\t1.6093\t0.5119\n')
+        for example in examples:
+            context = [moel(t) for t in example.context_utterances]
+            f.write(f'Emotion: {example.emotion}\nPred Emotions: sad, lonely, afraid\nContext:{context!r}\n'
+                    f'Beam:i am sorry to hear that . \nGreedy:that is awesome . \nRef:{moel(example.label)}\n'
+                    f'{"-" * 63}\n')
+    return str(path)
+
+
+def test_cem_reader_takes_each_decoding_with_context_reference_emotion_and_line(tmp_path, sample_examples):
+    path = write_cem(tmp_path / 'CEM.txt', sample_examples[:3])
+    beam, greedy = read_released(path, 'cem-beam'), read_released(path, 'cem-greedy')
+    assert [o.response for o in beam] == ['i am sorry to hear that .'] * 3
+    assert [o.response for o in greedy] == ['that is awesome .'] * 3
+    assert [o.emotion for o in greedy] == [e.emotion for e in sample_examples[:3]]
+    assert greedy[1].source == f'{path}:10' and greedy[0].reference == moel(sample_examples[0].label)
+    assert align(greedy, sample_examples).counts()['matched'] == 3
+
+
+@pytest.mark.parametrize('damage,line,field', [
+    (lambda text: text.replace('EVAL\tLoss', 'EVAL Loss', 1), 1, 'EVAL'),
+    (lambda text: text.replace('\t34.5058', '\tppl', 1), 2, 'EVAL'),
+    (lambda text: text.replace('Ref:', 'Reference:', 1), 3, 'Ref'),
+    (lambda text: text.replace('Context:[', 'Context:{', 1), 5, 'Context'),
+])
+def test_a_damaged_cem_file_is_refused_naming_file_line_and_field(tmp_path, sample_examples, damage, line, field):
+    path = write_cem(tmp_path / 'CEM.txt', sample_examples[:2])
+    text = open(path).read()
+    open(path, 'w').write(damage(text))
+    with pytest.raises(ReleasedFormatError) as err:
+        read_released(path, 'cem-greedy')
+    assert f'{path}, line {line}, field {field!r}' in str(err.value)
+
+
 # ----- alignment ----------------------------------------------------------------------------------
 def test_context_keys_agree_across_the_papers_preprocessings():
     raw = "I'm so happy_comma_ I didn't think I'd win!"

@@ -119,6 +119,40 @@ def read_mime(path: str, decoding: str) -> List[ReleasedOutput]:
     return outputs
 
 
+# ----- CEM's results.txt (Sahandfer/CEM main.py test()) ------------------------------------------------
+CEM_DECODINGS = ('Beam', 'Greedy')
+CEM_HEAD = ('EVAL\tLoss\tPPL\tAccuracy', re.compile(r'^\S+\t[0-9.]+\t[0-9.]+\t[0-9.]+$'))
+CEM_SEPARATOR = re.compile(r'^-{20,}$')
+
+
+def read_cem(path: str, decoding: str) -> List[ReleasedOutput]:
+    """A ``results.txt`` as CEM's code writes it: two header lines (``EVAL Loss PPL Accuracy`` and
+    the four test figures), then per test example ``Emotion:``, ``Pred Emotions:`` (the model's
+    top 3), ``Context:[list]``, ``Beam:``, ``Greedy:`` and ``Ref:`` lines, blocks separated by dashes."""
+    label = {d.lower(): d for d in CEM_DECODINGS}.get(decoding)
+    if label is None:
+        raise ValueError(f'CEM results hold the decodings {", ".join(d.lower() for d in CEM_DECODINGS)}, '
+                         f'not {decoding!r}')
+    lines = _read_text(path)
+    if len(lines) < 2 or lines[0].rstrip('\r') != CEM_HEAD[0]:
+        raise ReleasedFormatError(path, 1, 'EVAL', 'the first line is not "EVAL<TAB>Loss<TAB>PPL<TAB>Accuracy": '
+                                  "not a CEM results file")
+    if not CEM_HEAD[1].match(lines[1].rstrip('\r')):
+        raise ReleasedFormatError(path, 2, 'EVAL', 'the second line is not four tab-separated test figures')
+    body = ['', ''] + lines[2:]  # the header read, keep line numbers
+    outputs = []
+    for first, block in _labelled_blocks(body, lambda line: bool(CEM_SEPARATOR.match(line.strip()))):
+        emotion, _ = _field(block, 'Emotion', path, first)
+        context, context_no = _field(block, 'Context', path, first)
+        reply, _ = _field(block, label, path, first)
+        reference, _ = _field(block, 'Ref', path, first)
+        outputs.append(ReleasedOutput(_context_list(context, path, context_no, 'Context'), reply.strip(),
+                                      reference.strip(), emotion.strip() or None, f'{path}:{first}'))
+    if not outputs:
+        raise ReleasedFormatError(path, 3, 'file', 'no "Emotion: ... Context: ... Ref:" block: not a CEM results file')
+    return outputs
+
+
 # ----- labelled lines, a block per "Emotion:" line (MoEL, KEMP, EmpDG) ------------------------------
 _LABEL = re.compile(r'^([A-Za-z_+ ]+?)\s*:(.*)$')
 
@@ -169,6 +203,7 @@ FORMATS: Dict[str, Callable[[str], List[ReleasedOutput]]] = {
        for fmt, label in MOEL_SYSTEMS.items()},
     'kemp': functools.partial(read_labelled, reply_label='pred', name='KEMP result'),
     'empdg': functools.partial(read_labelled, reply_label='pred', name='EmpDG prediction'),
+    **{f'cem-{d.lower()}': functools.partial(read_cem, decoding=d.lower()) for d in CEM_DECODINGS},
 }
 
 
@@ -227,6 +262,13 @@ KNOWN: Dict[str, ReleasedFile] = {f.entry: f for f in (
     ReleasedFile('empdg', 'EmpDG', 'greedy, 2,713 test examples', 'qtli/EmpDG',
                  'b3054b1df452305352e2024c9485044e422d6551', 'Predictions/EmpDG_w_feedback.txt',
                  'f42f12ddf8188f00f5bb7880fec5cfd2eb4c970f276df0545fcd4d1423f6fc7b', 'empdg'),
+    # written by CEM's code, named as CEM's README says; the EmpSOA authors' working copy was a CEM
+    # tree whose model class was still called CEM, and the file's test figures are not CEM paper's:
+    # which model wrote it is not established (projects/published/README.md)
+    *(ReleasedFile(f'cem_txt_empsoa_{decoding}', "CEM.txt in EmpSOA's repository, model not established", decoding,
+                   'circle-hit/EmpSOA', 'd5ee5461b4116a773c9973a7e34f3c26b3b58ddd', 'src/results/CEM.txt',
+                   'aa30efc009843b0977669fc8ec7c74025ee828cd2e3890c0c7ece7b2bda3e282', f'cem-{decoding}')
+      for decoding in ('greedy', 'beam')),
 )}
 
 

@@ -198,6 +198,66 @@ def test_a_damaged_cem_file_is_refused_naming_file_line_and_field(tmp_path, samp
     assert f'{path}, line {line}, field {field!r}' in str(err.value)
 
 
+def write_llm4ed(root, examples, answers=None):
+    """LLM4ED's checkout layout: results/ED_chatgpt_stage1.txt beside data/ED/sys_dialog_texts.test.npy."""
+    import numpy as np
+
+    (root / 'results').mkdir(parents=True)
+    (root / 'data' / 'ED').mkdir(parents=True)
+    contexts = np.empty(len(examples), dtype=object)
+    for i, example in enumerate(examples):
+        contexts[i] = list(example.context_utterances)
+    np.save(root / 'data' / 'ED' / 'sys_dialog_texts.test.npy', contexts, allow_pickle=True)
+    answers = answers or [f'The user\'s emotion may be "{e.emotion}". The situation is a test.' for e in examples]
+    (root / 'results' / 'ED_chatgpt_stage1.txt').write_text('\n'.join(answers) + '\n')
+    return str(root / 'results' / 'ED_chatgpt_stage1.txt')
+
+
+def test_llm4ed_reader_pairs_each_answer_with_its_context_and_names_its_emotion(tmp_path, sample_examples):
+    answers = ['The user\'s emotion may be "Terrified". Afraid of it.', 'The emotion is sad, then "joyful".',
+               'The user\'s emotion is anger.']
+    path = write_llm4ed(tmp_path / 'LLM4ED', sample_examples[:3], answers)
+    outputs = read_released(path, 'llm4ed-stage1')
+    assert [o.predicted_emotion for o in outputs] == ['terrified', 'joyful', '']
+    assert outputs[2].context == tuple(sample_examples[2].context_utterances) and outputs[2].source == f'{path}:3'
+    assert released.llm4ed_emotion('she felt apprehensive and afraid') == 'apprehensive'
+
+
+def test_llm4ed_files_that_do_not_fit_are_refused(tmp_path, sample_examples):
+    import pickle
+
+    import numpy as np
+
+    path = write_llm4ed(tmp_path / 'a', sample_examples[:3])
+    open(path, 'a').write('one answer too many\n')
+    with pytest.raises(ReleasedFormatError, match=r"line 4, field 'line': 4 answers for the 3 contexts"):
+        read_released(path, 'llm4ed-stage1')
+    path = write_llm4ed(tmp_path / 'b', sample_examples[:3], ['x "sad"', '', 'y "sad"'])
+    with pytest.raises(ReleasedFormatError, match=r"line 2, field 'answer'"):
+        read_released(path, 'llm4ed-stage1')
+    path = write_llm4ed(tmp_path / 'c', sample_examples[:2])
+    npy = tmp_path / 'c' / 'data' / 'ED' / 'sys_dialog_texts.test.npy'
+    np.save(npy, np.arange(2))
+    with pytest.raises(ReleasedFormatError, match=r"field 'header': a int64 array"):
+        read_released(path, 'llm4ed-stage1')
+
+    class Hostile:  # unpickling it would run a command
+        def __reduce__(self):
+            return (os.system, ('echo pwned > ' + str(tmp_path / 'pwned'),))
+
+    contexts = np.empty(2, dtype=object)
+    contexts[0], contexts[1] = Hostile(), ['hi']
+    with open(npy, 'wb') as f:
+        np.lib.format.write_array_header_1_0(f, {'descr': '|O', 'fortran_order': False, 'shape': (2,)})
+        pickle.dump(contexts, f, protocol=2)
+    with pytest.raises(ReleasedFormatError, match=r"field 'array': not an array of lists of strings \(posix.system"):
+        read_released(path, 'llm4ed-stage1')
+    assert not (tmp_path / 'pwned').exists()
+    os.remove(npy)
+    with pytest.raises(ReleasedFormatError, match=r'its contexts .* are missing'):
+        read_released(path, 'llm4ed-stage1')
+
+
 # ----- alignment ----------------------------------------------------------------------------------
 def test_context_keys_agree_across_the_papers_preprocessings():
     raw = "I'm so happy_comma_ I didn't think I'd win!"

@@ -71,6 +71,8 @@ def score_outputs(outputs: Sequence[ReleasedOutput], examples, scorer=None,
     if not pairs:
         raise ValueError(f'no output matched an ED test example ({alignment.summary()}): not ED test outputs, '
                          'or another split')
+    if all(o.predicted_emotion is not None for o, _ in pairs):
+        return _score_emotions(alignment, start)
     responses = [o.response for o, _ in pairs]
     golds = [e.label for _, e in pairs]
     bertscores = scorer.f1(responses, golds) if scorer is not None else [None] * len(pairs)
@@ -97,6 +99,21 @@ def score_outputs(outputs: Sequence[ReleasedOutput], examples, scorer=None,
         if d is not None:
             row['reply_emotion'], row['reply_emotion_acc'] = d, int(d == e.emotion)
         rows.append(row)
+    return PublishedScore(report, alignment, rows, time.time() - start)
+
+
+def _score_emotions(alignment: Alignment, start: float) -> PublishedScore:
+    """A file of emotion predictions (no replies): the share of matched test examples whose gold
+    ED emotion the system named (``emo_acc``, as our generators' top-1 emotion accuracy; an answer
+    naming none of the 32 labels is a miss)."""
+    rows = [{'id': example_id(e), 'source': os.path.basename(o.source), 'emotion': e.emotion,
+             'predicted_emotion': o.predicted_emotion, 'emo_acc': int(o.predicted_emotion == e.emotion)}
+            for o, e in alignment.pairs]
+    unnamed = sum(not r['predicted_emotion'] for r in rows)
+    report = SuiteReport({'emo_acc': sum(r['emo_acc'] for r in rows) / len(rows)}, {'emo_acc': len(rows)}, {
+        'emo_acc': "share of matched test examples whose gold ED emotion the system's answer names (its first "
+                   'quoted ED label, else its first ED label written as a word); '
+                   f'{unnamed} of {len(rows)} answers name none of the 32 and count as misses'})
     return PublishedScore(report, alignment, rows, time.time() - start)
 
 

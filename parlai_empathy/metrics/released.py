@@ -10,6 +10,7 @@ line and field, and never skips one silently: a file that is not in the format g
 a short list.
 """
 import ast
+import dataclasses
 import functools
 import hashlib
 import os
@@ -35,6 +36,8 @@ class ReleasedOutput:
     reference: Optional[str] = None
     emotion: Optional[str] = None
     source: str = ''
+    # a file of emotion predictions instead of replies: the ED emotion the system named ('' for none)
+    predicted_emotion: Optional[str] = None
 
 
 def _read_text(path: str) -> List[str]:
@@ -153,6 +156,96 @@ def read_cem(path: str, decoding: str) -> List[ReleasedOutput]:
     return outputs
 
 
+# ----- 27182812/LLM4ED: ChatGPT's emotion and situation, a line per test example -----------------------
+LLM4ED_CONTEXTS = os.path.join('data', 'ED', 'sys_dialog_texts.test.npy')
+# the pickle globals an object array of strings needs (numpy's array rebuild, and bytes as latin-1)
+_NPY_GLOBALS = {('numpy.core.multiarray', '_reconstruct'), ('numpy._core.multiarray', '_reconstruct'),
+                ('numpy', 'ndarray'), ('numpy', 'dtype'), ('_codecs', 'encode')}
+
+
+def read_npy_turns(path: str) -> List[Tuple[str, ...]]:
+    """A ``.npy`` object array whose items are lists of strings (MoEL's and CEM's preprocessed
+    contexts, ``sys_dialog_texts.test.npy``), unpickled with only the globals such an array needs:
+    any other object in the file is refused, not built."""
+    import io
+    import pickle
+
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    size = os.path.getsize(path)
+    if size > MAX_FILE_BYTES:
+        raise ReleasedFormatError(path, 1, 'file', f'{size} bytes: larger than any preprocessed ED split')
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in _NPY_GLOBALS:
+                raise pickle.UnpicklingError(f'{module}.{name} is not part of an array of strings')
+            if module == 'numpy.core.multiarray':
+                module = 'numpy._core.multiarray'
+            return super().find_class(module, name)
+
+    with open(path, 'rb') as f:
+        try:
+            version = npy_format.read_magic(f)
+            read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+            shape, _, dtype = read_header(f)
+        except ValueError as err:
+            raise ReleasedFormatError(path, 1, 'header', f'not a .npy file ({err})') from None
+        if dtype != np.dtype(object) or len(shape) != 1:
+            raise ReleasedFormatError(path, 1, 'header', f'a {dtype} array of shape {shape}, not a list of contexts')
+        try:
+            array = Restricted(io.BytesIO(f.read())).load()
+        except Exception as err:  # any failure of a hostile or damaged pickle is this file's error
+            raise ReleasedFormatError(path, 1, 'array', f'not an array of lists of strings ({err})') from None
+    if not isinstance(array, np.ndarray) or array.shape != shape:
+        raise ReleasedFormatError(path, 1, 'array', 'the pickled object is not the array the header announces')
+    turns = []
+    for i, item in enumerate(array, start=1):
+        if not isinstance(item, list) or not item or not all(isinstance(t, str) for t in item):
+            raise ReleasedFormatError(path, 1, f'item {i}', 'not a non-empty list of strings')
+        turns.append(tuple(item))
+    return turns
+
+
+def llm4ed_emotion(text: str) -> str:
+    """The ED emotion a free-text answer names: the first quoted one of the 32 labels, else the
+    first one written as a word; '' when it names none."""
+    from parlai_empathy.data.emotions import ED_EMOTIONS
+
+    labels = '|'.join(sorted(ED_EMOTIONS, key=len, reverse=True))
+    lowered = text.lower()
+    quoted = re.search(rf'["\u201c\']({labels})["\u201d\']', lowered)
+    if quoted:
+        return quoted.group(1)
+    word = re.search(rf'\b({labels})\b', lowered)
+    return word.group(1) if word else ''
+
+
+def read_llm4ed(path: str) -> List[ReleasedOutput]:
+    """LLM4ED's ``results/ED_chatgpt_stage1.txt``: line i is ChatGPT's answer (the user's emotion
+    and situation) for item i of ``data/ED/sys_dialog_texts.test.npy`` in the same checkout
+    (``prompt_twostages.py`` walks that array in order); both are read, the answer's emotion kept."""
+    lines = _read_text(path)
+    if lines and lines[-1] == '':
+        lines = lines[:-1]
+    contexts_path = os.path.join(os.path.dirname(os.path.dirname(path)), LLM4ED_CONTEXTS)
+    if not os.path.isfile(contexts_path):
+        raise ReleasedFormatError(path, 1, 'file', f'its contexts {contexts_path} are missing (the file is read '
+                                  'in its checkout: results/ beside data/ED/)')
+    contexts = read_npy_turns(contexts_path)
+    if len(contexts) != len(lines):
+        raise ReleasedFormatError(path, min(len(lines), len(contexts)) + 1, 'line',
+                                  f'{len(lines)} answers for the {len(contexts)} contexts of {contexts_path}')
+    outputs = []
+    for line_no, (line, context) in enumerate(zip(lines, contexts), start=1):
+        if not line.strip():
+            raise ReleasedFormatError(path, line_no, 'answer', 'an empty line: every test example has an answer')
+        outputs.append(ReleasedOutput(context, '', None, None, f'{path}:{line_no}',
+                                      predicted_emotion=llm4ed_emotion(line)))
+    return outputs
+
+
 # ----- labelled lines, a block per "Emotion:" line (MoEL, KEMP, EmpDG) ------------------------------
 _LABEL = re.compile(r'^([A-Za-z_+ ]+?)\s*:(.*)$')
 
@@ -204,6 +297,7 @@ FORMATS: Dict[str, Callable[[str], List[ReleasedOutput]]] = {
     'kemp': functools.partial(read_labelled, reply_label='pred', name='KEMP result'),
     'empdg': functools.partial(read_labelled, reply_label='pred', name='EmpDG prediction'),
     **{f'cem-{d.lower()}': functools.partial(read_cem, decoding=d.lower()) for d in CEM_DECODINGS},
+    'llm4ed-stage1': read_llm4ed,
 }
 
 
@@ -229,6 +323,8 @@ class ReleasedFile:
     path: str
     sha256: str
     format: str  # a key of FORMATS
+    # other files of the same checkout the format reads, (path, sha256), fetched and checked alike
+    companions: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def url(self) -> str:
@@ -243,7 +339,8 @@ class ReleasedFile:
 
     def to_json(self) -> Dict[str, str]:
         return {'system': self.system, 'decoding': self.decoding, 'repo': self.repo, 'commit': self.commit,
-                'path': self.path, 'sha256': self.sha256, 'url': self.url, 'format': self.format}
+                'path': self.path, 'sha256': self.sha256, 'url': self.url, 'format': self.format,
+                **({'companions': [{'path': p, 'sha256': h} for p, h in self.companions]} if self.companions else {})}
 
 
 KNOWN: Dict[str, ReleasedFile] = {f.entry: f for f in (
@@ -269,6 +366,11 @@ KNOWN: Dict[str, ReleasedFile] = {f.entry: f for f in (
                    'circle-hit/EmpSOA', 'd5ee5461b4116a773c9973a7e34f3c26b3b58ddd', 'src/results/CEM.txt',
                    'aa30efc009843b0977669fc8ec7c74025ee828cd2e3890c0c7ece7b2bda3e282', f'cem-{decoding}')
       for decoding in ('greedy', 'beam')),
+    ReleasedFile('llm4ed_chatgpt_emotion', 'ChatGPT (gpt-3.5-turbo) emotion predictions, by the LLM4ED authors',
+                 'two-stage prompt, stage 1', '27182812/LLM4ED', '5822994c6f5771e768ea2fbc35ded84565a69330',
+                 'results/ED_chatgpt_stage1.txt', '589c09fda6ba619e0fb1b9c7d87973582d1f4a499a39588c0447724c91781f0b',
+                 'llm4ed-stage1', companions=((LLM4ED_CONTEXTS.replace(os.sep, '/'),
+                                               '311cce8cf985d72934477661226c011cd9460eb2ed62667dcda2ce5fb36d3cb1'),)),
 )}
 
 
@@ -283,6 +385,8 @@ class ReleasedFileError(FileNotFoundError):
 def fetch_released(known: ReleasedFile, folder: Optional[str] = None, download: bool = True) -> str:
     """The local copy of a known file (``<folder>/<owner>+<name>/<commit>/<path>``), downloaded
     from GitHub at its pinned commit when absent; its sha256 is checked either way."""
+    for companion, sha256 in known.companions:  # read beside the file: fetched and checked first
+        fetch_released(dataclasses.replace(known, path=companion, sha256=sha256, companions=()), folder, download)
     path = known.local_path(released_dir(folder))
     if not os.path.isfile(path):
         if not download:

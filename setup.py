@@ -110,6 +110,7 @@ setup(
         'transformers>=4.40',
         'huggingface-hub',  # its cache and offline flags: a missing hub model fails at once, naming the offline choices
         'sacrebleu>=2.3',
+        'scipy',  # McNemar's exact test (empathy_score --compare)
         'bert-score>=0.3.13',
         'pandas',
         'matplotlib',

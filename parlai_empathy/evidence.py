@@ -280,6 +280,9 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
         if pairs:
             values['ppl' + suffix] = math.exp(sum(n for n, _ in pairs) / max(sum(t for _, t in pairs), 1))
             values['ppl_ex' + suffix] = math.exp(sum(n / max(t, 1) for n, t in pairs) / len(pairs))
+    words = [(r['nll_reply'], r['words']) for r in rows if r.get('nll_reply') is not None and r.get('words')]
+    if words:  # per word of the gold reply, end token excluded (docs/metric_definitions.md)
+        values['ppl_word'] = math.exp(sum(n for n, _ in words) / sum(w for _, w in words))
     for key in ('emo_acc', 'emo_acc@2', 'emo_acc@5', 'p@1,100', 'p@1,100_shuffled', 'reply_emotion_acc',
                 'reply_tokens'):
         hits = [r[key] for r in rows if r.get(key) is not None]

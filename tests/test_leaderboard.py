@@ -218,8 +218,10 @@ def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels
 def test_the_legend_names_only_what_the_figure_draws(board_results, tmp_path, monkeypatch):
     rankers = [r for r in board_results if r.kind == 'ranker']
     legend, _ = _drawn(rankers, tmp_path, monkeypatch)
-    assert legend == ['ranker', "paper's figure (same scale)"]
+    assert legend == ['ranker', "paper's figure (same scale)", '95 % bootstrap interval over test examples']
     legend, _ = _drawn([dataclasses.replace(r, paper={}) for r in rankers], tmp_path, monkeypatch)
+    assert legend == ['ranker', '95 % bootstrap interval over test examples']
+    legend, _ = _drawn([dataclasses.replace(r, paper={}, ci95=None) for r in rankers], tmp_path, monkeypatch)
     assert legend == ['ranker']
 
 
@@ -318,6 +320,18 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
         header = table[0]
         if 'matched' in header:  # the published rows' alignment counts: not figures of the CSV
             continue
+        if any('–' in cell for row in table[1:] for cell in row):  # the headline figures' intervals
+            for row in table[1:]:
+                csv_row = csv_rows[[r['model'] for r in csv_rows].index(name(row[0]))]
+                for column, cell in zip(header[1:], row[1:]):
+                    key, scale = headlines[column].key, headlines[column].scale
+                    if cell:
+                        low, high = (float(x) for x in cell.split('–'))
+                        assert low == pytest.approx(float(csv_row[f'{key} ci95 low']) * scale, rel=1e-3)
+                        assert high == pytest.approx(float(csv_row[f'{key} ci95 high']) * scale, rel=1e-3)
+                    else:
+                        assert not csv_row.get(f'{key} ci95 low'), (row[0], key)
+            continue
         for row in table[1:]:
             for column, cell in zip(header[1:], row[1:]):
                 if not cell:
@@ -327,7 +341,8 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
                 seen.add((name(row[0]), key))
                 csv_row = csv_rows[[r['model'] for r in csv_rows].index(name(row[0]))]
                 assert float(cell) == pytest.approx(float(csv_row[key]) * scale, rel=1e-3), (row[0], key)
-    in_csv = {(r['model'], key) for r in csv_rows for key, value in r.items() if key != 'model' and value}
+    in_csv = {(r['model'], key) for r in csv_rows for key, value in r.items()
+              if key != 'model' and value and ' ci95 ' not in key}
     assert seen == in_csv
 
 

@@ -11,7 +11,7 @@ from parlai_empathy.metrics.suite import COLUMNS
 
 # the response models' figures, in the board's column order (the suite's headline columns first)
 SHOWN = [P100, P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'ppl_ex',
-         'ppl_ex_gold', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
+         'ppl_ex_gold', 'ppl_word', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
 CLASSIFIER_COLUMNS = ['accuracy', 'macro_f1', 'micro_f1', 'macro_f1_tuned', 'micro_f1_tuned', 'speaker_agreement']
 
 
@@ -41,6 +41,9 @@ HEADLINE = [
     Headline('ppl_ex', 'PPL, per-response mean', 'perplexity', 1, 'PPL'),
     Headline('ppl_ex_gold', 'PPL, per-response mean, gold polarity', 'perplexity', 1, 'PPL gold polarity',
              "the gold user polarity steers MIME's mimicry, as in the reference code's PPL"),
+    Headline('ppl_word', 'PPL per word of the gold reply', 'perplexity', 1, 'per-word PPL',
+             "the model's own NLL of the gold reply, end token excluded, per regex word "
+             '(docs/metric_definitions.md): comparable across vocabularies'),
     Headline('emo_acc', 'emotion accuracy', '%', 100, 'emotion acc. %'),
     Headline('avg_bleu', 'AVG BLEU, sacrebleu', 'BLEU 0-100', 1, 'AVG BLEU'),
     Headline('multi_bleu', 'BLEU-4, multi-bleu lowercased', 'BLEU 0-100', 1, 'multi-BLEU'),

@@ -12,7 +12,7 @@ from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
 
 # the figure's panels, three a row, so that panels of about as many bars share a row
 PLOT_ORDER = [P100, P100_SHUFFLED, 'accuracy', 'avg_bleu', 'multi_bleu', 'bertscore_f', 'dist-1', 'dist-2', 'ppl_ex',
-              'emo_acc', 'ppl_ex_gold', 'macro_f1']
+              'ppl_word', 'emo_acc', 'ppl_ex_gold', 'macro_f1']
 FAMILY_COLOURS = {'ranker': '#4C72B0', 'generator': '#DD8452', 'classifier': '#55A868', 'published': '#937860'}
 OTHER_COLOUR = '#8172B3'
 LABEL_WIDTH = 24  # characters of a bar's label per line; a longer one wraps at '_' or '-'

@@ -183,6 +183,24 @@ def test_every_figure_of_every_response_row_has_its_interval_from_its_outputs(fo
         assert key in report.get('ci95', {}), f'{folder}: no interval for {key}'
 
 
+def test_classifier_rows_have_intervals_of_accuracy_and_f1_around_their_figures():
+    for folder in rows.artifact_folders(PROJECTS):
+        report = evidence.read_report(folder)
+        if report.get('kind') != 'classifier':
+            continue
+        out = evidence.read_outputs(os.path.join(folder, evidence.OUTPUTS))
+        classes = evidence.read_json(os.path.join(folder, evidence.OPT))['classes']
+        computed = bootstrap.classifier_intervals(out, classes, keys=list(report['values']), resamples=50)
+        assert set(computed) == set(report['ci95']), folder
+        assert {'macro_f1', 'micro_f1'} <= set(computed), folder
+        for key, (low, high) in report['ci95'].items():
+            assert low < report['values'][key] < high, (folder, key)
+    # hand case: 2 of 4 right on two classes -> macro-F1 of (a: tp 1, fp 1, fn 1) and (b: the same) = 0.5
+    out = [{'gold': g, 'predicted': p} for g, p in (('a', 'a'), ('a', 'b'), ('b', 'b'), ('b', 'a'))]
+    assert bootstrap._f1_statistic(out, 'predicted', ['a', 'b'], True)(np.arange(4)) == pytest.approx(0.5)
+    assert bootstrap._f1_statistic(out, 'predicted', ['a', 'b', 'c'], True)(np.arange(4)) == pytest.approx(1 / 3)
+
+
 def test_a_rows_committed_intervals_are_what_its_outputs_give(tmp_path):
     row = tmp_path / 'moel'
     shutil.copytree(os.path.join(PROJECTS, 'published', 'runs', 'moel'), row)

@@ -291,6 +291,52 @@ def intervals(rows: List[Mapping], keys: Optional[Sequence[str]] = None, resampl
     return result
 
 
+# ----- classifiers ------------------------------------------------------------------------------------------
+def _f1_statistic(rows: Sequence[Mapping], predicted_key: str, classes: Sequence[str], macro: bool) -> Statistic:
+    """Macro- or micro-F1 of a classifier's outputs (multi-label golds and predictions are
+    comma-separated), as ``evidence.label_f1`` computes it: every class of ``classes`` and every
+    label the outputs hold counts in the macro mean, a class with nothing scores 0."""
+    from parlai_empathy.data.goemotions import split_labels
+
+    golds = [set(split_labels(r['gold'])) for r in rows]
+    predicted = [set(split_labels(r[predicted_key])) if r.get(predicted_key) else set() for r in rows]
+    labels = {label: i for i, label in enumerate(dict.fromkeys([*classes, *(x for g in golds for x in g),
+                                                                *(x for p in predicted for x in p)]))}
+    counts = np.zeros((3, len(rows), len(labels)))  # true positives, false positives, false negatives
+    for i, (gold, guess) in enumerate(zip(golds, predicted)):
+        for label in gold | guess:
+            j = labels[label]
+            counts[0, i, j] += label in gold and label in guess
+            counts[1, i, j] += label in guess and label not in gold
+            counts[2, i, j] += label in gold and label not in guess
+    n = len(rows)
+
+    def statistic(indices):
+        tp, fp, fn = np.bincount(indices, minlength=n) @ counts
+        if not macro:
+            denominator = 2 * tp.sum() + fp.sum() + fn.sum()
+            return float(2 * tp.sum() / denominator) if denominator else 0.0
+        denominator = 2 * tp + fp + fn
+        return float(np.mean(np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)))
+
+    return statistic
+
+
+def classifier_intervals(rows: List[Mapping], classes: Sequence[str], keys: Optional[Sequence[str]] = None,
+                         resamples: int = RESAMPLES, seed: int = SEED) -> Dict[str, List[float]]:
+    """95% intervals of a classifier row's figures over its test examples: accuracy (single-label
+    rows), macro- and micro-F1 (and their ``_tuned`` twins from ``predicted_tuned``)."""
+    statistics: Dict[str, Statistic] = {}
+    if rows and all(',' not in r['gold'] for r in rows) and not any(r.get('predicted_tuned') for r in rows):
+        statistics['accuracy'] = _mean_statistic([float(r['gold'] == r['predicted']) for r in rows])
+    for suffix, predicted_key in (('', 'predicted'), ('_tuned', 'predicted_tuned')):
+        if any(predicted_key in r for r in rows):
+            statistics['macro_f1' + suffix] = _f1_statistic(rows, predicted_key, classes, True)
+            statistics['micro_f1' + suffix] = _f1_statistic(rows, predicted_key, classes, False)
+    return {key: list(percentile_interval(statistic, len(rows), resamples, seed))
+            for key, statistic in statistics.items() if keys is None or key in keys}
+
+
 # ----- rows read from a file ------------------------------------------------------------------------
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -107,6 +107,7 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
     for kind, title in FAMILIES:
         rows = [r for r in results if (r.kind if r.kind in known else None) == kind]
         columns = [c for c in board_columns(rows) if c not in shown]
+        rows = [r for r in rows if any(c in r.values for c in columns)]  # a row with none has no line here
         if rows and columns:
             lines += ['', f'### {title}: other figures', '']
             lines += _md_table(['model'] + columns, [[row_name(r)] + [figure(r.values.get(c)) for c in columns]

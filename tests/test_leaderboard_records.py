@@ -58,9 +58,10 @@ def test_a_gathered_board_reads_and_writes_back_to_the_same_bytes(tmp_path, monk
     read = [EntryResult.from_json(row) for row in saved['results']]
     assert read == results
     assert _as_written({'results': [r.to_json() for r in read], 'notes': saved['notes']}) == text
-    # a gathered row has exactly the fields the board has always written for it; a published row
-    # (another paper's released outputs) also its label and alignment counts
-    fields = {'name', 'kind', 'values', 'exs', 'commands', 'paper', 'seconds', 'notes'}
+    # a gathered row has exactly the fields the board has always written for it, with its figures'
+    # 95% intervals; a published row (another paper's released outputs) also its label and
+    # alignment counts
+    fields = {'name', 'kind', 'values', 'exs', 'commands', 'paper', 'seconds', 'notes', 'ci95'}
     assert {frozenset(row) for row in saved['results']} == {frozenset(fields),
                                                            frozenset(fields | {'label', 'alignment'})}
 

@@ -4,11 +4,17 @@ Agents read an option of the model they resume (:mod:`parlai_empathy.agents.enco
 the leaderboard the task and classes of a classifier it evaluates: both only after the model file
 was accepted (:func:`parlai_empathy.safe_loading.check_model_trust`), so this is a plain JSON read.
 """
-import json
 from typing import Dict
+
+from parlai_empathy.files.bounded import FileRefused, load_json_file
 
 
 def read_model_opt(model_file: str) -> Dict:
-    """The options saved beside ``model_file``; a missing ``.opt`` raises ``FileNotFoundError``."""
-    with open(model_file + '.opt') as f:
-        return json.load(f)
+    """The options saved beside ``model_file``, read within the caps of an options file; a missing
+    ``.opt`` raises ``FileNotFoundError``, anything else that is not an object of options a
+    :class:`parlai_empathy.files.bounded.FileRefused` naming the file and line."""
+    path = model_file + '.opt'
+    opt = load_json_file(path, 'an options file', 'opt_bytes')
+    if not isinstance(opt, dict):
+        raise FileRefused(path, 1, None, f'not an options file (a JSON {type(opt).__name__}, not an object of options)')
+    return opt

@@ -38,8 +38,9 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from parlai_empathy.files.bounded import FileRefused, check_archive
+from parlai_empathy.files.caps import caps
 from parlai_empathy.safe_loading import (
-    MAX_OPT_BYTES,
     TRUST_FLAG,
     ModelFileError,
     empathy_agents,
@@ -236,11 +237,12 @@ def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], ar
     if not found or not found[-1].isfile():
         raise ZooError(f'{archive}: not a parlai-empathy model archive (no model.opt file at its top); '
                        'nothing was installed')
-    if found[-1].size > MAX_OPT_BYTES:
-        raise ZooError(f'{where}: {found[-1].size:,} bytes, over the {MAX_OPT_BYTES:,} of any options file; '
-                       'nothing was installed')
+    cap = caps().opt_bytes
+    if found[-1].size > cap:
+        raise ZooError(f'{where}: {found[-1].size:,} bytes, over the cap of {cap:,} bytes for an options file '
+                       '(PARLAI_EMPATHY_CAP_OPT_BYTES); nothing was installed')
     try:
-        model, line = read_opt_agent(tar.extractfile(found[-1]).read(MAX_OPT_BYTES + 1), where)
+        model, line = read_opt_agent(tar.extractfile(found[-1]).read(cap + 1), where)
     except ModelFileError as err:
         raise ZooError(f'{err}; nothing was installed') from None
     if our_agent(model) is None:
@@ -252,19 +254,31 @@ def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], ar
 
 def _safe_extract(archive: str, into: str, agent: str) -> None:
     """Unpack regular files and folders only, each inside ``into`` (no links, no '..'), and only
-    when the archive's ``model.opt`` names ``agent`` (:func:`check_archive_agent`)."""
+    when the archive's ``model.opt`` names ``agent`` (:func:`check_archive_agent`) and its members
+    fit the archive caps and the free disk (:func:`parlai_empathy.files.bounded.check_archive`),
+    both checked before anything is unpacked. The members are listed one by one, so an archive
+    over a cap is refused as soon as the listing passes it."""
+    members = []
+
+    def listed(tar):
+        for member in iter(tar.next, None):
+            parts = member.name.split('/')
+            if member.name.startswith('/') or '..' in parts or not (member.isfile() or member.isdir()):
+                raise ZooError(f'{archive}: refused member {member.name!r:.120} (only plain files and '
+                               'folders inside the archive are unpacked)')
+            members.append(member)
+            yield member.name, member.size
+
     try:
         with tarfile.open(archive, 'r:gz') as tar:
-            members = tar.getmembers()
-            for member in members:
-                parts = member.name.split('/')
-                if member.name.startswith('/') or '..' in parts or not (member.isfile() or member.isdir()):
-                    raise ZooError(f'{archive}: refused member {member.name!r} (only plain files and '
-                                   'folders inside the archive are unpacked)')
+            check_archive(archive, listed(tar), into)
             check_archive_agent(tar, members, archive, agent)
             tar.extractall(into, members=members, filter='data')
-    except (tarfile.TarError, EOFError, OSError) as err:
-        raise ZooError(f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: {err})') from None
+    except FileRefused as err:
+        raise ZooError(f'{err}; nothing was installed') from None
+    except (tarfile.TarError, EOFError, OSError, ValueError) as err:
+        raise ZooError(f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: '
+                       f'{str(err).splitlines()[0] if str(err) else "-"}); nothing was installed') from None
     missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(into, f))]
     if missing:
         raise ZooError(f'{archive}: not a parlai-empathy model archive (no {", ".join(missing)} at its top)')

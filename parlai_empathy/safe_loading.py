@@ -24,7 +24,6 @@ opening a shared model file could run code. Here:
 The project's agents use this through :class:`parlai_empathy.agents.safety.SafeAgentMixin`.
 Import-light: torch is imported only when a file is loaded.
 """
-import json
 import os
 import re
 import zipfile
@@ -32,6 +31,8 @@ from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
 from parlai_empathy.compat import _ModuleView, repair
+from parlai_empathy.files.bounded import FileRefused, loads_json, open_regular, read_bytes
+from parlai_empathy.files.caps import caps
 
 ZIP_MAGIC = b'PK\x03\x04'
 
@@ -42,6 +43,17 @@ class ModelFileError(RuntimeError):
 
 class UnsafeModelFile(ModelFileError):
     """A model file that could only be opened by unpickling arbitrary objects (it could run code)."""
+
+
+class ModelFileExit(SystemExit):
+    """A refusal of a model's ``.opt`` met while ParlAI reads it (``Opt.load``, inside stock
+    commands too): it ends the command with its one line, because ParlAI would show any other
+    exception as a traceback and some of its callers catch exceptions and go on. ``.error`` is
+    the :class:`ModelFileError`, for Python callers."""
+
+    def __init__(self, error: ModelFileError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def parlai_safe_globals() -> List[Any]:
@@ -86,6 +98,24 @@ def _describe_foreign(path: str, head: bytes) -> str:
     return f'{path} is not a PyTorch checkpoint (it starts with {head[:16]!r})'
 
 
+def _check_stored(path: str, handle) -> None:
+    """A checkpoint's zip members as ``torch.save`` writes them, stored and not compressed, so that
+    loading holds no more than the file's own size: a deflated member could inflate to any size."""
+    try:
+        with zipfile.ZipFile(handle) as archive:
+            size = os.fstat(handle.fileno()).st_size
+            total = 0
+            for info in archive.infolist():
+                total += info.file_size
+                if info.compress_type != zipfile.ZIP_STORED or total > size:
+                    raise ModelFileError(
+                        f'{path}, member {info.filename!r:.80}: compressed ({info.compress_size:,} bytes that '
+                        f'unpack to {info.file_size:,}); torch.save stores checkpoint members uncompressed, '
+                        'so this is not a checkpoint it wrote and it is not loaded')
+    except zipfile.BadZipFile:
+        return  # the loader's own message names a truncated archive
+
+
 def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
     """The ``dict`` a ParlAI agent saved to ``path`` (``model`` weights, optimizer state, ...).
     ``mmap``: map the tensors instead of reading them (for callers that only want the plain
@@ -97,12 +127,16 @@ def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
 
     import torch
 
-    if not os.path.isfile(path):
-        raise ModelFileError(f'{path}: no such model file' if not os.path.exists(path)
-                             else f'{path} is not a file')
-    with open(path, 'rb') as f:
-        head = f.read(64)
-    is_zip = zipfile.is_zipfile(path)
+    if not os.path.lexists(path):
+        raise ModelFileError(f'{path}: no such model file')
+    try:
+        with open_regular(path, 'a model checkpoint', 'checkpoint_bytes') as f:
+            head = f.read(64)
+            is_zip = zipfile.is_zipfile(f)
+            if is_zip:
+                _check_stored(path, f)
+    except FileRefused as err:
+        raise ModelFileError(str(err)) from None
     if not is_zip:
         problem = _describe_foreign(path, head)
         if problem:
@@ -140,23 +174,41 @@ def describe_mismatch(path: str, agent_name: str, err: Exception) -> ModelFileEr
         f'another agent or size, or options that differ from the .opt): {detail}')
 
 
-# ----- .opt files: JSON only --------------------------------------------------------------------
+# ----- .opt files: JSON only, regular files within the cap -------------------------------------
+OPT_WHAT = 'an options file'
+
+
 def _opt_json_load(handle, **kwargs):
     name = getattr(handle, 'name', '<opt file>')
     try:
-        return json.load(handle, **kwargs)
-    except json.JSONDecodeError as err:
-        raise ModelFileError(
-            f'{name}, line {err.lineno}, column {err.colno}: not a valid options file '
-            f'({err.msg}); a truncated or hand-edited .opt?') from None
+        opt = loads_json(handle.read(caps().opt_bytes + 1), name, what=OPT_WHAT)
+    except FileRefused as err:
+        raise ModelFileExit(ModelFileError(f'{err}; a truncated or hand-edited .opt?')) from None
+    if not isinstance(opt, dict):
+        raise ModelFileExit(ModelFileError(f'{name}, line 1: not an options file (a JSON {type(opt).__name__}, '
+                                           'not an object of options)'))
+    return opt
 
 
 def _refuse_pickled_opt(handle, *args, **kwargs):
     name = getattr(handle, 'name', '<opt file>')
-    raise UnsafeModelFile(
+    raise ModelFileExit(UnsafeModelFile(
         f'{name} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
         'unpickling can run code. If you trust it, convert it yourself: '
-        'load it with pickle and save it with parlai.core.opt.Opt(...).save(path).')
+        'load it with pickle and save it with parlai.core.opt.Opt(...).save(path).'))
+
+
+def open_opt(path, mode: str = 'r', encoding: Optional[str] = None):
+    """A local ``.opt`` opened for reading only if it is a regular file within ``opt_bytes``
+    (checked on the open descriptor, which never blocks on a FIFO): neither a FIFO, a device nor a
+    huge file is read. A refusal is a :class:`ModelFileExit`."""
+    import io
+
+    try:
+        binary = open_regular(path, OPT_WHAT, 'opt_bytes')
+    except FileRefused as err:
+        raise ModelFileExit(ModelFileError(str(err))) from None
+    return binary if 'b' in mode else io.TextIOWrapper(binary, encoding=encoding or 'utf-8')
 
 
 def _repair_opt(module):
@@ -164,6 +216,22 @@ def _repair_opt(module):
         return
     module.json = _ModuleView(module.json, load=_opt_json_load)
     module.pickle = _ModuleView(module.pickle, load=_refuse_pickled_opt)
+    module.PathManager = _PathManagerView(module.PathManager)
+
+
+class _PathManagerView:
+    """ParlAI's ``PathManager`` for the ``Opt`` module only: :func:`open_opt` in place of ``open``."""
+
+    def __init__(self, wrapped):
+        self._wrapped = wrapped
+
+    def open(self, path, mode: str = 'r', *args, **kwargs):
+        if 'r' not in mode or '+' in mode or '://' in str(path):
+            return self._wrapped.open(path, mode, *args, **kwargs)  # writing, or a remote path: as ParlAI does
+        return open_opt(path, mode, kwargs.get('encoding'))
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
 
 
 # ----- the trust boundary: which agent a model folder makes ParlAI run ---------------------------
@@ -174,9 +242,7 @@ def _repair_opt(module):
 # read here as JSON before ParlAI sees it, or when the user says they trust the file.
 TRUST_FLAG = '--trust-model-file'
 TRUST_OPTION = 'trust_model_file'
-MAX_OPT_BYTES = 4 * 1024 * 1024  # far above any real .opt (a classifier's with its classes: ~10 KB)
 _MODULE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-_CLASS_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 _MODEL_FIELD_RE = re.compile(r'"model"\s*:')
 # the last sentence of the refusal in a command that runs the project's agents only
 NO_OPT_IN_ADVICE = (f'This command opens parlai-empathy agents only, whoever made the file ({TRUST_FLAG} '
@@ -224,24 +290,29 @@ def our_agent(model: Any) -> Optional[str]:
     if model in ours:
         return model
     module, sep, cls = model.partition(':')
-    if not sep or not _CLASS_RE.match(cls):
+    if not sep:
         return None
     for prefix in ('parlai.agents.empathy.', 'parlai_empathy.agents.'):
-        if module.startswith(prefix) and f'empathy/{module[len(prefix):]}' in ours:
-            return f'empathy/{module[len(prefix):]}'
+        name = module[len(prefix):] if module.startswith(prefix) else None
+        if name and f'empathy/{name}' in ours and cls == agent_class_name(name):
+            return f'empathy/{name}'
     return None
 
 
+def agent_class_name(name: str) -> str:
+    """The class ParlAI loads for ``-m empathy/<name>`` (``bert_ranker`` -> ``BertRankerAgent``, the
+    rule of ``parlai.core.loader``): the one class of each of our agent modules a file may name.
+    Any other name importable from that module (a stock class it imports) is not ours."""
+    return ''.join(word[:1].upper() + word[1:] for word in name.split('_')) + 'Agent'
+
+
 def parse_opt_text(text: str, where: str) -> Dict[str, Any]:
-    """An ``.opt`` file's options from its text, as JSON and nothing else; anything else is a
-    :class:`ModelFileError` naming ``where``, the line and the column."""
+    """An ``.opt`` file's options from its text, as JSON and nothing else, within the JSON caps;
+    anything else is a :class:`ModelFileError` naming ``where``, the line and the column."""
     try:
-        opt = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ModelFileError(f'{where}, line {err.lineno}, column {err.colno}: not a valid options file '
-                             f'({err.msg}); a truncated or hand-edited .opt?') from None
-    except RecursionError:
-        raise ModelFileError(f'{where}, line 1: not an options file (JSON nested too deeply)') from None
+        opt = loads_json(text, where, what=OPT_WHAT)
+    except FileRefused as err:
+        raise ModelFileError(f'{err}; a truncated or hand-edited .opt?') from None
     if not isinstance(opt, dict):
         raise ModelFileError(f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, '
                              'not an object of options)')
@@ -268,14 +339,14 @@ def read_opt_agent(data: bytes, where: str) -> Tuple[str, int]:
 
 
 def read_opt_file(opt_path: str) -> Tuple[str, int]:
-    """:func:`read_opt_agent` of a file (size-limited); a missing one is a :class:`ModelFileError`."""
+    """:func:`read_opt_agent` of a file (a regular file within ``opt_bytes``); a missing, special or
+    oversized one is a :class:`ModelFileError`."""
     try:
-        with open(opt_path, 'rb') as f:
-            data = f.read(MAX_OPT_BYTES + 1)
+        data = read_bytes(opt_path, OPT_WHAT, 'opt_bytes')
+    except FileRefused as err:
+        raise ModelFileError(str(err)) from None
     except OSError as err:
         raise ModelFileError(f'{opt_path}: cannot be read ({err.strerror or err})') from None
-    if len(data) > MAX_OPT_BYTES:
-        raise ModelFileError(f'{opt_path}: over {MAX_OPT_BYTES:,} bytes, not an options file')
     return read_opt_agent(data, opt_path)
 
 
@@ -313,7 +384,7 @@ def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[s
     names ``--trust-model-file``, for a command where it does not apply."""
     path = zoo_model_path(str(model_file), datapath)
     opt_path = path + '.opt'
-    if not os.path.isfile(opt_path):
+    if not os.path.lexists(opt_path):
         where = f' ({model_file} is looked for at {path}: not installed?)' if path != str(model_file) else ''
         raise ModelFileError(f'{opt_path}: no such options file beside the model file{where}; it says which '
                              'agent opens the model')
@@ -350,14 +421,13 @@ def _repair_model_name(module):
     def get_model_name(opt):
         if TRUST_OPTION in opt and opt.get('model_file'):
             model_file = module.modelzoo_path(opt.get('datapath'), opt['model_file'])  # installs zoo: (checked)
-            if os.path.isfile(str(model_file) + '.opt'):
+            if os.path.lexists(str(model_file) + '.opt'):
                 trust = opt.get(TRUST_OPTION)
                 try:
                     check_model_trust(model_file, bool(trust), advice=NO_OPT_IN_ADVICE if trust is None else None)
-                except (UntrustedModelFile, UnsafeModelFile) as err:
-                    raise SystemExit(str(err)) from None  # the message alone, as the command's error
-                except ModelFileError:
-                    pass  # no agent named (nothing to import), or broken: ParlAI's own reading says so
+                except ModelFileError as err:
+                    # final: a file this check cannot read is never handed to a reader that might
+                    raise ModelFileExit(err) from None
         return real(opt)
 
     get_model_name._empathy_trust_checked = True

@@ -62,6 +62,9 @@ TABLE_MARKS = {
     'test_readme_commands.py': ('cli', 'slow'),
     'test_mission_outputs.py': ('cli', 'slow'),
     'test_emotions_tagging.py::test_command_killed_mid_run_resumes': ('cli',),
+    'test_file_caps.py::test_parlai_interactive_on_a_fifo_opt_ends_at_once_with_one_line': ('cli',),
+    'test_file_caps.py::test_an_over_limit_opt_naming_a_module_never_imports_it': ('cli',),
+    'test_file_caps.py::test_empathy_score_on_a_200000_deep_world_log_ends_with_one_line': ('cli',),
     'test_emotions_tagging.py::test_tag_ed_on_a_folder_without_examples_ends_with_the_file_error_alone': ('cli',),
     # in-process but long: over 20 s each on a shared 2-core machine (pytest --durations)
     'test_cache_race.py': ('slow',),  # processes started together on one cache, each loading models

@@ -455,7 +455,7 @@ HOSTILE_ED = {
     'header only': (HEADER_LINE, (None, None, 'no examples (header only)'), 'no examples (header only)'),
     'header and blank lines': (HEADER_LINE + b'\n\n', (2, 'line', 'has 1 comma-separated fields'),
                                'no examples (header only)'),
-    'binary garbage': (GARBAGE, (1, 'conv_id', 'not UTF-8: byte 0x'), 'no examples (not UTF-8 text: '),
+    'binary garbage': (GARBAGE, (1, 'conv_id', 'not UTF-8: byte 0x'), "line 1, field 'conv_id': NUL byte at column "),
     'not UTF-8 at line 3': (HEADER_LINE + ROW_1 + ROW_2.replace(b'So sorry', b'So \xff sorry'),
                             (3, 'utterance', 'not UTF-8: byte 0xff at column 37'), None),
     'wrong header': (b'text\tids\tid\nhello\t1\tab\n', (1, 'conv_id', 'is not the EmpatheticDialogues header'),
@@ -467,7 +467,7 @@ HOSTILE_ED = {
     'oversized line': (OVERSIZED, (2, None, f'no line break within {1 << 20} bytes'),
                        f'line 2: no line break within {1 << 20} bytes'),
     'NUL bytes': (HEADER_LINE + ROW_1.replace(b'lost', b'lo\0st') + ROW_2,
-                  (2, 'utterance', 'NUL byte at column 38'), None),
+                  (2, 'utterance', 'NUL byte at column 38'), "line 2, field 'utterance': NUL byte at column 38"),
     'UTF-16': (GOOD.decode().encode('utf-16'), (1, None, 'UTF-16 text'), 'line 1: UTF-16 text'),
     'CRLF line ends': (GOOD.replace(b'\n', b'\r\n'), None, None),
     'UTF-8 byte order mark': (b'\xef\xbb\xbf' + GOOD, None, None),
@@ -492,9 +492,8 @@ def test_hostile_ed_files_name_file_and_line(tmp_path, case):
     if clean_error is None:
         conversations, report = ed_raw.read_clean(str(path))
         assert conversations and report.rows_kept >= 1
-        if case in ('not UTF-8 at line 3', 'NUL bytes'):
-            kind = 'invalid_utf8' if 'UTF' in case else 'nul_byte'
-            assert report.fixes[kind]['example_lines'] == [3 if 'UTF' in case else 2]
+        if case == 'not UTF-8 at line 3':
+            assert report.fixes['invalid_utf8']['example_lines'] == [3]
         elif case == 'wrong field count':
             assert [bad['line'] for bad in report.unrecoverable] == [3]
         else:
@@ -534,11 +533,10 @@ def _ed_folder(tmp_path, name, valid=None, **others):
 @pytest.mark.parametrize('task, case, expected', [
     ('empathy_ed', 'empty', '{valid}: no examples (empty file)'),
     ('empathy_ed_clean', 'header only', '{valid}: no examples (header only)'),
-    ('empathy_ed_clean', 'binary garbage', "{valid}: no examples (not UTF-8 text: 16 of its 16 lines are not "
-                                           "UTF-8, the first at line 1, field 'conv_id': byte 0xb4 at column 2; "
-                                           "a binary file?; "
-                                           "line 1 is not the EmpatheticDialogues header "
-                                           "'conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags')"),
+    ('empathy_ed_clean', 'binary garbage', "{valid}, line 1, field 'conv_id': NUL byte at column 69: not text (a "
+                                           "binary file, or UTF-16 without a byte order mark?)"),
+    ('empathy_ed_clean', 'NUL bytes', "{valid}, line 2, field 'utterance': NUL byte at column 38: not text (a binary "
+                                      "file, or UTF-16 without a byte order mark?)"),
     ('empathy_ed', 'not UTF-8 at line 3', "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
                                           "(invalid start byte); the file must be UTF-8 text"),
     ('empathy_ed', 'missing split', "--ed-datapath points at '{folder}', which lacks valid.csv. It must be a folder "

@@ -13,7 +13,8 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = [
     # foundations: nothing of ours, or only each other's kind
-    {'parlai_empathy', 'compat', 'cache_lock', 'web_limits', 'offline_models', 'model_opt'},
+    {'parlai_empathy', 'files'},  # files a user hands us, read within the documented caps
+    {'compat', 'cache_lock', 'web_limits', 'offline_models', 'model_opt'},
     {'cpu_distributed', 'safe_loading', 'data'},
     {'startup', 'models', 'learning_curve'},
     {'metrics'},

@@ -88,8 +88,8 @@ def test_files_that_are_not_released_outputs_are_refused(tmp_path, monkeypatch):
     binary.write_bytes(b'emotion:sad\nContext:[\xff\xfe]\n')
     with pytest.raises(ReleasedFormatError, match=r'line 2, field .file.: not UTF-8'):
         read_released(str(binary), 'mime-beam')
-    monkeypatch.setattr(released, 'MAX_FILE_BYTES', 10)
-    with pytest.raises(ReleasedFormatError, match='larger than any released output file'):
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_DATA_BYTES', '10')
+    with pytest.raises(ValueError, match=r'binary.txt: 25 bytes, over the cap of 10 \(PARLAI_EMPATHY_CAP_DATA_BYTES\)'):
         read_released(str(binary), 'mime-beam')
     with pytest.raises(ValueError, match='unknown released-outputs format'):
         read_released(str(binary), 'nonsense')

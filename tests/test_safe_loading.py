@@ -18,6 +18,7 @@ import torch
 
 from parlai_empathy.safe_loading import (
     ModelFileError,
+    ModelFileExit,
     UnsafeModelFile,
     UntrustedModelFile,
     check_model_trust,
@@ -119,8 +120,9 @@ def test_a_pickled_opt_file_is_refused_and_never_run(mime, tmp_path):
     marker = str(tmp_path / 'code-ran')
     with open(model_file + '.opt', 'wb') as f:
         pickle.dump({'model': 'empathy/mime', 'hook': MakesMarker(marker)}, f)
-    with pytest.raises(UnsafeModelFile) as err:
+    with pytest.raises(ModelFileExit) as err:  # a SystemExit: the command ends with the one line
         open_agent(model_file)
+    assert isinstance(err.value.error, UnsafeModelFile)
     assert model_file + '.opt' in str(err.value)
     assert not os.path.exists(marker)
 
@@ -131,7 +133,7 @@ def test_a_truncated_opt_file_names_file_line_and_column(mime, tmp_path):
         text = f.read()
     with open(model_file + '.opt', 'w') as f:
         f.write(text[: len(text) // 2])
-    with pytest.raises(ModelFileError) as err:
+    with pytest.raises(ModelFileExit) as err:
         open_agent(model_file)
     message = str(err.value)
     assert message.startswith(model_file + '.opt, line ') and 'column' in message
@@ -229,11 +231,12 @@ def test_missing_or_broken_opt_files_are_named_with_line_and_field(tmp_path):
     model_file = tmp_path / 'model'
     with pytest.raises(ModelFileError, match=f'{tmp_path}/model.opt: no such options file'):
         check_model_trust(str(model_file))
-    cases = [('{"model": "empathy/mime",\n "x": ', 'line 2, column 7: not a valid options file'),
+    cases = [('{"model": "empathy/mime",\n "x": ',
+              'line 2: not valid JSON for an options file (Expecting value at column 7)'),
              ('["empathy/mime"]', 'line 1: not an options file (a JSON list'),
              ('{\n  "task": "x",\n  "model": null\n}', 'line 3: field "model": missing or not an agent name'),
              ('{"task": "x"}', 'line 1: field "model": missing'),
-             ('[' * 100_000, 'line 1: not an options file (JSON nested too deeply)')]
+             ('[' * 100_000, 'line 1: nested deeper than the cap of 64 (PARLAI_EMPATHY_CAP_JSON_DEPTH) levels')]
     for text, expected in cases:
         (tmp_path / 'model.opt').write_text(text)
         with pytest.raises(ModelFileError) as err:

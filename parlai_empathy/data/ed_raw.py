@@ -154,7 +154,6 @@ def read_faithful(path: str) -> List[Conversation]:
 FIX_DESCRIPTIONS = OrderedDict(
     [
         ('invalid_utf8', 'bytes that are not UTF-8 were replaced by U+FFFD'),
-        ('nul_byte', 'NUL bytes removed'),
         ('blank_line', 'blank line skipped'),
         ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right '
                                   '(EmpatheticDialogues issue #40) - realigned'),
@@ -315,8 +314,11 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
                 first_not_utf8 = (f'line {line_no}, field {field_at(raw, err.start, b",", FIELDS)!r}: byte '
                                   f'0x{raw[err.start]:02x} at column {column_of(raw, err.start)}')
         if '\0' in line:
-            line = line.replace('\0', '')
-            report.fix('nul_byte', line_no)
+            # no release of ED holds one: a NUL byte means a binary or UTF-16 file, not a quirk to repair
+            nul = raw.find(b'\0')
+            raise DataFileError(path, line_no, field_at(raw, nul, b',', FIELDS),
+                                f'NUL byte at column {column_of(raw, nul)}: not text (a binary file, or UTF-16 '
+                                'without a byte order mark?)')
         line = line.rstrip('\r\n')
         if line_no == 1 and line.startswith('conv_id,'):
             has_header = True

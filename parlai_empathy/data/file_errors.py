@@ -17,22 +17,16 @@ import contextlib
 import functools
 from typing import Iterator, Optional, Sequence, Tuple
 
-# No line of a real data file comes near this; a longer one means a binary file, or line breaks
-# this reader does not split on (lone CRs), and reading it whole could exhaust memory.
-MAX_LINE_BYTES = 1 << 20
+from parlai_empathy.files.bounded import FileRefused, open_regular
+from parlai_empathy.files.caps import caps
+
+# No line of a real data file comes near the ``line_bytes`` cap; a longer one means a binary file,
+# or line breaks this reader does not split on (lone CRs), and reading it whole could exhaust memory.
 
 
-class DataFileError(ValueError):
-    """A data file that cannot be used; the message names the file (and line, column, field)."""
-
-    def __init__(self, path, line_no: Optional[int] = None, field: Optional[str] = None, problem: str = ''):
-        self.path, self.line_no, self.field, self.problem = str(path), line_no, field, problem
-        where = self.path
-        if line_no is not None:
-            where += f', line {line_no}'
-        if field is not None:
-            where += f', field {field!r}'
-        super().__init__(f'{where}: {problem}')
+class DataFileError(FileRefused):
+    """A data file that cannot be used; the message names the file (and line, column, field). The
+    bounded reader's refusals (:class:`parlai_empathy.files.bounded.FileRefused`) are the same kind."""
 
 
 class DataNotFound(FileNotFoundError):
@@ -48,13 +42,16 @@ def no_examples(path, why: str) -> DataFileError:
     return DataFileError(path, None, None, f'no examples ({why})')
 
 
-def read_lines(path, kind: str, max_bytes: int = MAX_LINE_BYTES) -> Iterator[Tuple[int, bytes]]:
+def read_lines(path, kind: str, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, bytes]]:
     """(line number, raw bytes with the line break) for every line of ``path``.
 
     A UTF-8 byte order mark is dropped (an editor's encoding mark, not content); a UTF-16 file
     and a line longer than ``max_bytes`` are errors naming the file and line. ``kind`` names the
-    format in messages ("EmpatheticDialogues CSV")."""
-    with open(path, 'rb') as f:
+    format in messages ("EmpatheticDialogues CSV"). Only a regular file within the ``data_bytes``
+    cap is read (:func:`parlai_empathy.files.bounded.open_regular`)."""
+    if max_bytes is None:
+        max_bytes = caps().line_bytes
+    with open_regular(path, f'a {kind} file', 'data_bytes') as f:
         line_no = 0
         while True:
             raw = f.readline(max_bytes + 1)
@@ -120,7 +117,7 @@ class DataFileExit(SystemExit):
         self.error = error
 
 
-_DATA_ERRORS = (DataFileError, DataNotFound, DataSourceError)
+_DATA_ERRORS = (FileRefused, DataNotFound, DataSourceError)
 
 
 @contextlib.contextmanager

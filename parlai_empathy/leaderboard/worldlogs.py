@@ -1,18 +1,26 @@
 """Per-example rows from ParlAI world logs: the ``outputs.jsonl.gz`` rows of the evidence and the
 P@1,100 hits of a ranker, read from the logs ``eval_model`` writes (``--world-logs``)."""
-import json
 import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from parlai_empathy import evidence
+from parlai_empathy.files.bounded import decode_utf8, iter_lines, loads_json
+from parlai_empathy.metrics.saved_outputs import OutputsFormatError
 
 
 def _pairs(world_logs: str) -> Iterator[Tuple[Dict, Dict]]:
-    with open(world_logs, encoding='utf-8') as f:
-        for line in f:
-            if line.strip():
-                for teacher, model in json.loads(line)['dialog']:
-                    yield teacher, model
+    for line_no, raw in iter_lines(world_logs, 'world log', line_cap='log_line_bytes'):
+        line = decode_utf8(raw, world_logs, line_no)
+        if line.strip():
+            episode = loads_json(line, world_logs, line_no, what='world-log line')
+            dialog = episode.get('dialog') if isinstance(episode, dict) else None
+            if not isinstance(dialog, list):
+                raise OutputsFormatError(world_logs, line_no, 'dialog', 'missing: not a ParlAI world-log line')
+            for pair in dialog:
+                if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, dict) for t in pair)):
+                    raise OutputsFormatError(world_logs, line_no, 'dialog',
+                                             'each entry must be a [teacher turn, model turn] pair')
+                yield pair[0], pair[1]
 
 
 def _gold(teacher) -> str:

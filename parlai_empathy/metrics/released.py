@@ -13,18 +13,20 @@ import ast
 import dataclasses
 import functools
 import hashlib
+import io
 import os
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-# Released files are small (MIME's output.txt is 2.4 MB); a file far beyond this is not one of them.
-MAX_FILE_BYTES = 64 * 1024 * 1024
+from parlai_empathy.files.bounded import FileRefused, read_bytes
+from parlai_empathy.files.caps import caps, describe
 
 
-class ReleasedFormatError(ValueError):
+class ReleasedFormatError(FileRefused):
     def __init__(self, path: str, line_no: int, field_name: str, problem: str):
-        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+        super().__init__(path, line_no, field_name, problem)
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,8 @@ class ReleasedOutput:
 
 
 def _read_text(path: str) -> List[str]:
-    size = os.path.getsize(path)
-    if size > MAX_FILE_BYTES:
-        raise ReleasedFormatError(path, 1, 'file', f'{size} bytes: larger than any released output file '
-                                  f'({MAX_FILE_BYTES} bytes at most)')
-    with open(path, 'rb') as f:
-        raw = f.read()
+    # released files are small (MIME's output.txt is 2.4 MB): read whole, within ``data_bytes``
+    raw = read_bytes(path, 'a released output file', 'data_bytes')
     try:
         text = raw.decode('utf-8')
     except UnicodeDecodeError as err:
@@ -56,13 +54,47 @@ def _read_text(path: str) -> List[str]:
 
 
 def _context_list(value: str, path: str, line_no: int, field_name: str) -> Tuple[str, ...]:
-    """A context written as a Python list literal of strings (``str(list_of_turns)``)."""
+    """A context written as a Python list literal of strings (``str(list_of_turns)``), read token
+    by token: ``ast.literal_eval`` would build a syntax tree hundreds of times the text's size, and
+    nothing but a flat list of string literals is accepted, within ``literal_chars``."""
+    limits = caps()
+    text = value.strip()
+    if len(text) > limits.literal_chars:
+        raise ReleasedFormatError(path, line_no, field_name, f'{len(text):,} characters, over the cap of '
+                                  f'{describe("literal_chars", limits.literal_chars)} for a context')
+
+    def refused(problem=None):
+        return ReleasedFormatError(path, line_no, field_name,
+                                   problem or f'not a non-empty list of strings: {text[:80]!r}')
+
+    turns, expect = [], '['
     try:
-        turns = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise ReleasedFormatError(path, line_no, field_name, f'not a list of strings: {value.strip()[:80]!r}') from None
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-        raise ReleasedFormatError(path, line_no, field_name, f'not a non-empty list of strings: {value.strip()[:80]!r}')
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER):
+                continue
+            if expect == 'end':
+                raise refused()
+            if token.type == tokenize.OP and token.string == expect == '[':
+                expect = 'item'
+            elif token.type == tokenize.STRING and expect == 'item' and token.string[:1] in '\'"':
+                turn = ast.literal_eval(token.string)  # one plain string literal: bounded by its text
+                if len(turn) > limits.cell_chars:
+                    raise refused(f'a turn of {len(turn):,} characters, over the cap of '
+                                  f'{describe("cell_chars", limits.cell_chars)}')
+                turns.append(turn)
+                expect = ','
+            elif token.type == tokenize.OP and token.string == ']' and expect in (',', 'item'):
+                expect = 'end'
+            elif token.type == tokenize.OP and token.string == ',' and expect == ',':
+                expect = 'item'
+            else:
+                raise refused()
+    except (tokenize.TokenError, SyntaxError, ValueError) as err:
+        if isinstance(err, ReleasedFormatError):
+            raise
+        raise refused() from None
+    if expect != 'end' or not turns:
+        raise refused()
     return tuple(turns)
 
 
@@ -410,13 +442,14 @@ def _download(known: ReleasedFile, path: str) -> None:
                f'mkdir -p {os.path.dirname(path)} && cp {clone}/{known.path} {path}')
     try:
         with urllib.request.urlopen(known.url, timeout=60) as response:
-            data = response.read(MAX_FILE_BYTES + 1)
+            data = response.read(caps().data_bytes + 1)
     except (urllib.error.URLError, OSError) as err:
         raise ReleasedFileError(f'could not download {known.url} ({err}); with a clone of the repository, put the '
                                 f'file in place by hand:\n  {by_hand}\n(or set ${RELEASED_ENV} to a folder holding '
                                 f'{known.repo.replace("/", "+")}/{known.commit}/{known.path})') from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ReleasedFileError(f'{known.url}: more than {MAX_FILE_BYTES} bytes, not the released file')
+    if len(data) > caps().data_bytes:
+        raise ReleasedFileError(f'{known.url}: more than {describe("data_bytes", caps().data_bytes)} bytes, '
+                                'not the released file')
     if hashlib.sha256(data).hexdigest() != known.sha256:
         raise ReleasedFileError(f'{known.url}: sha256 {hashlib.sha256(data).hexdigest()}, expected {known.sha256}')
     os.makedirs(os.path.dirname(path), exist_ok=True)

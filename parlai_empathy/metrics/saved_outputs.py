@@ -14,20 +14,24 @@ A sharded evaluation (``multiprocessing_eval``/``distributed_eval --world-logs o
 one log per rank, ``out_0.jsonl``, ``out_1.jsonl``, ...; given ``out.jsonl`` when only those
 exist, they are read together (rank 0 first).
 
-Every problem is reported with the file, line and field.
+Every problem is reported with the file, line and field. Both are read through the bounded
+reader (:mod:`parlai_empathy.files.bounded`): a regular file within ``data_bytes``, lines within
+``line_bytes`` (TSV) or ``log_line_bytes`` (world logs), cells within ``cell_chars``, JSON within
+its nesting and digit caps; NaN, Infinity, NUL bytes and text that is not UTF-8 are refused.
 """
-import json
 import os
 from typing import List
 
+from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_lines, loads_json
+from parlai_empathy.files.caps import caps, describe
 from parlai_empathy.metrics.suite import ScoredExample
 
 TSV_HEADER = ['context', 'gold', 'response']
 
 
-class OutputsFormatError(ValueError):
+class OutputsFormatError(FileRefused):
     def __init__(self, path: str, line_no: int, field_name: str, problem: str):
-        super().__init__(f'{path}, line {line_no}, field {field_name!r}: {problem}')
+        super().__init__(path, line_no, field_name, problem)
 
 
 def rank_files(path: str) -> List[str]:
@@ -59,21 +63,25 @@ def read_outputs(path: str, fmt: str = 'auto') -> List[ScoredExample]:
 
 def read_tsv(path: str) -> List[ScoredExample]:
     examples = []
-    with open(path, encoding='utf-8') as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.rstrip('\n').rstrip('\r')
-            if not line:
-                continue
-            fields = line.split('\t')
-            if line_no == 1 and fields == TSV_HEADER:
-                continue
-            if len(fields) != 3:
-                raise OutputsFormatError(
-                    path, line_no, 'line', f'has {len(fields)} tab-separated fields, expected 3 '
-                    '(context, gold, response)'
-                )
-            context, gold, response = fields
-            examples.append(ScoredExample(context.replace('\\n', '\n'), gold, response, source=f'{path}:{line_no}'))
+    cell_cap = caps().cell_chars
+    for line_no, raw in iter_lines(path, 'TSV of outputs'):
+        line = decode_utf8(raw, path, line_no).rstrip('\n').rstrip('\r')
+        if not line:
+            continue
+        fields = line.split('\t')
+        if line_no == 1 and fields == TSV_HEADER:
+            continue
+        if len(fields) != 3:
+            raise OutputsFormatError(
+                path, line_no, 'line', f'has {len(fields)} tab-separated fields, expected 3 '
+                '(context, gold, response)'
+            )
+        for name, cell in zip(TSV_HEADER, fields):
+            if len(cell) > cell_cap:
+                raise OutputsFormatError(path, line_no, name, f'{len(cell):,} characters, over the cap of '
+                                                              f'{describe("cell_chars", cell_cap)}')
+        context, gold, response = fields
+        examples.append(ScoredExample(context.replace('\\n', '\n'), gold, response, source=f'{path}:{line_no}'))
     return examples
 
 
@@ -95,10 +103,29 @@ def _example_from_pair(pair, path: str, line_no: int) -> ScoredExample:
     if response is not None and not isinstance(response, str):
         raise OutputsFormatError(path, line_no, 'text', f'model response is not a string: {response!r:.80}')
     metrics = model.get('metrics') or {}
+    if not isinstance(metrics, dict):
+        raise OutputsFormatError(path, line_no, 'metrics', f'expected an object of figures, got {metrics!r:.80}')
+    for key in ('ppl', 'llen'):
+        if metrics.get(key) is not None and (isinstance(metrics[key], bool)
+                                             or not isinstance(metrics[key], (int, float))):
+            raise OutputsFormatError(path, line_no, f'metrics.{key}', f'not a number: {metrics[key]!r:.80}')
     candidates = teacher.get('label_candidates')
     context = teacher.get('context_utterances')  # the ED teachers' whole dialogue so far
-    if not (isinstance(context, list) and context and all(isinstance(turn, str) for turn in context)):
-        context = [teacher.get('text', '')]
+    if context is not None and not (isinstance(context, list) and all(isinstance(turn, str) for turn in context)):
+        raise OutputsFormatError(path, line_no, 'context_utterances',
+                                 f'expected a list of strings, got {type(context).__name__} {context!r:.60}')
+    if not context:
+        context = teacher.get('text', '')
+        if not isinstance(context, str):
+            raise OutputsFormatError(path, line_no, 'text', f'teacher text is not a string: {context!r:.80}')
+        context = [context]
+    scores = model.get('emotion_scores')
+    if scores is not None and not (isinstance(scores, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values())):
+        raise OutputsFormatError(path, line_no, 'emotion_scores', f'expected label -> number, got {scores!r:.80}')
+    ranked = model.get('text_candidates')
+    if ranked is not None and not (isinstance(ranked, list) and all(isinstance(c, str) for c in ranked)):
+        raise OutputsFormatError(path, line_no, 'text_candidates', f'expected a list of strings, got {ranked!r:.80}')
     return ScoredExample(
         context='\n'.join(context),
         gold=_gold(teacher, path, line_no),
@@ -115,17 +142,14 @@ def _example_from_pair(pair, path: str, line_no: int) -> ScoredExample:
 
 def read_world_logs(path: str) -> List[ScoredExample]:
     examples = []
-    with open(path, encoding='utf-8') as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                episode = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise OutputsFormatError(path, line_no, 'line', f'not JSON ({err.msg} at column {err.colno})') from None
-            if not isinstance(episode, dict) or not isinstance(episode.get('dialog'), list):
-                raise OutputsFormatError(path, line_no, 'dialog', 'missing: not a ParlAI world-log line')
-            examples.extend(_example_from_pair(pair, path, line_no) for pair in episode['dialog'])
+    for line_no, raw in iter_lines(path, 'world log', line_cap='log_line_bytes'):
+        line = decode_utf8(raw, path, line_no)
+        if not line.strip():
+            continue
+        episode = loads_json(line, path, line_no, what='world-log line')
+        if not isinstance(episode, dict) or not isinstance(episode.get('dialog'), list):
+            raise OutputsFormatError(path, line_no, 'dialog', 'missing: not a ParlAI world-log line')
+        examples.extend(_example_from_pair(pair, path, line_no) for pair in episode['dialog'])
     if not examples:
         raise ValueError(f'{path}: no dialogue turns found')
     return examples

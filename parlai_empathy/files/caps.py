@@ -1,0 +1,70 @@
+"""Every cap on reading a file a user hands us, with its default and the one name that sets it.
+
+Each cap is a field of :class:`FileCaps`; ``PARLAI_EMPATHY_CAP_<FIELD>`` (the field's name in upper
+case) replaces its default in every process, including stock ``parlai`` commands that open one of
+our files, which have no command-line option of ours to take it. The defaults sit well above the
+real data (the full EmpatheticDialogues CSVs, the largest zoo archive, a world log of ED test
+with every ranker candidate) and well below what would exhaust a machine; ``docs/security.md``
+lists them, and ``tests/test_file_caps.py`` checks that the table and this class agree.
+"""
+import os
+from dataclasses import dataclass, field, fields
+
+ENV_PREFIX = 'PARLAI_EMPATHY_CAP_'
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def _cap(default: int, help: str):
+    return field(default=default, metadata={'help': help})
+
+
+@dataclass(frozen=True)
+class FileCaps:
+    opt_bytes: int = _cap(4 * MIB, "a model's .opt file (a real one: under 20 KB)")
+    json_depth: int = _cap(64, 'nesting of any JSON we read (.opt, world logs, manifests, released files; '
+                               'real ones: under 10)')
+    int_digits: int = _cap(40, 'digits of one integer in a JSON or literal file (real ones: under 20)')
+    line_bytes: int = _cap(1 * MIB, 'one line of a CSV or TSV file (ED: under 2 KB)')
+    log_line_bytes: int = _cap(64 * MIB, 'one line of a world log, i.e. one episode with every candidate a '
+                                         'ranker returned (ED test: under 1 MB)')
+    cell_chars: int = _cap(100_000, 'one field of a CSV or TSV line, or one string of a world log or '
+                                    'released file (ED utterances: under 1,000 characters)')
+    data_bytes: int = _cap(2 * GIB, 'one data file: CSV, TSV, world log, released outputs (ED train.csv: '
+                                    '16 MB)')
+    dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (a real one: under 2 MB)")
+    checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model: under 1 GB)')
+    literal_chars: int = _cap(1 * MIB, 'one Python-literal line of a released-format file (real ones: '
+                                       'under 10 KB)')
+    archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest '
+                                       'entry: under 1 GB)')
+    archive_members: int = _cap(10_000, 'files and folders in one archive (a model archive: under 20)')
+    archive_depth: int = _cap(16, "folder nesting of an archive's members (a model archive: 2)")
+    disk_headroom_bytes: int = _cap(256 * MIB, 'free disk left after unpacking an archive')
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+class CapSettingError(ValueError):
+    """A ``PARLAI_EMPATHY_CAP_*`` variable that is not a positive whole number."""
+
+
+def caps() -> FileCaps:
+    """The caps now in force: the defaults, each replaced by its environment variable if set."""
+    values = {}
+    for f in fields(FileCaps):
+        raw = os.environ.get(env_name(f.name))
+        if raw is None or not raw.strip():
+            continue
+        text = raw.strip().replace('_', '')
+        if not (text.isascii() and text.isdigit() and len(text) <= 20 and int(text) > 0):
+            raise CapSettingError(f'{env_name(f.name)}={raw[:40]!r}: not a positive whole number '
+                                  f'({f.metadata["help"]}; default {f.default})')
+        values[f.name] = int(text)
+    return FileCaps(**values)
+
+
+def describe(name: str, value: int) -> str:
+    """How an error names a cap: its value and the variable that raises it."""
+    return f'{value:,} ({env_name(name)})'

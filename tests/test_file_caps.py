@@ -1,0 +1,350 @@
+"""Every file a user hands us is read through one bounded reader (parlai_empathy.files): regular
+files only, sizes checked before reading, JSON within nesting/digit/string caps, archives checked
+before unpacking; each refusal is one line naming the file (and line, field) and the cap.
+
+Hostile inputs here are fresh ones: FIFOs and devices in place of files, deep and wide JSON,
+inflating checkpoints and archives, NUL bytes, broken literals. A hang would show as the guard
+thread (or the subprocess timeout) expiring, never as a time measured.
+"""
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+from dataclasses import fields
+
+import pytest
+import torch
+
+from parlai_empathy.files import bounded
+from parlai_empathy.files.caps import FileCaps, caps, env_name
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOC = os.path.join(os.path.dirname(HERE), 'docs', 'security.md')
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+def finishes(fn, *args):
+    """``fn(*args)``'s exception or result, failing the test if it blocks (a FIFO read hangs)."""
+    box = {}
+
+    def target():
+        try:
+            box['value'] = fn(*args)
+        except BaseException as err:  # noqa: BLE001 - handed back to the test
+            box['error'] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), f'{fn.__name__} blocked on {args}'
+    return box
+
+
+def refused(fn, *args) -> str:
+    box = finishes(fn, *args)
+    assert 'error' in box, f'accepted: {box.get("value")!r:.200}'
+    message = str(box['error'])
+    assert '\n' not in message and 'Traceback' not in message, message
+    return message
+
+
+# ----- the caps --------------------------------------------------------------------------------------
+def test_every_cap_is_in_the_docs_table_with_its_default():
+    text = open(DOC, encoding='utf-8').read()
+    rows = dict(re.findall(r'^\| `(PARLAI_EMPATHY_CAP_[A-Z_]+)` \| ([^|]+) \|', text, re.M))
+    expected = {env_name(f.name): f'{f.default:,}' for f in fields(FileCaps)}
+    assert {name: value.strip() for name, value in rows.items()} == expected
+
+
+def test_a_cap_is_set_by_its_one_variable_and_a_bad_value_is_refused(monkeypatch):
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_OPT_BYTES', '1_000')
+    assert caps().opt_bytes == 1000 and caps().json_depth == FileCaps().json_depth
+    for bad in ('-1', '0', 'lots', '1e9', '9' * 30):
+        monkeypatch.setenv('PARLAI_EMPATHY_CAP_OPT_BYTES', bad)
+        with pytest.raises(ValueError, match='PARLAI_EMPATHY_CAP_OPT_BYTES=.*not a positive whole number'):
+            caps()
+
+
+def test_the_defaults_fit_the_real_data(ed_dir):
+    limits = FileCaps()
+    for split in ('train', 'valid', 'test'):
+        path = os.path.join(ed_dir, f'{split}.csv')
+        assert os.path.getsize(path) < limits.data_bytes
+        with open(path, 'rb') as f:
+            assert max(len(line) for line in f) < limits.line_bytes
+    list(bounded.iter_lines(os.path.join(ed_dir, 'train.csv'), 'EmpatheticDialogues CSV'))
+
+
+# ----- regular files only, size before reading ---------------------------------------------------
+def test_a_fifo_a_device_a_folder_and_a_link_to_a_device_are_refused_at_once(tmp_path):
+    fifo = tmp_path / 'model.opt'
+    os.mkfifo(fifo)
+    (tmp_path / 'zero').symlink_to('/dev/zero')
+    cases = {fifo: 'a FIFO, not a regular file', '/dev/zero': 'a character device',
+             tmp_path / 'zero': 'a character device', tmp_path: 'a folder'}
+    for path, words in cases.items():
+        for reader in (lambda p: bounded.read_bytes(p, 'an options file', 'opt_bytes'),
+                       lambda p: list(bounded.iter_lines(p, 'TSV')),
+                       lambda p: bounded.check_file(p, 'a dictionary', 'dict_bytes')):
+            message = refused(reader, path)
+            assert message.startswith(f'{path}: ') and words in message, message
+
+
+def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    sparse = tmp_path / 'model.dict'
+    with open(sparse, 'wb') as f:  # 20 GiB that take no disk: only the size is looked at
+        f.truncate(20 << 30)
+    message = refused(bounded.read_bytes, sparse, 'a dictionary', 'dict_bytes')
+    assert message.startswith(f'{sparse}: 21,474,836,480 bytes, over the cap of 268,435,456 '
+                              '(PARLAI_EMPATHY_CAP_DICT_BYTES)'), message
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_LINE_BYTES', '100')
+    long_line = tmp_path / 'long.tsv'
+    long_line.write_bytes(b'ok\n' + b'x' * 500 + b'\n')
+    message = refused(lambda p: list(bounded.iter_lines(p, 'TSV')), long_line)
+    assert message.startswith(f'{long_line}, line 2: line longer than the cap of 100'), message
+
+
+# ----- JSON ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize('text, words', [
+    ('[' * 200_000 + ']' * 200_000, 'line 1: nested deeper than the cap of 64'),
+    ('{"a":\n' * 70 + '1' + '}' * 70, 'line 65: nested deeper than the cap of 64'),
+    ('{"n": ' + '7' * 5000 + '}', 'an integer of 5,000 digits, over the cap of 40'),
+    ('{"score": NaN}', 'NaN is not a number a figure may have'),
+    ('{"score": -Infinity}', '-Infinity is not a number a figure may have'),
+    ('{"score": 1e999}', 'the number 1e999 overflows to infinity'),
+    ('{"text": "' + 'x' * 200_000 + '"}', "field 'text': a string of 200,000 characters, over the cap of 100,000"),
+    ('{"a": 1,}', 'not valid JSON for a JSON file (Expecting property name enclosed in double quotes at column 9)'),
+])
+def test_hostile_json_is_refused_naming_file_and_line(text, words):
+    message = refused(bounded.loads_json, text, 'log.jsonl', None)
+    assert message.startswith('log.jsonl') and words in message, message
+
+
+def test_json_within_the_caps_reads_as_json():
+    assert bounded.loads_json('{"a": [1, 2.5, "x", null, {"b": true}]}', 'f') == \
+        {'a': [1, 2.5, 'x', None, {'b': True}]}
+    assert bounded.loads_json('null', 'f') is None
+
+
+# ----- archives and checkpoints --------------------------------------------------------------------
+@pytest.mark.parametrize('members, words', [
+    ([('model\0.opt', 10)], "field 'member name': 'model\\x00.opt' holds a NUL byte"),
+    ([(f'f{i}', 1) for i in range(10_001)], 'over the cap of 10,000 (PARLAI_EMPATHY_CAP_ARCHIVE_MEMBERS) members'),
+    ([('a/' * 20 + 'x', 1)], 'is nested 21 folders deep, over the cap of 16'),
+    ([('model', 6 << 30), ('model.dict', 3 << 30)], 'unpacks to over the cap of 8,589,934,592'),
+    ([('model', 1 << 50)], 'unpacks to over the cap'),
+])
+def test_archive_members_are_checked_before_unpacking(tmp_path, members, words):
+    message = refused(bounded.check_archive, 'model.tar.gz', members, str(tmp_path))
+    assert message.startswith('model.tar.gz') and words in message, message
+
+
+def test_an_archive_that_would_fill_the_disk_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_BYTES', str(1 << 60))
+    free = __import__('shutil').disk_usage(tmp_path).free
+    message = refused(bounded.check_archive, 'model.tar.gz', [('model', free - (1 << 20))], str(tmp_path / 'new'))
+    assert 'bytes free; at least 268,435,456 (PARLAI_EMPATHY_CAP_DISK_HEADROOM_BYTES) bytes must stay free' in message
+
+
+def test_a_zoo_archive_over_the_unpacked_cap_is_refused_and_nothing_is_installed(tmp_path, monkeypatch):
+    from parlai_empathy import model_zoo
+
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_BYTES', str(1 << 20))
+    bomb = tmp_path / 'bomb.tar.gz'
+    with tarfile.open(bomb, 'w:gz') as tar:
+        opt = json.dumps({'model': 'empathy/mime'}).encode()
+        info = tarfile.TarInfo('model.opt')
+        info.size = len(opt)
+        tar.addfile(info, io.BytesIO(opt))
+        info = tarfile.TarInfo('model')
+        info.size = 8 << 20  # zeros: a few KB packed
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert os.path.getsize(bomb) < 100_000
+    target = tmp_path / 'zoo' / 'mime'
+    with pytest.raises(model_zoo.ZooError) as err:
+        model_zoo.install_archive(str(bomb), str(target), 'v1', 'empathy/mime')
+    assert str(err.value).startswith(f'{bomb}: unpacks to over the cap of 1,048,576'), str(err.value)
+    assert not target.exists() and [p.name for p in (tmp_path / 'zoo').iterdir()] == ['mime.lock']
+
+
+def test_a_nul_byte_in_an_archive_member_name_is_one_line(tmp_path):
+    from parlai_empathy import model_zoo
+
+    evil = tmp_path / 'evil.tar.gz'
+    with tarfile.open(evil, 'w:gz', format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo('model')
+        info.pax_headers = {'path': 'mo\0del'}
+        tar.addfile(info, io.BytesIO(b''))
+    with pytest.raises(model_zoo.ZooError) as err:
+        model_zoo.install_archive(str(evil), str(tmp_path / 'zoo' / 'x'), 'v1', 'empathy/mime')
+    assert str(err.value).startswith(f'{evil}') and '\n' not in str(err.value)
+    assert 'NUL' in str(err.value) or 'not a readable' in str(err.value), str(err.value)
+
+
+def test_an_inflating_checkpoint_is_refused_before_it_is_loaded(tmp_path):
+    from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
+
+    honest = tmp_path / 'honest'
+    torch.save({'model': {'w': torch.zeros(4 << 20)}}, honest)  # 16 MiB of zeros
+    inflating = tmp_path / 'model'
+    with zipfile.ZipFile(honest) as src, zipfile.ZipFile(inflating, 'w', zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info.filename))
+    assert os.path.getsize(inflating) < os.path.getsize(honest) // 10
+    with pytest.raises(ModelFileError) as err:
+        load_checkpoint(str(inflating))
+    assert str(err.value).startswith(f'{inflating}, member ') and 'compressed' in str(err.value), str(err.value)
+    assert load_checkpoint(str(honest))['model']['w'].numel() == 4 << 20
+    os.remove(inflating)
+    os.mkfifo(inflating)
+    message = refused(load_checkpoint, str(inflating))
+    assert message.startswith(f'{inflating}: a FIFO, not a regular file'), message
+
+
+# ----- .opt files, through ParlAI's own Opt.load ---------------------------------------------------
+def test_parlai_opt_load_refuses_a_fifo_a_device_and_an_oversized_opt_with_one_line(tmp_path):
+    from parlai.core.opt import Opt
+
+    from parlai_empathy.safe_loading import ModelFileExit
+
+    fifo = tmp_path / 'fifo.opt'
+    os.mkfifo(fifo)
+    zero = tmp_path / 'zero.opt'
+    zero.symlink_to('/dev/zero')
+    big = tmp_path / 'big.opt'
+    big.write_text(json.dumps({'model': 'sideeffect:Agent', 'pad': 'x' * (5 << 20)}))
+    for path, words in ((fifo, 'a FIFO'), (zero, 'a character device'), (big, 'over the cap of 4,194,304')):
+        box = finishes(Opt.load, str(path))
+        assert isinstance(box.get('error'), ModelFileExit), box
+        assert str(box['error']).startswith(f'{path}: ') and words in str(box['error'])
+    good = tmp_path / 'good.opt'
+    Opt({'model': 'empathy/mime', 'n': 3}).save(str(good))
+    assert Opt.load(str(good))['n'] == 3
+
+
+def test_read_model_opt_is_bounded_too(tmp_path):
+    from parlai_empathy.model_opt import read_model_opt
+
+    os.mkfifo(tmp_path / 'model.opt')
+    assert 'a FIFO' in refused(read_model_opt, str(tmp_path / 'model'))
+    os.remove(tmp_path / 'model.opt')
+    (tmp_path / 'model.opt').write_text('[1]')
+    assert 'line 1: not an options file' in refused(read_model_opt, str(tmp_path / 'model'))
+
+
+# ----- the allowlist ------------------------------------------------------------------------------
+def test_only_the_agent_class_of_each_module_is_ours():
+    import parlai_empathy.agents.mime as mime_module
+    from parlai_empathy.safe_loading import our_agent
+
+    assert our_agent('parlai_empathy.agents.mime:MimeAgent') == 'empathy/mime'
+    assert our_agent('parlai.agents.empathy.bert_ranker:BertRankerAgent') == 'empathy/bert_ranker'
+    # names importable from our agent modules that are not our agents: stock classes they import
+    borrowed = [name for name in dir(mime_module) if name.endswith('Agent') and name != 'MimeAgent']
+    assert borrowed, 'the mime module imports no other *Agent class: pick another example'
+    for name in borrowed + ['SafeAgentMixin', 'os']:
+        assert our_agent(f'parlai_empathy.agents.mime:{name}') is None, name
+        assert our_agent(f'parlai.agents.empathy.mime:{name}') is None, name
+
+
+# ----- saved outputs and released files --------------------------------------------------------------
+def _episode(teacher=None, model=None):
+    turn = {'text': 'hi', 'eval_labels': ['hello'], **(teacher or {})}
+    return json.dumps({'dialog': [[turn, {'text': 'hey', **(model or {})}]]})
+
+
+@pytest.mark.parametrize('line, words', [
+    (_episode(model={'emotion_scores': {'sad': float('nan')}}),
+     'line 1: NaN is not a number a figure may have'),
+    (_episode(teacher={'context_utterances': 'not a list'}),
+     "line 1, field 'context_utterances': expected a list of strings, got str"),
+    (_episode(model={'metrics': {'ppl': 'high'}}), "line 1, field 'metrics.ppl': not a number"),
+    (_episode(model={'emotion_scores': {'sad': 'very'}}), "line 1, field 'emotion_scores': expected label -> number"),
+    ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
+    (_episode(model={'n': 7}).replace('"n": 7', '"n": ' + '7' * 5000),
+     'line 1: an integer of 5,000 digits, over the cap of 40'),
+])
+def test_world_log_values_that_are_not_what_they_should_be_are_refused(tmp_path, line, words):
+    from parlai_empathy.metrics.saved_outputs import read_outputs
+
+    path = tmp_path / 'log.jsonl'
+    path.write_text(line + '\n')
+    message = refused(read_outputs, str(path))
+    assert message.startswith(f'{path}, ') and words in message, message
+
+
+@pytest.mark.parametrize('content, words', [
+    ('ctx\tgold\tréponse\n'.encode('latin-1'), "line 1: not UTF-8: byte 0xe9 at column 11"),
+    (b'ctx\tgo\0ld\treply\n', 'line 1: NUL byte at column 7'),
+    (b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n', 'line 1: line longer than the cap of 1,048,576'),
+    (b'ctx\tgold\t' + b'x' * 200_000 + b'\n', "line 1, field 'response': 200,000 characters, over the cap of 100,000"),
+])
+def test_tsv_outputs_that_are_not_text_or_too_large_are_refused_naming_the_line(tmp_path, content, words):
+    from parlai_empathy.metrics.saved_outputs import read_outputs
+
+    path = tmp_path / 'outputs.tsv'
+    path.write_bytes(content)
+    message = refused(read_outputs, str(path))
+    assert message.startswith(f'{path}, ') and words in message, message
+
+
+def test_a_released_context_list_is_read_token_by_token_within_its_cap(tmp_path):
+    from parlai_empathy.metrics.released import _context_list
+
+    assert _context_list("['I lost it.', \"It's gone\"]", 'f', 3, 'context') == ('I lost it.', "It's gone")
+    huge = '[' + ', '.join(["'a'"] * 1_500_000) + ']'  # 6 MB: literal_eval would build ~2 GB of syntax tree
+    message = refused(_context_list, huge, 'out.txt', 7, 'context')
+    assert message.startswith(f"out.txt, line 7, field 'context': {len(huge):,} characters, over the cap of "
+                              '1,048,576 (PARLAI_EMPATHY_CAP_LITERAL_CHARS)'), message
+    for bad in ("['a', __import__('os')]", "['a'] + ['b']", "[['a']]", "['a',,]", "f'{x}'", "['a'"):
+        assert 'not a non-empty list of strings' in refused(_context_list, bad, 'f', 1, 'c'), bad
+
+
+# ----- through the commands a user types ------------------------------------------------------------
+def parlai(*args, cwd, env=None, input=None):
+    full_env = dict(os.environ, HF_HUB_OFFLINE='1', **(env or {}))
+    return subprocess.run([os.path.join(VENV_BIN, 'parlai'), *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=300, input=input)
+
+
+def one_line_exit(done):
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert 'Traceback' not in done.stderr, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_parlai_interactive_on_a_fifo_opt_ends_at_once_with_one_line(tmp_path):
+    os.mkfifo(tmp_path / 'model.opt')
+    (tmp_path / 'model').write_bytes(b'')
+    for command in ('interactive', 'empathy_chat'):
+        done = parlai(command, '-mf', tmp_path / 'model', cwd=tmp_path, input='')
+        assert one_line_exit(done) == f'{tmp_path}/model.opt: a FIFO, not a regular file; an options file must be ' \
+                                      'a plain file', command
+
+
+def test_an_over_limit_opt_naming_a_module_never_imports_it(tmp_path):
+    modules = tmp_path / 'modules'
+    modules.mkdir()
+    marker = tmp_path / 'code-ran'
+    (modules / 'sideeffect.py').write_text(f'import os\nos.mkdir({str(marker)!r})\nclass Agent: pass\n')
+    (tmp_path / 'model.opt').write_text(json.dumps({'model': 'sideeffect:Agent', 'pad': 'x' * (5 << 20)}))
+    (tmp_path / 'model').write_bytes(b'')
+    for command in ('interactive', 'empathy_chat', 'eval_model'):
+        extra = ['-t', 'empathy_ed_clean'] if command == 'eval_model' else []
+        done = parlai(command, '-mf', tmp_path / 'model', *extra, cwd=tmp_path, input='',
+                      env={'PYTHONPATH': str(modules)})
+        line = one_line_exit(done)
+        assert line.startswith(f'{tmp_path}/model.opt: 5,242,9') and 'over the cap of 4,194,304' in line, line
+        assert not marker.exists(), f'{command} imported the module the file names'
+
+
+def test_empathy_score_on_a_200000_deep_world_log_ends_with_one_line(tmp_path):
+    (tmp_path / 'deep.jsonl').write_text('[' * 200_000 + ']' * 200_000 + '\n')
+    done = parlai('empathy_score', '-o', tmp_path / 'deep.jsonl', '--bertscore-model', 'none', cwd=tmp_path)
+    assert one_line_exit(done) == f'empathy_score: {tmp_path}/deep.jsonl, line 1: nested deeper than the cap of 64 ' \
+                                  '(PARLAI_EMPATHY_CAP_JSON_DEPTH) levels (at column 65), for a world-log line'

@@ -12,7 +12,7 @@ def _pairs(world_logs: str) -> Iterator[Tuple[Dict, Dict]]:
     for line_no, raw in iter_lines(world_logs, 'world log', line_cap='log_line_bytes'):
         line = decode_utf8(raw, world_logs, line_no)
         if line.strip():
-            episode = loads_json(line, world_logs, line_no, what='world-log line')
+            episode = loads_json(line, world_logs, line_no, what='a world-log line')
             dialog = episode.get('dialog') if isinstance(episode, dict) else None
             if not isinstance(dialog, list):
                 raise OutputsFormatError(world_logs, line_no, 'dialog', 'missing: not a ParlAI world-log line')

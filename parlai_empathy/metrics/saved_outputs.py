@@ -146,7 +146,7 @@ def read_world_logs(path: str) -> List[ScoredExample]:
         line = decode_utf8(raw, path, line_no)
         if not line.strip():
             continue
-        episode = loads_json(line, path, line_no, what='world-log line')
+        episode = loads_json(line, path, line_no, what='a world-log line')
         if not isinstance(episode, dict) or not isinstance(episode.get('dialog'), list):
             raise OutputsFormatError(path, line_no, 'dialog', 'missing: not a ParlAI world-log line')
         examples.extend(_example_from_pair(pair, path, line_no) for pair in episode['dialog'])

@@ -103,28 +103,28 @@ def _open(model_file):
 
 
 def test_a_truncated_opt_file_names_the_file_and_line(tiny, tmp_path):
-    from parlai_empathy.safe_loading import ModelFileError
+    from parlai_empathy.safe_loading import ModelFileExit
 
     model_file = _copy(tiny[0], tmp_path / 'broken')
     text = open(model_file + '.opt').read()
     with open(model_file + '.opt', 'w') as handle:
         handle.write(text[: len(text) // 2])
-    with pytest.raises(ModelFileError) as err:
+    with pytest.raises(ModelFileExit) as err:  # a SystemExit: the command ends with the one line
         _open(model_file)
     assert str(err.value).startswith(model_file + '.opt, line ') and 'column' in str(err.value)
 
 
 def test_pickled_opt_or_weights_are_refused_and_never_run(tiny, tmp_path):
-    from parlai_empathy.safe_loading import UnsafeModelFile
+    from parlai_empathy.safe_loading import ModelFileExit, UnsafeModelFile
     from tiny_models import MakesMarker
 
     marker = str(tmp_path / 'code-ran')
     model_file = _copy(tiny[0], tmp_path / 'pickled_opt')
     with open(model_file + '.opt', 'wb') as handle:
         pickle.dump({'model': 'empathy/moel', 'hook': MakesMarker(marker)}, handle)
-    with pytest.raises(UnsafeModelFile) as err:
+    with pytest.raises(ModelFileExit) as err:
         _open(model_file)
-    assert model_file + '.opt' in str(err.value)
+    assert isinstance(err.value.error, UnsafeModelFile) and model_file + '.opt' in str(err.value)
     model_file = _copy(tiny[0], tmp_path / 'pickled_weights')
     with open(model_file, 'wb') as handle:
         pickle.dump({'model': MakesMarker(marker)}, handle)
@@ -145,3 +145,19 @@ def test_weights_that_do_not_fit_name_the_file(tiny, tmp_path):
     with pytest.raises(ModelFileError) as err:
         _open(model_file)
     assert model_file in str(err.value) and 'do not fit the empathy/moel model' in str(err.value)
+
+
+@pytest.mark.parametrize('field', ['emotion_loss_weight', 'oracle_schedule', 'shared_listener'])
+def test_an_opt_missing_a_model_option_ends_with_one_line_naming_file_and_field(tiny, tmp_path, field):
+    import json
+
+    from parlai_empathy.safe_loading import ModelFileExit
+
+    model_file = _copy(tiny[0], tmp_path / 'missing')
+    opt = json.load(open(model_file + '.opt'))
+    del opt[field]
+    json.dump(opt, open(model_file + '.opt', 'w'))
+    with pytest.raises(ModelFileExit) as err:  # was a KeyError traceback
+        _open(model_file)
+    assert str(err.value).startswith(f'{model_file}.opt: field "{field}": missing (option --'), str(err.value)
+    assert '\n' not in str(err.value)

@@ -114,12 +114,29 @@ def config_from_opt(config_cls, opt: Mapping[str, Any], **given):
             )
         elif field.metadata.get('option', True):
             if field.name not in opt:
-                raise KeyError(f'option {option_name(field.name)} ({config_cls.__name__}.{field.name}) '
-                               'is missing from the options')
+                raise _missing(config_cls, field, opt)
             values[field.name] = opt[field.name]
     if given:
         raise TypeError(f'{config_cls.__name__} has no field {sorted(given)}')
     return config_cls(**values)
+
+
+def _missing(config_cls, field, opt: Mapping[str, Any]) -> BaseException:
+    """A config option absent from ``opt``: when the options came from a model's ``.opt`` file,
+    the file is at fault and the command ends with one line naming it and the field; otherwise
+    it is a ``KeyError`` (a caller that built ``opt`` without the agent's options)."""
+    import os
+
+    from parlai_empathy.safe_loading import ModelFileError, ModelFileExit
+
+    what = f'option {option_name(field.name)} ({config_cls.__name__}.{field.name})'
+    model_file = opt.get('model_file')
+    if isinstance(model_file, str) and os.path.isfile(model_file + '.opt'):
+        default = field.default if field.default is not dataclasses.MISSING else None
+        return ModelFileExit(ModelFileError(
+            f'{model_file}.opt: field "{field.name}": missing ({what}); a .opt edited by hand or saved by '
+            f'another version? Add the field (its default is {default!r})'))
+    return KeyError(f'{what} is missing from the options')
 
 
 def _field_names(config_cls):

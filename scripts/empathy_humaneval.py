@@ -120,12 +120,17 @@ class HumanEvalServe(EmpathyScript):
         p.add_argument('--lease-seconds', type=int, default=0,
                        help='idle seconds after which an unfinished assignment stops reserving '
                        'its items (0 = the task\'s own, set at build)')
+        p.add_argument('--unconfirmed-seconds', type=int, default=120,
+                       help='seconds a claimed assignment with no answer yet reserves its items (its '
+                       'first answer turns this into the --lease-seconds lease; page views never renew '
+                       'either)')
         p.add_argument('--max-open-per-client', type=int, default=2,
                        help='unfinished assignments one client address may hold at once through '
                        'the entry links (0 = no cap)')
         p.add_argument('--max-open-per-entry', type=int, default=-1,
-                       help='unfinished assignments one entry link (Prolific-style or MTurk) may '
-                       'hold at once (-1 = half the assignments of the pool, 0 = no cap)')
+                       help='unfinished assignments with answers one entry link (Prolific-style or '
+                       'MTurk) may hold at once (-1 or 0 = no cap: every participant comes through '
+                       'the one link)')
         p.add_argument('--max-new-workers-per-client', type=int, default=6,
                        help='participant bindings one client address may create per '
                        '--window-seconds (0 = no cap)')
@@ -149,6 +154,7 @@ class HumanEvalServe(EmpathyScript):
         limits = default_limits(db)
         if o['lease_seconds']:
             limits.lease_seconds = float(o['lease_seconds'])
+        limits.unconfirmed_seconds = float(o['unconfirmed_seconds'])
         limits.open_per_client = o['max_open_per_client'] or None
         if o['max_open_per_entry'] >= 0:
             limits.open_per_entry = o['max_open_per_entry'] or None
@@ -161,7 +167,8 @@ class HumanEvalServe(EmpathyScript):
               'empathy_humaneval_build printed, or `parlai empathy_humaneval_links --db DB '
               '--admin-token true`; scripts send "Authorization: Bearer <token>")')
         print(f'Prolific-style entry: {providers.generic_entry_url(db, base)}')
-        print(f'Leases: {limits.lease_seconds:.0f} s idle; open tasks at most '
+        print(f'Leases: {limits.unconfirmed_seconds:.0f} s before a first answer, then '
+              f'{limits.lease_seconds:.0f} s idle; open tasks at most '
               f'{limits.open_per_client or "any"} per client address, '
               f'{limits.open_per_entry or "any"} per entry link; at most '
               f'{limits.new_workers_per_client or "any"} new participants per client per '

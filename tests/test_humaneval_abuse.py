@@ -4,6 +4,7 @@ assignments, hostile inputs to every route, and a huge streamed body.
 
 The squatter, lease and body tests run against a real uvicorn process on 127.0.0.1; clients
 play distinct addresses by connecting from 127.0.0.x (Linux loopback accepts any of them)."""
+import collections
 import re
 import socket
 import sqlite3
@@ -163,34 +164,34 @@ def test_two_starts_that_both_saw_no_open_assignment_still_give_one(logs, tmp_pa
         con.commit()
 
 
-def test_leases_are_short_renewed_by_activity_and_released_on_leave(logs, tmp_path):
-    """Two units of work in the pool. A page view keeps a reservation; idle, it lapses; leaving
-    releases it at once; a returning worker never rates a unit that others have filled."""
+def test_leases_are_renewed_by_answers_only_and_unanswered_holds_give_way(logs, tmp_path):
+    """Two assignments of work in the pool. Holds without an answer give way to a newcomer, oldest
+    first; page views renew nothing; an answer confirms a hold, which then lapses only after the
+    lease without answers; leaving releases at once; a returning worker never rates a unit that
+    others have filled."""
     db_path = tmp_path / 'lease.db'
     db = _task(logs, db_path, num_items=2, items_per_assignment=2, lease_seconds=3)
     default_lease = _task(logs, tmp_path / 'default.db', num_items=2).config['lease_seconds']
     assert default_lease <= 600  # minutes, not an hour
     server = Server(str(db_path)).start()
     try:
-        a, b, c = providers.local_links(db, server.base, 3)
-        sa, sb, sc = (session_from('127.0.0.21'), session_from('127.0.0.22'),
-                      session_from('127.0.0.23'))
+        a, b, c, d = providers.local_links(db, server.base, 4)
+        sa, sb, sc, sd = (session_from(f'127.0.0.{21 + i}') for i in range(4))
         assert 'name="slot"' in sa.post(a + '/start').text
         assert 'name="slot"' in sb.post(b + '/start').text
-        assert 'id="no-work"' in sc.post(c + '/start').text  # the pool is reserved
-        for _ in range(5):  # a and b keep looking at their items: reserved beyond the lease
-            time.sleep(1)
+        for _ in range(3):  # a keeps looking at its items: no renewal, no protection
             sa.get(a)
-            sb.get(b)
-        assert 'id="no-work"' in sc.post(c + '/start').text
-        left = sb.post(b + '/leave')  # b gives its task back: c gets it at once
+        page = sc.post(c + '/start').text  # the pool is held, by holds without answers: a gives way
+        assert 'name="slot"' in page
+        assert 'id="start"' in sa.get(a).text or 'name="slot"' not in sa.get(a).text
+        reason = _sql(str(db_path), 'SELECT release_reason FROM assignments ORDER BY assignment_id')
+        assert reason == [('preempted',), (None,), (None,)]
+        r = sc.post(c + '/answer', data=dict(RATING, slot=SLOT_RE.search(page).group(1)))
+        assert r.status_code == 200  # c confirmed: its items are held for the lease
+        left = sb.post(b + '/leave')  # b gives its task back
         assert left.status_code == 200 and 'id="left"' in left.text
-        assert 'name="slot"' in sc.post(c + '/start').text
-        _finish(sc, c)
-        time.sleep(4)  # a goes idle past the lease: its units go to the next worker
-        d = providers.local_links(db, server.base, 1)[0]
-        sd = session_from('127.0.0.24')
         assert 'name="slot"' in sd.post(d + '/start').text
+        _finish(sc, c)
         _finish(sd, d)
         back = _finish(sa, a)  # a returns: its units were filled meanwhile
         assert 'name="slot"' not in back
@@ -199,6 +200,91 @@ def test_leases_are_short_renewed_by_activity_and_released_on_leave(logs, tmp_pa
     over = _sql(str(db_path), 'SELECT u.unit_id, u.needed, COUNT(a.answer_id) FROM units u JOIN '
                 'answers a USING (unit_id) GROUP BY u.unit_id HAVING COUNT(a.answer_id) > '
                 'u.needed')
+    assert over == []
+
+
+def test_twenty_squatters_beside_thirty_honest_participants_every_honest_one_is_served(logs, tmp_path):
+    """20 squatting clients, each from its own loopback address, forge well-formed Prolific ids,
+    start tasks as fast as they may and keep reloading their pages and starting again, holding the
+    whole pool before anyone honest arrives; 30 honest participants, each from its own address,
+    then arrive together. Every honest one gets work and a completion code, every answer
+    acknowledged is stored once, no unit is rated more often than it needs, nothing gets a 5xx."""
+    db_path = tmp_path / 'squat.db'
+    db = _task(logs, db_path, num_items=40, items_per_assignment=2)  # 80 units: 40 assignments
+    server = Server(str(db_path)).start()
+    statuses, stop = [], threading.Event()
+
+    def squatter(n, rounds):
+        s = session_from(f'127.0.1.{n + 1}')
+        links = []
+        for i in range(6):  # the per-address cap of new participants
+            r = s.get(entry_link(db, server.base, f'5f{n:02d}{i:020x}', f'6a{n:02d}{i:020x}',
+                                 study='64c0ffee00000000000000aa'))
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                links.append(r.url)
+                statuses.append(s.post(r.url + '/start').status_code)
+        for _ in range(rounds):  # keep the holds: reload, start again
+            if stop.is_set():
+                break
+            for link in links:
+                statuses.append(s.get(link).status_code)
+                statuses.append(s.post(link + '/start').status_code)
+        return links
+
+    squatters = [threading.Thread(target=squatter, args=(n, 0)) for n in range(20)]
+    for t in squatters:
+        t.start()
+    for t in squatters:
+        t.join(300)
+    held = _sql(str(db_path), 'SELECT COUNT(*) FROM assignments WHERE completed IS NULL AND released IS NULL')[0][0]
+    results, acknowledged = {}, collections.Counter()
+
+    def honest(i):
+        s = session_from(f'127.0.2.{i + 1}')
+        r = s.get(entry_link(db, server.base, f'60{i:022x}', f'61{i:022x}', study='64c0ffee00000000000000aa'))
+        statuses.append(r.status_code)
+        link, page = r.url, ''
+        for _ in range(10):  # a participant presses start (again, if its task went elsewhere)
+            page = s.post(link + '/start').text
+            while True:
+                match = SLOT_RE.search(page)
+                if not match:
+                    break
+                answer = s.post(link + '/answer', data=dict(RATING, slot=match.group(1)))
+                statuses.append(answer.status_code)
+                if answer.status_code == 200:
+                    acknowledged[i] += 1
+                page = answer.text if answer.status_code == 200 else s.get(link).text
+            if 'id="completion-code"' in page:
+                break
+        results[i] = page
+
+    background = [threading.Thread(target=squatter, args=(n, 40)) for n in range(20)]
+    try:
+        for t in background:
+            t.start()
+        honest_threads = [threading.Thread(target=honest, args=(i,)) for i in range(30)]
+        for t in honest_threads:
+            t.start()
+        for t in honest_threads:
+            t.join(300)
+    finally:
+        stop.set()
+        for t in background:
+            t.join(300)
+        server.kill()
+    print(f'squatters held {held} of 40 assignments before the honest came; '
+          f'{collections.Counter(statuses)}')
+    assert held == 40  # the squatters held the whole pool
+    served = [i for i, page in results.items() if 'id="completion-code"' in page]
+    assert sorted(served) == list(range(30)), {i: p[-300:] for i, p in results.items() if i not in served}
+    assert not [code for code in statuses if code >= 500]
+    stored = dict(_sql(str(db_path), "SELECT w.external_id, COUNT(*) FROM answers a JOIN workers w "
+                       "USING (worker_id) WHERE w.external_id LIKE '60%' GROUP BY w.external_id"))
+    assert stored == {f'60{i:022x}': n for i, n in acknowledged.items()} and sum(stored.values()) >= 30
+    over = _sql(str(db_path), 'SELECT u.unit_id FROM units u JOIN answers a USING (unit_id) GROUP BY '
+                'u.unit_id HAVING COUNT(a.answer_id) > u.needed')
     assert over == []
 
 
@@ -447,3 +533,23 @@ def test_a_huge_chunked_body_is_refused_without_being_held(logs, tmp_path):
     assert result['status'] in (413, None)  # None: the server closed first, as it may
     assert health.status_code == 200
     assert grown_mb < 20, f'the server grew {grown_mb:.0f} MB for a 100 MB body'
+
+
+def test_a_client_that_goes_away_mid_form_is_one_line_in_the_log(logs, tmp_path):
+    db_path = tmp_path / 'gone.db'
+    db = _task(logs, db_path, num_items=2, items_per_assignment=2)
+    server = Server(str(db_path)).start()
+    try:
+        link = providers.local_links(db, server.base, 1)[0]
+        path = link[len(server.base):] + '/answer'
+        for _ in range(3):
+            sock = socket.create_connection(('127.0.0.1', server.port))
+            sock.sendall(f'POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n'
+                         'Content-Length: 1000\r\n\r\nslot=1&empathy='.encode())
+            sock.close()  # gone before the rest of the body
+        time.sleep(1)
+        assert session_from('127.0.0.41').get(server.base + '/healthz').text == 'ok'
+    finally:
+        server.kill()
+    log = open(str(db_path) + '.server.log', encoding='utf-8').read()
+    assert 'Traceback' not in log and 'Exception in ASGI application' not in log, log[-3000:]

@@ -20,7 +20,6 @@ import csv
 import io
 import json
 import logging
-import math
 import os
 import re
 from typing import Optional
@@ -30,6 +29,7 @@ import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.requests import ClientDisconnect
 
 from parlai_empathy import web_limits
 from parlai_empathy.humaneval import identity, providers, sampling
@@ -126,6 +126,8 @@ def _validate_answer(cfg: dict, form: dict) -> dict:
 async def _read_form(request: Request) -> dict:
     try:
         body = await web_limits.read_body(request, MAX_FORM_BYTES)
+    except ClientDisconnect:  # nobody is left to answer; one line in the log, not a traceback
+        raise TaskError('the client went away before its form arrived', 400) from None
     except web_limits.BodyTooLarge as err:
         size = f'{err.declared} bytes' if err.declared is not None else 'more than that'
         raise TaskError(f'form too large ({size}; at most {MAX_FORM_BYTES} bytes)', 413) from None
@@ -191,13 +193,11 @@ def client_address(request: Request) -> Optional[str]:
 
 
 def default_limits(db: TaskDB) -> Limits:
-    """The task's lease; at most half the assignments the pool holds open through one entry
-    link at once, so a squatter spread over many addresses still leaves half the pool."""
-    cfg = db.config
-    wanted = sum(p['wanted'] for p in db.progress())
-    capacity = max(1, math.ceil(wanted / max(1, cfg['items_per_assignment'])))
-    return Limits(lease_seconds=float(cfg['lease_seconds']),
-                  open_per_entry=max(1, math.ceil(capacity / 2)))
+    """The task's lease, and no cap per entry link: every participant of a study arrives through
+    the one link, so such a cap turns the honest away once enough of them work at once. What one
+    client can hold is bounded per address, and holds without answers give way to newcomers
+    (:mod:`.db`)."""
+    return Limits(lease_seconds=float(db.config['lease_seconds']), open_per_entry=None)
 
 
 def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) -> FastAPI:
@@ -253,8 +253,10 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
 
     def left_page(assignment: dict) -> HTMLResponse:
         mturk_hint = ' Please return the HIT on MTurk.' if assignment['submit_to'] else ''
-        why = ('You left this task.' if assignment['release_reason'] == 'left' else
-               'This task was released after a long idle spell.')
+        why = {'left': 'You left this task.',
+               'preempted': 'This task went to another participant: none of its items had been '
+                            'answered yet.'}.get(assignment['release_reason'],
+                                                 'This task was released after a long idle spell.')
         return message_page('Task returned', 'Task returned', f'{why} Its remaining items went '
                             f'back to other workers; your answers are kept.{mturk_hint}', 'left')
 

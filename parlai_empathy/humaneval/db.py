@@ -5,10 +5,17 @@ answer the server acknowledged is on disk and survives a crash or restart. Answe
 insert-only: a slot can be answered once and is never overwritten.
 
 Reservations: an assignment's unanswered slots hold their units for other workers only while the
-assignment is *open* (not completed, not released) and *fresh* (active -- a page view, a start or
-an answer -- within ``lease_seconds``). A worker has at most one open assignment of its own (a
-partial unique index, checked inside the claiming transaction, so concurrent starts cannot hand
-out two); each provider assignment id (MTurk's) opens one assignment of its own.
+assignment is *open* (not completed, not released) and either *confirmed* -- it has an answer, and
+its last start or answer is within ``lease_seconds`` -- or *young*: unconfirmed, claimed within
+``unconfirmed_seconds``. Opening a page is not activity (anyone can reload a page forever; an
+answer costs the work it records), and the first answer is the heartbeat that turns a short
+unconfirmed lease into a lease. A claim never goes without work while unconfirmed
+reservations hold the pool: the oldest of them are released (``preempted``) until it can be
+planned, so clients that open tasks and never answer cannot keep the honest out, and an honest
+participant, who answers within moments of starting, is confirmed long before it is the oldest. A worker has at most one
+open assignment of its own (a partial unique index, checked inside the claiming transaction, so
+concurrent starts cannot hand out two); each provider assignment id (MTurk's) opens one assignment
+of its own.
 """
 import json
 import os
@@ -68,16 +75,24 @@ WORKER_COLUMNS = ('worker_id', 'provider', 'external_id', 'token', 'created', 's
 NEW_COLUMNS = {'workers': ('session_ref', 'study_ref', 'client'),
                'assignments': ('released', 'release_reason', 'client', 'entry')}
 OPEN = 'completed IS NULL AND released IS NULL'
+# an assignment with at least one answer (``x`` is the assignments table)
+CONFIRMED = 'EXISTS (SELECT 1 FROM slots s2 JOIN answers a2 USING (slot_id) WHERE s2.assignment_id = x.assignment_id)'
+# a reservation that counts: confirmed and fresh (first ?), or unconfirmed and young (second ?)
+RESERVING = f'((x.last_active > ? AND {CONFIRMED}) OR (x.created > ? AND NOT {CONFIRMED}))'
+NEVER = float('inf')  # as the "young" bound: no unconfirmed reservation counts
 
 
 @dataclass
 class Limits:
     """How much of the pool one client or one entry link may hold at once.
 
-    A reservation counts while it is open and fresh (see the module docstring). ``None`` or 0
-    means no cap. ``client`` is the address the server sees (see ``app.client_address``)."""
+    A reservation counts while it is open and confirmed and fresh, or unconfirmed and young (see
+    the module docstring). ``None`` or 0 means no cap. ``client`` is the address the server sees
+    (see ``app.client_address``). ``open_per_entry`` counts confirmed reservations only, so clients
+    that never answer cannot fill it."""
 
     lease_seconds: float = 300.0
+    unconfirmed_seconds: float = 120.0
     open_per_client: Optional[int] = 2
     open_per_entry: Optional[int] = None
     new_workers_per_client: Optional[int] = 6
@@ -273,6 +288,9 @@ class TaskDB:
     def lease_seconds(self, limits: Optional[Limits] = None) -> float:
         return limits.lease_seconds if limits else float(self.config['lease_seconds'])
 
+    def unconfirmed_seconds(self, limits: Optional[Limits] = None) -> float:
+        return limits.unconfirmed_seconds if limits else Limits.unconfirmed_seconds
+
     def open_assignment(self, worker_id: int) -> Optional[dict]:
         """The worker's own open assignment (not one opened by a provider assignment id)."""
         row = self._one(
@@ -287,28 +305,32 @@ class TaskDB:
         return dict(row) if row else None
 
     @staticmethod
-    def _remaining(conn, fresh: float, exclude_assignment: int = 0):
-        """Per unit: ratings still wanted, less answers and other fresh open reservations."""
+    def _remaining(conn, fresh: float, exclude_assignment: int = 0, young: float = NEVER):
+        """Per unit: ratings still wanted, less answers and other reservations that count:
+        confirmed ones active after ``fresh``, and unconfirmed ones claimed after ``young``
+        (by default none: only answers and confirmed work hold a unit against a first answer)."""
         return conn.execute(
             f"""SELECT u.unit_id, u.item_id, u.is_check, u.needed
                  - (SELECT COUNT(*) FROM answers a WHERE a.unit_id = u.unit_id)
                  - (SELECT COUNT(*) FROM slots s JOIN assignments x USING (assignment_id)
                     WHERE s.unit_id = u.unit_id AND x.{OPEN.replace(' AND ', ' AND x.')}
-                    AND x.last_active > ? AND x.assignment_id != ?
+                    AND {RESERVING} AND x.assignment_id != ?
                     AND NOT EXISTS (SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id))
                  AS remaining
-               FROM units u""", (fresh, exclude_assignment)).fetchall()
+               FROM units u""", (fresh, young, exclude_assignment)).fetchall()
 
     def _check_caps(self, conn, limits: Limits, client: Optional[str], entry: Optional[str],
-                    fresh: float) -> None:
-        for what, column, value, cap in (
-                ('your address', 'client', client, limits.open_per_client),
-                ('this entry link', 'entry', entry, limits.open_per_entry)):
+                    fresh: float, young: float) -> None:
+        # an address holds its young unconfirmed tasks too; an entry link only confirmed ones,
+        # or clients that never answer could fill it and turn every participant away
+        for what, column, value, cap, counted_young in (
+                ('your address', 'client', client, limits.open_per_client, young),
+                ('this entry link', 'entry', entry, limits.open_per_entry, NEVER)):
             if not cap or value is None:
                 continue
             held = conn.execute(
-                f'SELECT COUNT(*) FROM assignments WHERE {column} = ? AND {OPEN} '
-                'AND last_active > ?', (value, fresh)).fetchone()[0]
+                f'SELECT COUNT(*) FROM assignments x WHERE x.{column} = ? AND x.{OPEN.replace(" AND ", " AND x.")} '
+                f'AND {RESERVING}', (value, fresh, counted_young)).fetchone()[0]
             if held >= cap:
                 raise TaskError(
                     f'{what} already holds {held} unfinished task(s) (at most {cap} at once); '
@@ -326,14 +348,16 @@ class TaskDB:
         that already has an open assignment gets that one: the check and the insert are one
         transaction, backed by the ``one_open_assignment`` index.
 
-        Slots of open assignments active within the lease count as reserved, so parallel
-        workers spread over the units; idle ones stop counting after the lease. For workers who
-        came through an entry link (``entry``), ``limits`` caps the fresh open reservations per
+        Slots of reserving assignments (see the module docstring) count as reserved, so parallel
+        workers spread over the units; when they leave nothing to plan, the oldest unconfirmed
+        assignments of other workers are released until the claim can be planned. For
+        workers who came through an entry link (``entry``), ``limits`` caps the reservations per
         client and per entry link (429).
         """
         cfg = self.config
         now = time.time()
         fresh = now - self.lease_seconds(limits)
+        young = now - self.unconfirmed_seconds(limits)
         with self.transaction() as conn:
             if external_ref:  # a provider's assignment id: resuming is for its own worker only
                 row = conn.execute(
@@ -350,18 +374,26 @@ class TaskDB:
                 if row:
                     return row['assignment_id']
             if limits and entry:
-                self._check_caps(conn, limits, client, entry, fresh)
-            rows = self._remaining(conn, fresh)
+                self._check_caps(conn, limits, client, entry, fresh, young)
             seen = {r[0] for r in conn.execute(
                 'SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
                 'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (worker_id,))}
-            open_units = [sampling.OpenUnit(r['unit_id'], r['item_id'], r['remaining'])
-                          for r in rows if not r['is_check']]
-            checks = [sampling.OpenUnit(r['unit_id'], r['item_id'], 1) for r in rows if r['is_check']]
             rng = random.Random(f"{cfg['seed']}:{worker_id}:{len(seen)}")
-            plan = sampling.plan_assignment(
-                rng, open_units, checks, seen, cfg['items_per_assignment'],
-                cfg['checks_per_assignment'])
+            plan = self._plan(conn, rng, seen, fresh, young)
+            # honest first: unconfirmed holds give way, the oldest first; a few at most per claim
+            # (each frees an assignment's worth of units), so no claim empties the whole pool
+            for _ in range(4) if not plan else ():
+                victim = conn.execute(
+                    f'SELECT x.assignment_id FROM assignments x WHERE x.{OPEN.replace(" AND ", " AND x.")} '
+                    f'AND x.created > ? AND NOT {CONFIRMED} AND x.worker_id != ? '
+                    'ORDER BY x.created, x.assignment_id LIMIT 1', (young, worker_id)).fetchone()
+                if victim is None:
+                    break
+                conn.execute("UPDATE assignments SET released = ?, release_reason = 'preempted' "
+                             'WHERE assignment_id = ?', (now, victim[0]))
+                plan = self._plan(conn, rng, seen, fresh, young)
+                if plan:
+                    break
             if not plan:
                 return None
             cur = conn.execute(
@@ -374,15 +406,28 @@ class TaskDB:
                 [(cur.lastrowid, pos, unit_id) for pos, unit_id in enumerate(plan)])
             return cur.lastrowid
 
-    def _renew(self, conn, assignment_id: int, now: float, lease: float) -> Optional[dict]:
-        """Mark the assignment active now. After an idle spell longer than the lease its
-        reservation had lapsed: unanswered slots whose units others have filled meanwhile are
+    def _plan(self, conn, rng, seen, fresh: float, young: float):
+        cfg = self.config
+        rows = self._remaining(conn, fresh, young=young)
+        open_units = [sampling.OpenUnit(r['unit_id'], r['item_id'], r['remaining'])
+                      for r in rows if not r['is_check']]
+        checks = [sampling.OpenUnit(r['unit_id'], r['item_id'], 1) for r in rows if r['is_check']]
+        return sampling.plan_assignment(rng, open_units, checks, seen, cfg['items_per_assignment'],
+                                        cfg['checks_per_assignment'])
+
+    def _renew(self, conn, assignment_id: int, now: float, lease: float, activity: bool = True) -> Optional[dict]:
+        """Mark the assignment active now (``activity``: a start or an answer; a page view only
+        looks). While its reservation does not hold -- unconfirmed, or idle longer than the lease --
+        unanswered slots whose units others have filled (answers, confirmed reservations) are
         dropped; with no rating item left it completes (some answers) or is released (none)."""
         x = conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
                          (assignment_id,)).fetchone()
         if x is None or x['completed'] is not None or x['released'] is not None:
             return dict(x) if x else None
-        if x['last_active'] <= now - lease:
+        confirmed = conn.execute(
+            'SELECT 1 FROM slots s JOIN answers a USING (slot_id) WHERE s.assignment_id = ? LIMIT 1',
+            (assignment_id,)).fetchone() is not None
+        if not confirmed or x['last_active'] <= now - lease:
             remaining = {r['unit_id']: r['remaining'] for r in self._remaining(
                 conn, now - lease, assignment_id) if not r['is_check']}
             pending = conn.execute(
@@ -405,15 +450,18 @@ class TaskDB:
                 else:
                     conn.execute("UPDATE assignments SET released = ?, release_reason = 'expired' "
                                  'WHERE assignment_id = ?', (now, assignment_id))
-        conn.execute('UPDATE assignments SET last_active = ? WHERE assignment_id = ? AND '
-                     f'{OPEN}', (now, assignment_id))
+        if activity:
+            conn.execute('UPDATE assignments SET last_active = ? WHERE assignment_id = ? AND '
+                         f'{OPEN}', (now, assignment_id))
         return dict(conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
                                  (assignment_id,)).fetchone())
 
     def touch(self, assignment_id: int, limits: Optional[Limits] = None) -> Optional[dict]:
-        """A page view: renews the reservation (see :meth:`_renew`); the assignment after it."""
+        """A page view: the assignment as it stands now (slots others filled while its reservation
+        did not hold are dropped, see :meth:`_renew`). It does not renew the lease: a view is no
+        work, and reloading a page must not hold units against the honest."""
         with self.transaction() as conn:
-            return self._renew(conn, assignment_id, time.time(), self.lease_seconds(limits))
+            return self._renew(conn, assignment_id, time.time(), self.lease_seconds(limits), activity=False)
 
     def start(self, assignment_id: int, limits: Optional[Limits] = None) -> None:
         now = time.time()
@@ -475,8 +523,8 @@ class TaskDB:
                 'FROM slots s JOIN assignments x USING (assignment_id) JOIN units u USING (unit_id) '
                 'WHERE s.slot_id = ?', (slot_id,)).fetchone()
             if slot is None and own is not None:
-                raise TaskError('this item went to another worker while your task was idle; '
-                                'please continue with the next one', 409)
+                raise TaskError('this item went to another worker while your task was idle or not '
+                                'yet started; please continue with the next one', 409)
             if slot is None or slot['worker_id'] != worker_id or (
                     assignment_id is not None and slot['assignment_id'] != assignment_id):
                 raise TaskError('this item is not assigned to you', 403)

@@ -22,10 +22,13 @@ What a client can make the server do is bounded, and no request gets a 5xx for w
 
 * a conversation is stored only once its browser sends a message (``POST /say`` or
   ``/api/chat``); a page view without a known cookie shows the empty page and stores nothing.
-  At most ``MAX_SESSIONS`` are kept: one idle for ``IDLE_EXPIRY_SECONDS`` is dropped, a new one
-  beyond the cap replaces the least recently used conversation idle for ``ACTIVE_SECONDS``, and
-  when every stored conversation is more recent than that the new one is refused with 429, so
-  no burst of new clients drops a conversation in use;
+  At most ``MAX_SESSIONS`` are kept, and at most ``MAX_SESSIONS_PER_CLIENT`` of one client
+  address: one idle for ``IDLE_EXPIRY_SECONDS`` is dropped; a client at its own cap replaces its
+  own least recently used conversation idle for ``ACTIVE_SECONDS`` (else 429); a new one beyond
+  the store's cap replaces the least recently used conversation idle that long, else one of the
+  address holding the most conversations when that is more than the newcomer's address holds,
+  else it is refused with 429. So no burst from one address drops a conversation in use, and
+  clients holding many conversations cannot keep a new address out;
 * a message is text of at most ``MAX_MESSAGE_CHARS`` characters and at most ``token_cap``
   tokens of the model's own dictionary (its ``--text-truncate``, never over
   ``MAX_MESSAGE_TOKENS``), in a conversation of at most ``MAX_TURNS`` turns; a body is read
@@ -61,6 +64,7 @@ MAX_MESSAGE_TOKENS = 256  # the context our generators read (--text-truncate 256
 MAX_BODY_BYTES = 12 * MAX_MESSAGE_CHARS + 1024  # a form-encoded 4-byte character takes 12
 MAX_TURNS = 100  # bounds a conversation's memory and the history the agent re-reads each turn
 MAX_SESSIONS = 64
+MAX_SESSIONS_PER_CLIENT = 4  # a household or office behind one address; beyond it, its own oldest make room
 ACTIVE_SECONDS = 10 * 60  # a conversation used this recently is never replaced by a new one
 IDLE_EXPIRY_SECONDS = 60 * 60
 COOKIE = 'empathy_chat'
@@ -117,6 +121,8 @@ BUSY = ('This conversation is still answering your previous message: send the ne
         'reply is shown.')
 FULL = (f'This conversation has reached {MAX_TURNS} turns, the most one can hold: start a new '
         'conversation.')
+CLIENT_FULL = (f'Your address already holds {{}} conversations, all used in the last {ACTIVE_SECONDS // 60} '
+               'minutes: continue one of them, or try again in a few minutes.')
 STORE_FULL = (f'The chat is holding as many conversations as it can ({{}}), all of them used in the '
               f'last {ACTIVE_SECONDS // 60} minutes: please try again in a few minutes.')
 
@@ -182,7 +188,8 @@ class Conversation:
     """One browser's conversation: its copy of the agent (made at its first message), its turns,
     and a lock held while one of its messages is answered."""
 
-    def __init__(self, now: float):
+    def __init__(self, now: float, client: Optional[str] = None):
+        self.client = client
         self.agent = None
         self.turns: List[dict] = []
         self.lock = threading.Lock()
@@ -193,7 +200,8 @@ class ChatModel:
     """One loaded model; a copy of its agent (own history, shared weights) per conversation."""
 
     def __init__(self, agent, title: str, max_sessions: int = MAX_SESSIONS,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 max_sessions_per_client: int = MAX_SESSIONS_PER_CLIENT):
         from parlai.core.agents import create_agent_from_shared
 
         self._agent = agent
@@ -206,6 +214,7 @@ class ChatModel:
         self._store_lock = threading.Lock()  # the sessions dict alone; never held for model work
         self.sessions: 'collections.OrderedDict[str, Conversation]' = collections.OrderedDict()
         self.max_sessions = max_sessions
+        self.max_sessions_per_client = max_sessions_per_client
         self.clock = clock
 
     @classmethod
@@ -246,19 +255,35 @@ class ChatModel:
                 self.sessions.move_to_end(token)
             return conversation
 
-    def start(self) -> Tuple[str, Conversation]:
-        """A new conversation, for a browser's first message; 429 when every stored one is active."""
+    def start(self, client: Optional[str] = None) -> Tuple[str, Conversation]:
+        """A new conversation of ``client`` (its address), for a browser's first message; which
+        conversation makes room for it, or the 429, is decided as the module docstring says."""
         with self._store_lock:
             now = self.clock()
             self._expire(now)
-            if len(self.sessions) >= self.max_sessions:
-                idle = next((t for t, c in self.sessions.items()  # least recently used first
-                             if now - c.last_used >= ACTIVE_SECONDS and not c.lock.locked()), None)
-                if idle is None:
+
+            def idle(owner=None):  # least recently used first
+                return next((t for t, c in self.sessions.items() if now - c.last_used >= ACTIVE_SECONDS
+                             and not c.lock.locked() and (owner is None or c.client == owner)), None)
+
+            held = collections.Counter(c.client for c in self.sessions.values())
+            if client is not None and held[client] >= self.max_sessions_per_client:
+                own = idle(client)
+                if own is None:
+                    raise Refused(429, CLIENT_FULL.format(self.max_sessions_per_client))
+                del self.sessions[own]
+            elif len(self.sessions) >= self.max_sessions:
+                room = idle()
+                if room is None:
+                    heaviest, most = max(held.items(), key=lambda kv: kv[1], default=(None, 0))
+                    if most > held[client] + 1:
+                        room = next((t for t, c in self.sessions.items()
+                                     if c.client == heaviest and not c.lock.locked()), None)
+                if room is None:
                     raise Refused(429, STORE_FULL.format(self.max_sessions))
-                del self.sessions[idle]
+                del self.sessions[room]
             token = secrets.token_urlsafe(16)
-            self.sessions[token] = conversation = Conversation(now)
+            self.sessions[token] = conversation = Conversation(now, client)
             return token, conversation
 
     def reset(self, token: Optional[str]) -> None:
@@ -272,17 +297,17 @@ class ChatModel:
         if count > self.token_cap:
             raise Refused(400, too_many_tokens(count, self.token_cap))
 
-    def say(self, token: Optional[str], text: str) -> Tuple[str, Dict]:
+    def say(self, token: Optional[str], text: str, client: Optional[str] = None) -> Tuple[str, Dict]:
         """Answers ``text`` (already through :func:`check_message`) in the conversation of cookie
-        ``token``, starting one when there is none; returns its token and the reply, or raises
-        :class:`Refused`. Blocking: the app runs it in a worker thread."""
+        ``token``, starting one for ``client`` when there is none; returns its token and the
+        reply, or raises :class:`Refused`. Blocking: the app runs it in a worker thread."""
         conversation = self.find(token)
         checked = False
         if conversation is None:
             with self.lock:  # a refused first message takes no place in the store
                 self._check_tokens(text)
             checked = True
-            token, conversation = self.start()
+            token, conversation = self.start(client)
         if not conversation.lock.acquire(blocking=False):
             raise Refused(429, BUSY)
         try:
@@ -397,6 +422,12 @@ async def read_message(request: Request, parse: Callable[[bytes], str]) -> str:
     return text
 
 
+def client_of(request: Request) -> Optional[str]:
+    """The client's address as the server sees it (behind a proxy on this machine, uvicorn puts
+    the X-Forwarded-For address it trusts here)."""
+    return request.client.host if request.client else None
+
+
 def make_app(model: ChatModel) -> FastAPI:
     app = FastAPI(title='parlai-empathy chat', docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -420,7 +451,7 @@ def make_app(model: ChatModel) -> FastAPI:
     async def say(request: Request):
         try:
             text = await read_message(request, form_text)
-            token, _ = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text)
+            token, _ = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text, client_of(request))
         except Refused as refused:
             return page_of(request, refused.message, refused.status)
         # Post/Redirect/Get: a reload shows the conversation and never sends the message again
@@ -437,7 +468,8 @@ def make_app(model: ChatModel) -> FastAPI:
     async def api_chat(request: Request):
         try:
             text = await read_message(request, json_text)
-            token, reply = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text)
+            token, reply = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text,
+                                                   client_of(request))
         except Refused as refused:
             return _json({'error': refused.message}, refused.status)
         return with_cookie(_json(reply), token)

@@ -353,7 +353,7 @@ def test_hostile_requests_to_every_route_get_no_5xx_and_the_conversation_survive
 
 
 def test_a_burst_of_new_clients_does_not_drop_a_conversation_in_use(chat_model):
-    from parlai_empathy.chat import MAX_SESSIONS
+    from parlai_empathy.chat import MAX_SESSIONS_PER_CLIENT
 
     with served(chat_model) as (_, port):
         status, response = http_json(port, '/api/chat', b'{"text": "My dog is sick."}')
@@ -375,10 +375,48 @@ def test_a_burst_of_new_clients_does_not_drop_a_conversation_in_use(chat_model):
                 assert b'try again in a few minutes' in response
         assert page_turns(port, cookie) == [b'My dog is sick.', b'The vet sees him tomorrow.']
         assert views == {(200, False): 500} and stored_after_views == 1  # page views store nothing
-        assert set(burst) <= {200, 303, 429} and burst[200] + burst[303] == MAX_SESSIONS - 1, burst
-        assert len(chat_model.sessions) == MAX_SESSIONS
+        # one address holds at most its share, its conversation in use among them
+        assert set(burst) <= {200, 303, 429} and burst[200] + burst[303] == MAX_SESSIONS_PER_CLIENT - 1, burst
+        assert len(chat_model.sessions) == MAX_SESSIONS_PER_CLIENT
         status, _ = http_json(port, '/api/chat', b'{"text": "Thanks for listening."}', cookie)
         assert status == 200 and len(page_turns(port, cookie)) == 3
+
+
+def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
+    """20 addresses each open conversations as fast as they may and keep them in use; 30 new
+    users from other addresses then arrive: every one of them gets a conversation, no squatter
+    holds more than its share, and a squatter's burst never takes a new user's place."""
+    from parlai_empathy.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT, ChatModel, Refused
+
+    now = [0.0]
+    model = ChatModel(chat_model._agent, chat_model.title, clock=lambda: now[0])
+    squatted = collections.Counter()
+    for _round in range(2):
+        for n in range(20):
+            for _ in range(6):
+                try:
+                    model.say(None, 'hold', client=f'127.0.1.{n + 1}')
+                    squatted['served'] += 1
+                except Refused as refused:
+                    squatted[refused.status] += 1
+        now[0] += 1
+    held = collections.Counter(c.client for c in model.sessions.values())
+    assert len(model.sessions) == MAX_SESSIONS and max(held.values()) <= MAX_SESSIONS_PER_CLIENT
+    users = {}
+    for i in range(30):
+        now[0] += 1  # every squatter conversation stays in use (well within ACTIVE_SECONDS)
+        token, reply = model.say(None, 'My dog is sick.', client=f'127.0.2.{i + 1}')
+        users[i] = token
+        for n in range(20):  # the squatters try again after each newcomer
+            try:
+                model.say(None, 'hold', client=f'127.0.1.{n + 1}')
+            except Refused as refused:
+                assert refused.status == 429
+    assert all(model.find(token) is not None for token in users.values())
+    held = collections.Counter(c.client for c in model.sessions.values())
+    assert len(model.sessions) <= MAX_SESSIONS
+    assert all(held[f'127.0.2.{i + 1}'] == 1 for i in range(30))
+    assert squatted[429] and set(squatted) <= {'served', 429}
 
 
 def test_idle_conversations_expire_and_only_idle_ones_make_room(chat_model):

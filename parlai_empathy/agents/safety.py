@@ -67,6 +67,22 @@ def is_blank_chat_message(opt, observation) -> bool:
     return not str(observation.get('text') or '').strip()
 
 
+def check_dictionary(opt) -> None:
+    """The dictionary beside a model, checked before ParlAI reads it line by line into memory: a
+    regular file within ``dict_bytes`` (a FIFO would hang the load, a sparse or device file
+    exhaust memory). A refusal ends the command with its one line."""
+    from parlai_empathy.files.bounded import FileRefused, check_file
+    from parlai_empathy.safe_loading import ModelFileError, ModelFileExit
+
+    model_file = opt.get('model_file')
+    for path in {opt.get('dict_file'), model_file + '.dict' if model_file else None} - {None}:
+        if os.path.lexists(path):
+            try:
+                check_file(path, 'a dictionary', 'dict_bytes')
+            except FileRefused as err:
+                raise ModelFileExit(ModelFileError(str(err))) from None
+
+
 class SafeAgentMixin:
     """Mixed into every ParlAI agent of the project, before its ParlAI base class."""
 
@@ -85,6 +101,7 @@ class SafeAgentMixin:
         # before any __init__ of the agent's classes, which may open those files already
         if shared is None:
             resolve_model_dir_paths(opt)
+            check_dictionary(opt)
             if opt.get('interactive_mode'):
                 tolerate_undecodable_stdin()
             training_loop.attach(opt)  # before the model is built: --seed fixes its weights

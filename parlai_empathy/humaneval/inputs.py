@@ -30,7 +30,9 @@ import json
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_lines, loads_json
 
 SPEAKER = 'speaker'
 LISTENER = 'listener'
@@ -147,61 +149,66 @@ def model_name_from_path(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def _json_lines(path: str, what: str) -> Iterator[Tuple[int, object]]:
+    """(line number, value) of each non-blank line of a JSONL file, through the bounded reader
+    (a regular file, lines and JSON within their caps); its refusals as :class:`InputError`."""
+    try:
+        for lineno, raw in iter_lines(path, what, line_cap='log_line_bytes'):
+            line = decode_utf8(raw, path, lineno)
+            if line.strip():
+                yield lineno, loads_json(line, path, lineno, what=f'a line of {what}')
+    except FileRefused as err:
+        raise InputError(str(err)) from None
+
+
 def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
     """Parse one ``eval_model --world-logs`` JSONL file into items and that model's replies."""
     out = ModelOutputs(model=model or model_name_from_path(path))
-    with open(path, encoding='utf-8') as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                convo = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
-            dialog = convo.get('dialog') if isinstance(convo, dict) else None
-            if not isinstance(dialog, list):
-                raise InputError(_where(path, lineno, "field 'dialog' missing or not a list"))
-            history: List[Tuple[str, str]] = []
-            for turn_idx, turn in enumerate(dialog):
-                loc = f"'dialog'[{turn_idx}]"
-                if not isinstance(turn, list) or len(turn) < 2:
-                    raise InputError(
-                        _where(path, lineno, f'{loc} must be [teacher message, model message]')
-                    )
-                teacher, reply = turn[0], turn[1]
-                if not isinstance(teacher, dict) or not isinstance(teacher.get('text'), str):
-                    raise InputError(
-                        _where(path, lineno, f"{loc} teacher message has no string 'text'")
-                    )
-                if not isinstance(reply, dict) or not isinstance(reply.get('text'), str):
-                    raise InputError(_where(path, lineno, _no_reply_text(loc, reply)))
-                gold = _first_label(teacher)
-                if gold is None:
-                    raise InputError(
-                        _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
-                    )
-                context = _context(teacher, history,
-                                   lambda what, lineno=lineno, loc=loc: _where(path, lineno, f'{loc} {what}'))
-                # ParlAI's agents add the gold reply, not their own, to the history they keep
-                history = context + [(_reply_role(teacher), gold)]
-                if _reply_role(teacher) == SPEAKER:
-                    continue
-                situation = str(teacher.get('situation', ''))
-                if teacher.get('conv_id'):
-                    turn_no = teacher.get('turn', turn_idx)
-                    item_id = _item_id(teacher['conv_id'], turn_no)
-                else:
-                    item_id = _content_key(situation, context, gold)
-                if item_id in out.items:
-                    raise InputError(_where(path, lineno, f'{loc} repeats item {item_id}'))
-                out.items[item_id] = Item(
-                    item_id=item_id,
-                    emotion=str(teacher.get('emotion', '')),
-                    situation=situation,
-                    context=context,
-                    gold=gold,
+    for lineno, convo in _json_lines(path, 'a world log'):
+        dialog = convo.get('dialog') if isinstance(convo, dict) else None
+        if not isinstance(dialog, list):
+            raise InputError(_where(path, lineno, "field 'dialog' missing or not a list"))
+        history: List[Tuple[str, str]] = []
+        for turn_idx, turn in enumerate(dialog):
+            loc = f"'dialog'[{turn_idx}]"
+            if not isinstance(turn, list) or len(turn) < 2:
+                raise InputError(
+                    _where(path, lineno, f'{loc} must be [teacher message, model message]')
                 )
-                out.responses[item_id] = reply['text']
+            teacher, reply = turn[0], turn[1]
+            if not isinstance(teacher, dict) or not isinstance(teacher.get('text'), str):
+                raise InputError(
+                    _where(path, lineno, f"{loc} teacher message has no string 'text'")
+                )
+            if not isinstance(reply, dict) or not isinstance(reply.get('text'), str):
+                raise InputError(_where(path, lineno, _no_reply_text(loc, reply)))
+            gold = _first_label(teacher)
+            if gold is None:
+                raise InputError(
+                    _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
+                )
+            context = _context(teacher, history,
+                               lambda what, lineno=lineno, loc=loc: _where(path, lineno, f'{loc} {what}'))
+            # ParlAI's agents add the gold reply, not their own, to the history they keep
+            history = context + [(_reply_role(teacher), gold)]
+            if _reply_role(teacher) == SPEAKER:
+                continue
+            situation = str(teacher.get('situation', ''))
+            if teacher.get('conv_id'):
+                turn_no = teacher.get('turn', turn_idx)
+                item_id = _item_id(teacher['conv_id'], turn_no)
+            else:
+                item_id = _content_key(situation, context, gold)
+            if item_id in out.items:
+                raise InputError(_where(path, lineno, f'{loc} repeats item {item_id}'))
+            out.items[item_id] = Item(
+                item_id=item_id,
+                emotion=str(teacher.get('emotion', '')),
+                situation=situation,
+                context=context,
+                gold=gold,
+            )
+            out.responses[item_id] = reply['text']
     if not out.items:
         raise InputError(f'{path}: no conversations found')
     return out
@@ -244,13 +251,9 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line.decode('utf-8'))
-                except UnicodeDecodeError:
-                    raise InputError(_where(path, lineno, 'not UTF-8')) from None
-                except json.JSONDecodeError as e:
-                    raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
-                except RecursionError:
-                    raise InputError(_where(path, lineno, 'JSON nested too deeply')) from None
+                    row = loads_json(decode_utf8(line, path, lineno), path, lineno, what='an outputs row')
+                except FileRefused as err:
+                    raise InputError(str(err)) from None
                 _add_output_row(out, row, by_row_id, lambda what, n=lineno: _where(path, n, what))
     except (OSError, EOFError, zlib.error) as e:
         # not gzip, cut short, or corrupt: gzip's own words, with where it stopped
@@ -317,41 +320,36 @@ class Pairing:
 def read_pairings(path: str) -> List[Pairing]:
     """Parse an ACUTE-Eval pairings JSONL file."""
     pairs = []
-    with open(path, encoding='utf-8') as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(_where(path, lineno, f'not valid JSON ({e.msg})')) from None
-            speakers = row.get('speakers_to_eval')
-            dicts = row.get('dialogue_dicts')
-            if not (isinstance(speakers, list) and len(speakers) == 2):
-                raise InputError(_where(path, lineno, "'speakers_to_eval' must list 2 models"))
-            if not (isinstance(dicts, list) and len(dicts) == 2):
-                raise InputError(_where(path, lineno, "'dialogue_dicts' must hold 2 dialogues"))
-            dialogues = []
-            for i, d in enumerate(dicts):
-                turns = d.get('dialogue') if isinstance(d, dict) else None
-                if not isinstance(turns, list) or not all(
-                    isinstance(t, dict) and isinstance(t.get('text'), str) for t in turns
-                ):
-                    raise InputError(
-                        _where(path, lineno, f"'dialogue_dicts'[{i}].dialogue must be a list of "
-                               "{'id', 'text'}")
-                    )
-                dialogues.append([{'id': str(t.get('id', '')), 'text': t['text']} for t in turns])
-            ids = row.get('dialogue_ids') or [f'{lineno}:0', f'{lineno}:1']
-            pairs.append(
-                Pairing(
-                    models=(str(speakers[0]), str(speakers[1])),
-                    dialogues=(dialogues[0], dialogues[1]),
-                    dialogue_ids=(str(ids[0]), str(ids[1])),
-                    is_onboarding=bool(row.get('is_onboarding', False)),
-                    correct_answer=row.get('correct_answer'),
+    for lineno, row in _json_lines(path, 'a pairings file'):
+        if not isinstance(row, dict):
+            raise InputError(_where(path, lineno, 'not a JSON object of a pairing'))
+        speakers = row.get('speakers_to_eval')
+        dicts = row.get('dialogue_dicts')
+        if not (isinstance(speakers, list) and len(speakers) == 2):
+            raise InputError(_where(path, lineno, "'speakers_to_eval' must list 2 models"))
+        if not (isinstance(dicts, list) and len(dicts) == 2):
+            raise InputError(_where(path, lineno, "'dialogue_dicts' must hold 2 dialogues"))
+        dialogues = []
+        for i, d in enumerate(dicts):
+            turns = d.get('dialogue') if isinstance(d, dict) else None
+            if not isinstance(turns, list) or not all(
+                isinstance(t, dict) and isinstance(t.get('text'), str) for t in turns
+            ):
+                raise InputError(
+                    _where(path, lineno, f"'dialogue_dicts'[{i}].dialogue must be a list of "
+                           "{'id', 'text'}")
                 )
+            dialogues.append([{'id': str(t.get('id', '')), 'text': t['text']} for t in turns])
+        ids = row.get('dialogue_ids') or [f'{lineno}:0', f'{lineno}:1']
+        pairs.append(
+            Pairing(
+                models=(str(speakers[0]), str(speakers[1])),
+                dialogues=(dialogues[0], dialogues[1]),
+                dialogue_ids=(str(ids[0]), str(ids[1])),
+                is_onboarding=bool(row.get('is_onboarding', False)),
+                correct_answer=row.get('correct_answer'),
             )
+        )
     if not pairs:
         raise InputError(f'{path}: no pairings found')
     return pairs

@@ -161,3 +161,25 @@ def test_an_opt_missing_a_model_option_ends_with_one_line_naming_file_and_field(
         _open(model_file)
     assert str(err.value).startswith(f'{model_file}.opt: field "{field}": missing (option --'), str(err.value)
     assert '\n' not in str(err.value)
+
+
+def test_an_opt_parlai_cannot_upgrade_or_a_huge_dictionary_ends_with_one_line(tiny, tmp_path):
+    import json
+
+    from parlai_empathy.safe_loading import ModelFileExit
+
+    model_file = _copy(tiny[0], tmp_path / 'no_beam')
+    opt = json.load(open(model_file + '.opt'))
+    for key in ('inference', 'beam_size'):  # ParlAI's upgrade_opt asserted beam_size: a traceback
+        opt.pop(key, None)
+    json.dump(opt, open(model_file + '.opt', 'w'))
+    with pytest.raises(ModelFileExit) as err:
+        _open(model_file)
+    # named by the model_file the .opt records (stock commands override it with the path given)
+    assert 'model.opt: field "beam_size": missing' in str(err.value) and '\n' not in str(err.value)
+    model_file = _copy(tiny[0], tmp_path / 'sparse_dict')
+    with open(model_file + '.dict', 'r+b') as handle:  # 20 GiB that take no disk
+        handle.truncate(20 << 30)
+    with pytest.raises(ModelFileExit) as err:
+        _open(model_file)
+    assert str(err.value).startswith(f'{model_file}.dict: 21,474,836,480 bytes, over the cap'), str(err.value)

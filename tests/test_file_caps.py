@@ -348,3 +348,18 @@ def test_empathy_score_on_a_200000_deep_world_log_ends_with_one_line(tmp_path):
     done = parlai('empathy_score', '-o', tmp_path / 'deep.jsonl', '--bertscore-model', 'none', cwd=tmp_path)
     assert one_line_exit(done) == f'empathy_score: {tmp_path}/deep.jsonl, line 1: nested deeper than the cap of 64 ' \
                                   '(PARLAI_EMPATHY_CAP_JSON_DEPTH) levels (at column 65), for a world-log line'
+
+
+@pytest.mark.parametrize('line, words', [
+    ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
+    ('{"dialog": [], "n": ' + '7' * 5000 + '}', 'line 1: an integer of 5,000 digits'),
+])
+def test_humaneval_inputs_refuse_deep_and_huge_json_with_file_and_line(tmp_path, line, words):
+    from parlai_empathy.humaneval.inputs import InputError, read_pairings, read_world_log
+
+    path = tmp_path / 'log.jsonl'
+    path.write_text(line + '\n')
+    for reader in (read_world_log, read_pairings):
+        box = finishes(reader, str(path))
+        assert isinstance(box.get('error'), InputError), box
+        assert str(box['error']).startswith(f'{path}, ') and words in str(box['error']), str(box['error'])

@@ -28,7 +28,7 @@ import sys
 
 from parlai_empathy.agents import training_loop
 from parlai_empathy.cache_lock import atomic_save_as, remove_dead_temporaries
-from parlai_empathy.safe_loading import ModelFileError, describe_mismatch, load_checkpoint
+from parlai_empathy.safe_loading import ModelFileError, ModelFileExit, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
 EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"
@@ -72,7 +72,6 @@ def check_dictionary(opt) -> None:
     regular file within ``dict_bytes`` (a FIFO would hang the load, a sparse or device file
     exhaust memory). A refusal ends the command with its one line."""
     from parlai_empathy.files.bounded import FileRefused, check_file
-    from parlai_empathy.safe_loading import ModelFileError, ModelFileExit
 
     model_file = opt.get('model_file')
     for path in {opt.get('dict_file'), model_file + '.dict' if model_file else None} - {None}:
@@ -106,6 +105,22 @@ class SafeAgentMixin:
                 tolerate_undecodable_stdin()
             training_loop.attach(opt)  # before the model is built: --seed fixes its weights
         return super().__new__(cls)
+
+    @classmethod
+    def upgrade_opt(cls, opt_from_disk):
+        """ParlAI's upgrade of a saved model's options asserts and looks up keys it expects (a
+        generator's ``.opt`` without ``inference`` must hold ``beam_size``), so a ``.opt`` that
+        lacks one ended with a traceback: it is refused with one line naming the file instead."""
+        try:
+            return super().upgrade_opt(opt_from_disk)
+        except (AssertionError, KeyError) as err:
+            model_file = opt_from_disk.get('model_file')
+            where = f'{model_file}.opt' if isinstance(model_file, str) else 'the model\'s .opt'
+            key = err.args[0] if isinstance(err, KeyError) and err.args else (
+                'beam_size' if 'inference' not in opt_from_disk and 'beam_size' not in opt_from_disk else None)
+            field = f'field "{key}": missing' if key else 'an option ParlAI expects is missing'
+            raise ModelFileExit(ModelFileError(
+                f'{where}: {field}; a .opt edited by hand or cut short? (ParlAI cannot upgrade it)')) from None
 
     def observe(self, observation):
         if is_blank_chat_message(self.opt, observation):

@@ -128,21 +128,22 @@ def test_pickled_opt_or_weights_are_refused_and_never_run(tiny, tmp_path):
     model_file = _copy(tiny[0], tmp_path / 'pickled_weights')
     with open(model_file, 'wb') as handle:
         pickle.dump({'model': MakesMarker(marker)}, handle)
-    with pytest.raises(UnsafeModelFile, match='plain pickle'):
+    with pytest.raises(ModelFileExit, match='plain pickle') as err:
         _open(model_file)
+    assert isinstance(err.value.error, UnsafeModelFile)
     assert not os.path.exists(marker)
 
 
 def test_weights_that_do_not_fit_name_the_file(tiny, tmp_path):
     import torch
 
-    from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
+    from parlai_empathy.safe_loading import ModelFileExit, load_checkpoint
 
     model_file = _copy(tiny[0], tmp_path / 'foreign')
     states = load_checkpoint(model_file)
     states['model'] = {k: v for k, v in states['model'].items() if '.listeners.3.' not in k}
     torch.save(states, model_file)
-    with pytest.raises(ModelFileError) as err:
+    with pytest.raises(ModelFileExit) as err:  # ends the command with the one line
         _open(model_file)
     assert model_file in str(err.value) and 'do not fit the empathy/moel model' in str(err.value)
 

@@ -58,8 +58,9 @@ def test_code_in_a_model_file_is_refused_and_never_run(mime, tmp_path):
     states = load_checkpoint(mime)  # weights only, plus the numpy scalars of ParlAI's scheduler state
     states['extra'] = MakesMarker(marker)
     torch.save(states, model_file)
-    with pytest.raises(UnsafeModelFile) as err:
+    with pytest.raises(ModelFileExit) as err:
         open_agent(model_file)
+    assert isinstance(err.value.error, UnsafeModelFile)
     message = str(err.value)
     assert model_file in message and 'arbitrary unpickling' in message and 'mkdir' in message
     assert not os.path.exists(marker)
@@ -76,8 +77,9 @@ def test_a_plain_pickle_is_refused(mime, tmp_path):
     marker = str(tmp_path / 'code-ran')
     with open(model_file, 'wb') as f:
         pickle.dump({'model': MakesMarker(marker)}, f)
-    with pytest.raises(UnsafeModelFile, match='plain pickle'):
+    with pytest.raises(ModelFileExit, match='plain pickle') as err:
         open_agent(model_file)
+    assert isinstance(err.value.error, UnsafeModelFile)
     assert not os.path.exists(marker)
 
 
@@ -101,7 +103,7 @@ def test_damaged_or_foreign_files_name_the_file(mime, tmp_path, damage, expected
             f.write('version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 2661287\n')
     else:  # the weights alone, e.g. exported for another framework
         torch.save(load_checkpoint(mime)['model'], model_file)
-    with pytest.raises(ModelFileError) as err:
+    with pytest.raises(ModelFileExit) as err:  # ends the command with the one line
         open_agent(model_file)
     assert model_file in str(err.value) and expected in str(err.value)
 
@@ -110,7 +112,7 @@ def test_weights_of_another_agent_name_the_file(tmp_path_factory, tmp_path):
     """Multi-TR's weights in a MIME folder: a clear mismatch, naming the file."""
     model_file = copy_model(cached_tiny_model(tmp_path_factory, 'mime'), tmp_path / 'foreign')
     shutil.copy(cached_tiny_model(tmp_path_factory, 'multitask_transformer'), model_file)
-    with pytest.raises(ModelFileError) as err:
+    with pytest.raises(ModelFileExit) as err:  # ends the command with the one line
         open_agent(model_file)
     assert model_file in str(err.value) and 'do not fit the empathy/mime model' in str(err.value)
 

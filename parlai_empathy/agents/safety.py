@@ -160,12 +160,17 @@ class SafeAgentMixin:
         remove_dead_temporaries(path)
 
     def load(self, path):
-        """ParlAI's ``TorchAgent.load``, without unpickling anything but weights."""
-        states = load_checkpoint(path)
+        """ParlAI's ``TorchAgent.load``, without unpickling anything but weights. A refusal ends
+        the command with its one line (:class:`ModelFileExit`), stock ``parlai`` commands included,
+        where any other exception is shown as a traceback."""
+        try:
+            states = load_checkpoint(path)
+        except ModelFileError as err:
+            raise ModelFileExit(err) from None
         try:
             self.load_state_dict(states['model'])
         except RuntimeError as err:
-            raise describe_mismatch(path, self.opt.get('model', type(self).__name__), err) from None
+            raise ModelFileExit(describe_mismatch(path, self.opt.get('model', type(self).__name__), err)) from None
         if 'optimizer' in states and hasattr(self, 'optimizer'):
             self.optimizer.load_state_dict(states['optimizer'])
         return states

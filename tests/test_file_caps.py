@@ -139,13 +139,15 @@ def test_json_within_the_caps_reads_as_json():
     ([('model', 6 << 30), ('model.dict', 3 << 30)], 'unpacks to over the cap of 8,589,934,592'),
     ([('model', 1 << 50)], 'unpacks to over the cap'),
 ])
-def test_archive_members_are_checked_before_unpacking(tmp_path, members, words):
+def test_archive_members_are_checked_before_unpacking(tmp_path, monkeypatch, members, words):
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_RATIO', str(1 << 40))  # the size caps alone
     message = refused(bounded.check_archive, 'model.tar.gz', members, str(tmp_path))
     assert message.startswith('model.tar.gz') and words in message, message
 
 
 def test_an_archive_that_would_fill_the_disk_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_BYTES', str(1 << 60))
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_RATIO', str(1 << 40))
     free = __import__('shutil').disk_usage(tmp_path).free
     message = refused(bounded.check_archive, 'model.tar.gz', [('model', free - (1 << 20))], str(tmp_path / 'new'))
     assert 'bytes free; at least 268,435,456 (PARLAI_EMPATHY_CAP_DISK_HEADROOM_BYTES) bytes must stay free' in message
@@ -170,6 +172,25 @@ def test_a_zoo_archive_over_the_unpacked_cap_is_refused_and_nothing_is_installed
         model_zoo.install_archive(str(bomb), str(target), 'v1', 'empathy/mime')
     assert str(err.value).startswith(f'{bomb}: unpacks to over the cap of 1,048,576'), str(err.value)
     assert not target.exists() and [p.name for p in (tmp_path / 'zoo').iterdir()] == ['mime.lock']
+
+
+def test_an_archive_bomb_is_refused_by_its_ratio_under_the_default_caps(tmp_path):
+    from parlai_empathy import model_zoo
+
+    bomb = tmp_path / 'bomb.tar.gz'
+    with tarfile.open(bomb, 'w:gz') as tar:
+        info = tarfile.TarInfo('model.opt')
+        opt = json.dumps({'model': 'empathy/mime'}).encode()
+        info.size = len(opt)
+        tar.addfile(info, io.BytesIO(opt))
+        info = tarfile.TarInfo('model')
+        info.size = 200 << 20  # zeros: under the 8 GiB cap, but 1,000 times the archive's size
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    target = tmp_path / 'zoo' / 'mime'
+    with pytest.raises(model_zoo.ZooError) as err:
+        model_zoo.install_archive(str(bomb), str(target), 'v1', 'empathy/mime')
+    assert str(err.value).startswith(f'{bomb}: unpacks to over 100 (PARLAI_EMPATHY_CAP_ARCHIVE_RATIO) times its own')
+    assert not target.exists()
 
 
 def test_a_nul_byte_in_an_archive_member_name_is_one_line(tmp_path):

@@ -265,10 +265,12 @@ def load_json_file(path, what: str, cap_name: str) -> Any:
 # ----- archives ------------------------------------------------------------------------------------
 def check_archive(archive, members: Iterable[Tuple[str, int]], into: str) -> int:
     """Check an archive's members, ``(name, unpacked size)`` each, before one is unpacked into
-    ``into``: their count, folder nesting, names (a NUL byte), total size, and that the disk
-    there keeps ``disk_headroom_bytes`` free after them. The total size is returned."""
+    ``into``: their count, folder nesting, names (a NUL byte), total size (and how many times
+    the archive's own size that is, counted from at least 1 MiB), and that the disk there keeps
+    ``disk_headroom_bytes`` free after them. The total size is returned."""
     limits = caps()
     count = total = 0
+    packed = os.path.getsize(archive) if os.path.isfile(archive) else 0
     for name, size in members:
         count += 1
         if count > limits.archive_members:
@@ -282,6 +284,10 @@ def check_archive(archive, members: Iterable[Tuple[str, int]], into: str) -> int
             raise FileRefused(archive, None, 'member name',
                               f'{name[:80]!r}... is nested {depth} folders deep, over the cap of {cap}')
         total += max(int(size), 0)
+        if total > limits.archive_ratio * max(packed, 1 << 20):
+            cap = describe('archive_ratio', limits.archive_ratio)
+            raise FileRefused(archive, None, None, f'unpacks to over {cap} times its own {packed:,} bytes: an '
+                                                   'archive bomb, not a model archive')
         if total > limits.archive_bytes:
             cap = describe('archive_bytes', limits.archive_bytes)
             raise FileRefused(archive, None, None, f'unpacks to over the cap of {cap} bytes; not a model archive '

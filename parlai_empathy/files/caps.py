@@ -37,6 +37,8 @@ class FileCaps:
                                        'under 10 KB)')
     archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest '
                                        'entry: under 1 GB)')
+    archive_ratio: int = _cap(100, "how many times its own size an archive may unpack to (model weights "
+                                   "barely compress: under 2; a bomb of zeros: over 1,000)")
     archive_members: int = _cap(10_000, 'files and folders in one archive (a model archive: under 20)')
     archive_depth: int = _cap(16, "folder nesting of an archive's members (a model archive: 2)")
     disk_headroom_bytes: int = _cap(256 * MIB, 'free disk left after unpacking an archive')

@@ -103,17 +103,17 @@ def _check_stored(path: str, handle) -> None:
     loading holds no more than the file's own size: a deflated member could inflate to any size."""
     try:
         with zipfile.ZipFile(handle) as archive:
-            size = os.fstat(handle.fileno()).st_size
-            total = 0
-            for info in archive.infolist():
-                total += info.file_size
-                if info.compress_type != zipfile.ZIP_STORED or total > size:
-                    raise ModelFileError(
-                        f'{path}, member {info.filename!r:.80}: compressed ({info.compress_size:,} bytes that '
-                        f'unpack to {info.file_size:,}); torch.save stores checkpoint members uncompressed, '
-                        'so this is not a checkpoint it wrote and it is not loaded')
+            members = archive.infolist()
     except zipfile.BadZipFile:
         return  # the loader's own message names a truncated archive
+    size = os.fstat(handle.fileno()).st_size
+    compressed = [m for m in members if m.compress_type != zipfile.ZIP_STORED]
+    unpacked = sum(m.file_size for m in members)
+    if compressed or unpacked > size:
+        raise ModelFileError(
+            f'{path}: {len(compressed)} compressed member(s) ({compressed[0].filename if compressed else "-"!s:.80}, '
+            f'...); its {size:,} bytes unpack to {unpacked:,}. torch.save stores checkpoint members '
+            'uncompressed, so this is not a checkpoint it wrote and it is not loaded')
 
 
 def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:

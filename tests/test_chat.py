@@ -414,6 +414,9 @@ def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
                 assert refused.status == 429
     assert all(model.find(token) is not None for token in users.values())
     held = collections.Counter(c.client for c in model.sessions.values())
+    print(f'squatters: {squatted}; after 30 new users: {len(model.sessions)} conversations, the new users '
+          f'holding {sum(held[f"127.0.2.{i + 1}"] for i in range(30))}, the most one squatter holds '
+          f'{max(held[f"127.0.1.{n + 1}"] for n in range(20))}')
     assert len(model.sessions) <= MAX_SESSIONS
     assert all(held[f'127.0.2.{i + 1}'] == 1 for i in range(30))
     assert squatted[429] and set(squatted) <= {'served', 429}

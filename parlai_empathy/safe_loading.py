@@ -12,8 +12,11 @@ opening a shared model file could run code. Here:
   file gives a :class:`ModelFileError` that names the file and says what is wrong with it.
 * ``.opt`` files are read as JSON only: the repair below (armed by :func:`install`, which the
   start-up hook calls in every process that imports ParlAI) makes ``Opt.load`` refuse pickled
-  ones, and name the file, line and column of broken JSON. A JSON ``.opt``, the only kind ParlAI
-  1.7.2 writes, loads exactly as before.
+  ones, open only regular files within the ``opt_bytes`` cap (a FIFO would hang it, ``/dev/zero``
+  never end), parse within the JSON caps, and name the file, line and column of what it refuses.
+  Its refusals are a :class:`ModelFileExit` (a ``SystemExit``): the command ends with the one line,
+  and no caller's ``except Exception`` can swallow the refusal and go on. A JSON ``.opt``, the
+  only kind ParlAI 1.7.2 writes, loads exactly as before.
 
 * A model folder is opened by the agent its ``.opt`` names, and only the project's agents load
   weights-only: :func:`check_model_trust` reads that ``model`` field as JSON (importing nothing it

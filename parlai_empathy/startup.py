@@ -12,7 +12,9 @@ only where ParlAI 1.7.2 cannot work as it is on this stack:
 * :func:`parlai_empathy.cpu_distributed.install`: ``multiprocessing_train`` on a machine without
   CUDA (gloo on 127.0.0.1; nothing changes where CUDA is available);
 * :func:`parlai_empathy.safe_loading.install`: an ``.opt`` file is read as JSON and never
-  unpickled, and a command of ours checks which agent a model folder names before importing it.
+  unpickled, only from a regular file within the caps of :mod:`parlai_empathy.files` (a refusal
+  ends the command with one line), and a command of ours checks which agent a model folder names
+  before importing it.
 
 The training behaviour of the project's agents (seeding before the model is built, validating the
 end of a schedule, resuming on the validation grid, ...) is not here: it applies to a run of one

@@ -25,12 +25,13 @@ class FileCaps:
                                'real ones: under 10)')
     int_digits: int = _cap(40, 'digits of one integer in a JSON or literal file (real ones: under 20)')
     line_bytes: int = _cap(1 * MIB, 'one line of a CSV or TSV file (ED: under 2 KB)')
-    log_line_bytes: int = _cap(64 * MIB, 'one line of a world log, i.e. one episode with every candidate a '
-                                         'ranker returned (ED test: under 1 MB)')
+    log_line_bytes: int = _cap(16 * MIB, 'one line of a world log, i.e. one episode with its candidates (a '
+                                         'ranker on ED test with 100 candidates an example: at most 73 KB)')
     cell_chars: int = _cap(100_000, 'one field of a CSV or TSV line, or one string of a world log or '
                                     'released file (ED utterances: under 1,000 characters)')
-    data_bytes: int = _cap(2 * GIB, 'one data file: CSV, TSV, world log, released outputs (ED train.csv: '
-                                    '16 MB)')
+    data_bytes: int = _cap(256 * MIB, 'one data file: CSV, TSV, world log, released outputs (ED train.csv: '
+                                      '16 MB; a ranker\'s world log of ED test with 100 candidates an example: '
+                                      '74 MB)')
     dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (a real one: under 2 MB)")
     checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model: under 1 GB)')
     literal_chars: int = _cap(1 * MIB, 'one Python-literal line of a released-format file (real ones: '

@@ -20,24 +20,27 @@ def _cap(default: int, help: str):
 
 @dataclass(frozen=True)
 class FileCaps:
-    opt_bytes: int = _cap(4 * MIB, "a model's .opt file (a real one: under 20 KB)")
-    json_depth: int = _cap(64, 'nesting of any JSON we read (.opt, world logs, manifests, released files; '
-                               'real ones: under 10)')
-    int_digits: int = _cap(40, 'digits of one integer in a JSON or literal file (real ones: under 20)')
-    line_bytes: int = _cap(1 * MIB, 'one line of a CSV or TSV file (ED: under 2 KB)')
+    opt_bytes: int = _cap(4 * MIB, "a model's .opt file (the committed rows': under 5 KB)")
+    json_depth: int = _cap(64, 'nesting of any JSON we read (.opt, world logs, released files; the '
+                               'committed .opt files: 2, a world-log line: 5)')
+    int_digits: int = _cap(40, 'digits of one integer in a JSON file (counts and indices: under 20)')
+    line_bytes: int = _cap(1 * MIB, 'one line of a CSV or TSV file (ED: at most 1,288 bytes)')
     log_line_bytes: int = _cap(16 * MIB, 'one line of a world log, i.e. one episode with its candidates (a '
                                          'ranker on ED test with 100 candidates an example: at most 73 KB)')
     cell_chars: int = _cap(100_000, 'one field of a CSV or TSV line, or one string of a world log or '
-                                    'released file (ED utterances: under 1,000 characters)')
+                                    'released file (ED: at most 725 characters)')
     data_bytes: int = _cap(256 * MIB, 'one data file: CSV, TSV, world log, released outputs (ED train.csv: '
                                       '16 MB; a ranker\'s world log of ED test with 100 candidates an example: '
                                       '74 MB)')
-    dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (a real one: under 2 MB)")
-    checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model: under 1 GB)')
-    literal_chars: int = _cap(1 * MIB, 'one Python-literal line of a released-format file (real ones: '
-                                       'under 10 KB)')
-    archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest '
-                                       'entry: under 1 GB)')
+    dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (every token of ED train with its count: "
+                                      '55,000 lines, 0.6 MB)')
+    checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model, the MiniLM ranker '
+                                           'of 22.7M parameters, with its optimizer state: about 0.3 GB, '
+                                           'estimated)')
+    literal_chars: int = _cap(1 * MIB, 'one context list of a released-format file (a few ED turns: a few '
+                                       'hundred characters)')
+    archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest entry: '
+                                       'about 0.3 GB, estimated as above)')
     archive_ratio: int = _cap(100, "how many times its own size an archive may unpack to (model weights "
                                    "barely compress: under 2; a bomb of zeros: over 1,000)")
     archive_members: int = _cap(10_000, 'files and folders in one archive (a model archive: under 20)')

@@ -482,7 +482,8 @@ def make_app(model: ChatModel) -> FastAPI:
 
 
 def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides: Optional[Dict] = None,
-          trust: bool = False, datapath: Optional[str] = None) -> None:
+          trust: bool = False, datapath: Optional[str] = None, max_conversations: int = MAX_SESSIONS,
+          max_conversations_per_client: int = MAX_SESSIONS_PER_CLIENT) -> None:
     import uvicorn
 
     from parlai_empathy.safe_loading import ModelFileError
@@ -491,5 +492,6 @@ def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides:
         model = ChatModel.load(model_file, overrides, trust=trust, datapath=datapath)
     except ModelFileError as err:
         raise SystemExit(str(err)) from None  # the message alone, as the command's error
+    model.max_sessions, model.max_sessions_per_client = max_conversations, max_conversations_per_client
     print(f'Chat with {model.title} ({model_file}) on http://{host}:{port}/  (Ctrl-C stops)', flush=True)
     uvicorn.run(make_app(model), host=host, port=port, log_level='warning')

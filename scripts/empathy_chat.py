@@ -24,6 +24,15 @@ class EmpathyChat(EmpathyScript):
         parser.add_argument('--host', default='127.0.0.1',
                             help='interface to listen on (default 127.0.0.1: this machine only)')
         parser.add_argument('--port', type=int, default=8080, help='port to listen on')
+        # defaults None: the chat module's own (MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT; docs/security.md),
+        # which this module does not import: every parlai command builds this parser
+        parser.add_argument('--max-conversations', type=int, default=None,
+                            help='conversations kept at once, each with a copy of the agent\'s history '
+                            '(default: 64)')
+        parser.add_argument('--max-conversations-per-client', type=int, default=None,
+                            help='conversations one client address holds at once (a household or office '
+                            'shares one); a new address takes a place from the address holding the most '
+                            '(default: 4)')
         return add_trust_flag(parser)
 
     def run(self):
@@ -32,8 +41,14 @@ class EmpathyChat(EmpathyScript):
         opt = self.opt
         if opt['host'] not in ('127.0.0.1', 'localhost', '::1'):
             logging.warning(f'--host {opt["host"]}: the chat is reachable from other machines, without any login')
+        caps = {}
+        for name in ('max_conversations', 'max_conversations_per_client'):
+            if opt[name] is not None:
+                if opt[name] < 1:
+                    raise SystemExit(f'--{name.replace("_", "-")} {opt[name]}: must be at least 1')
+                caps[name] = opt[name]
         serve(opt['model_file'], opt['host'], opt['port'], trust=bool(opt.get('trust_model_file')),
-              datapath=opt.get('datapath'))
+              datapath=opt.get('datapath'), **caps)
 
 
 if __name__ == '__main__':

@@ -422,6 +422,15 @@ def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
     assert squatted[429] and set(squatted) <= {'served', 429}
 
 
+def test_the_commands_conversation_caps_say_the_chats_own_defaults():
+    from parlai.scripts.empathy_chat import EmpathyChat
+
+    from parlai_empathy.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT
+
+    text = ' '.join(EmpathyChat.setup_args().format_help().split())
+    assert f'history (default: {MAX_SESSIONS})' in text and f'the most (default: {MAX_SESSIONS_PER_CLIENT})' in text
+
+
 def test_idle_conversations_expire_and_only_idle_ones_make_room(chat_model):
     from parlai_empathy.chat import ACTIVE_SECONDS, IDLE_EXPIRY_SECONDS, ChatModel, Refused
 

@@ -384,4 +384,5 @@ def test_humaneval_inputs_refuse_deep_and_huge_json_with_file_and_line(tmp_path,
     for reader in (read_world_log, read_pairings):
         box = finishes(reader, str(path))
         assert isinstance(box.get('error'), InputError), box
-        assert str(box['error']).startswith(f'{path}, ') and words in str(box['error']), str(box['error'])
+        assert str(box['error']).startswith(f'{path}:1: ') and words[len('line 1: '):] in str(box['error']), \
+            str(box['error'])

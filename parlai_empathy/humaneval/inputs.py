@@ -158,7 +158,15 @@ def _json_lines(path: str, what: str) -> Iterator[Tuple[int, object]]:
             if line.strip():
                 yield lineno, loads_json(line, path, lineno, what=f'a line of {what}')
     except FileRefused as err:
-        raise InputError(str(err)) from None
+        raise _refused(err) from None
+
+
+def _refused(err: FileRefused) -> InputError:
+    """The bounded reader's refusal in this module's own ``file:line:`` form."""
+    if err.line_no is None:
+        return InputError(str(err))
+    field = f'field {err.field!r}: ' if err.field else ''
+    return InputError(_where(err.path, err.line_no, field + err.problem))
 
 
 def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
@@ -253,7 +261,7 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
                 try:
                     row = loads_json(decode_utf8(line, path, lineno), path, lineno, what='an outputs row')
                 except FileRefused as err:
-                    raise InputError(str(err)) from None
+                    raise _refused(err) from None
                 _add_output_row(out, row, by_row_id, lambda what, n=lineno: _where(path, n, what))
     except (OSError, EOFError, zlib.error) as e:
         # not gzip, cut short, or corrupt: gzip's own words, with where it stopped

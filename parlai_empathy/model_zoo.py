@@ -38,7 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from parlai_empathy.files.bounded import FileRefused, check_archive
+from parlai_empathy.files.bounded import FileRefused, check_archive, loads_json, read_text
 from parlai_empathy.files.caps import caps
 from parlai_empathy.safe_loading import (
     TRUST_FLAG,
@@ -158,12 +158,11 @@ def _line_of(text: str, needle: str) -> int:
 def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
     """Every entry of the manifest, checked; a bad one is named by file, line and field."""
     path = path or default_manifest_path()
-    with open(path, encoding='utf-8') as f:
-        text = f.read()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ManifestError(f'{path}, line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})') from None
+    try:  # a regular file within the caps of an options file: a manifest is a few KB of JSON
+        text = read_text(path, 'a zoo manifest', 'opt_bytes')
+        data = loads_json(text, path, what='a zoo manifest')
+    except FileRefused as err:
+        raise ManifestError(str(err)) from None
     models = data.get('models') if isinstance(data, dict) else None
     if not isinstance(models, dict):
         raise ManifestError(f'{path}, line 1: expected {{"models": {{NAME: {{...}}, ...}}}}')

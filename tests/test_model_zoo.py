@@ -233,8 +233,12 @@ def test_manifest_errors_name_file_line_and_field(tmp_path):
         model_zoo.load_manifest(str(path))
     assert str(err.value).startswith(f'{path}, line 13: models.bad.sha256:')
     path.write_text('{"models": {"x": ')
-    with pytest.raises(model_zoo.ManifestError, match=r'line 1, column \d+: not valid JSON'):
+    with pytest.raises(model_zoo.ManifestError, match=r'line 1: not valid JSON for a zoo manifest \(.* column \d+\)'):
         model_zoo.load_manifest(str(path))
+    fifo = tmp_path / 'fifo.json'  # PARLAI_EMPATHY_ZOO_MANIFEST is the user's to set: never block on it
+    os.mkfifo(fifo)
+    with pytest.raises(model_zoo.ManifestError, match='a FIFO, not a regular file'):
+        model_zoo.load_manifest(str(fifo))
     for agent, problem in ((None, "missing or not a non-empty string (got None)"),
                            ('transformer/generator', "'transformer/generator' is not an agent of parlai-empathy")):
         path.write_text(json.dumps({'models': {'bad': dict(good, agent=agent)}}, indent=2))

@@ -20,7 +20,8 @@ emotion)``:
 Text is MoEL's (``--dict-tokenizer moel``: lowercase, contractions expanded, nltk word tokens;
 ``parlai_empathy.data.moel_text``), so perplexity counts the paper's units. Word embeddings start
 from GloVe (``--glove-init``): by default the offline 6B 50d vectors, padded to the model size;
-``--glove-path`` takes the paper's 300d text file. Every value GloVe does not give (the words it
+``--glove-path`` takes the paper's 300d text file, or a substitute table folder that ``parlai
+empathy_word_table`` built for the model's dictionary. Every value GloVe does not give (the words it
 lacks, the columns beyond its width) starts at randn * 0.01, the reference's rule for the words
 its GloVe lacks (``--glove-fill-std``; ``glove`` draws them at the found vectors' std instead, the
 rule of the MIME and Multi-TR rows trained before this default).
@@ -138,7 +139,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         group.add_argument('--glove-init', type='bool', default=True,
                            help='initialize word embeddings from GloVe')
         group.add_argument('--glove-path', type=str, default=None,
-                           help='GloVe text file (e.g. glove.6B.300d.txt); default: offline 6B 50d')
+                           help='GloVe text file (e.g. glove.6B.300d.txt) or a word table folder of parlai '
+                           'empathy_word_table; default: offline 6B 50d')
         group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
                            help='when GloVe is narrower than the model: pad with random columns '
                            'or keep GloVe size and learn a projection')

@@ -165,7 +165,8 @@ class EthreedAgent(EncoderReadoutAgent):
         group.add_argument('--glove-init', type='bool', default=True,
                            help='initialize word embeddings from GloVe (missing columns random)')
         group.add_argument('--glove-path', type=str, default=None,
-                           help='GloVe text file (the paper: glove.840B.300d.txt); default: the '
+                           help='GloVe text file (the paper: glove.840B.300d.txt) or a word table folder of parlai '
+                           'empathy_word_table; default: the '
                            'offline 6B 50d vectors, padded to the embedding size')
         group.add_argument('--glove-fill-std', type=glove_fill_std, default='glove',
                            help="the std of the random values GloVe does not give: the rows of words "

@@ -22,6 +22,10 @@ def warn_unless_papers_word_table(model, paper_file, glove_path, glove_dim, d_mo
     (GloVe of ``paper_file``, 300-d): which file, its width against the embedding size, and the
     option that gives the paper's. The offline default (6B 50d, padded to 300 with random
     columns) trains, but is not "the paper's settings" however every other option is set."""
+    if glove.is_word_table(glove_path):
+        warn_once(f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
+                  f'({paper_file}); this run from {glove.source_name(glove_path)}, a substitute built offline.')
+        return
     if glove_dim == PAPER_GLOVE_DIM:
         return
     if glove_fit == 'project':

@@ -7,7 +7,10 @@ Two sources:
   files in the folder ``$PARLAI_EMPATHY_GLOVE_DIR`` when that is set (the GPU bundle's GloVe
   6B 50d rows for ED's words, ``tools/gpu``: the same vectors for every word ED has), and
 * any standard GloVe text file (``word v1 v2 ...`` per line), e.g. ``glove.6B.300d.txt`` for
-  users who have the 300d vectors the MIME paper used.
+  users who have the 300d vectors the MIME paper used, and
+* a word table folder built by ``parlai empathy_word_table`` (``word_table.py``): a substitute
+  for the papers' 300d vectors, read here (:func:`read_word_table`) after its files' sha256 are
+  checked against its ``word_table.json``; its ``vectors.npy`` is never unpickled.
 
 Only the rows for the requested vocabulary are kept, so a 1 GB text file costs one pass and no
 large allocation.
@@ -22,6 +25,8 @@ the model's embedding module (see ``embeddings.WordEmbedding``):
   0.01 (the agents' ``--glove-fill-std``, read by :func:`glove_fill_std` and
   :func:`fill_std_value`); larger GloVe vectors are truncated.
 """
+import hashlib
+import json
 import os
 
 import numpy as np
@@ -29,6 +34,8 @@ import torch
 
 GLOVE_DIR_ENV = 'PARLAI_EMPATHY_GLOVE_DIR'
 NPY_NAME, INDEX_NAME = 'glove_6B_50d_emb.npy', 'glove_6B_index.parquet'
+TABLE_FORMAT = 'parlai-empathy word table 1'
+TABLE_META, TABLE_VECTORS, TABLE_WORDS = 'word_table.json', 'vectors.npy', 'words.txt'
 
 
 def _kumo_paths():
@@ -122,8 +129,90 @@ def _from_text(vocab, path):
     return found, dim
 
 
+def is_word_table(path) -> bool:
+    """Whether ``path`` is a word table folder (else a GloVe text file)."""
+    return path is not None and os.path.isdir(path)
+
+
+def sha256_file(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as handle:
+        for block in iter(lambda: handle.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _table_error(folder, name, problem):
+    return ValueError(f'{os.path.join(folder, name)}: {problem}; rebuild the table with parlai empathy_word_table '
+                      '(delete the folder first)')
+
+
+def check_word_table(folder) -> dict:
+    """The ``word_table.json`` of a table folder, after checking that its two files are there and
+    match the sha256 it records (a truncated, changed or half-copied table fails here, with the
+    file named)."""
+    meta_path = os.path.join(folder, TABLE_META)
+    if not os.path.isfile(meta_path):
+        raise FileNotFoundError(f'{folder}: no {TABLE_META}: not a word table of parlai empathy_word_table')
+    try:
+        with open(meta_path, encoding='utf-8') as handle:
+            meta = json.load(handle)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise _table_error(folder, TABLE_META, f'not JSON ({err})') from None
+    if not isinstance(meta, dict) or meta.get('format') != TABLE_FORMAT:
+        raise _table_error(folder, TABLE_META, f'field \'format\' is not {TABLE_FORMAT!r}')
+    sums = meta.get('sha256')
+    for field in ('words', 'dim'):
+        if not isinstance(meta.get(field), int) or meta[field] < 1:
+            raise _table_error(folder, TABLE_META, f'field {field!r} is not a positive whole number')
+    for name in (TABLE_VECTORS, TABLE_WORDS):
+        path = os.path.join(folder, name)
+        if not isinstance(sums, dict) or not isinstance(sums.get(name), str):
+            raise _table_error(folder, TABLE_META, f'field \'sha256\' lacks {name}')
+        if not os.path.isfile(path):
+            raise _table_error(folder, name, 'missing')
+        digest = sha256_file(path)
+        if digest != sums[name]:
+            raise _table_error(folder, name, f'sha256 {digest[:16]}... is not the '
+                                             f'{sums[name][:16]}... {TABLE_META} records (truncated or changed)')
+    return meta
+
+
+def read_word_table(vocab, folder):
+    """``(found, dim)`` as :func:`_from_text` gives them, from a checked table folder. Words are
+    matched as spelled (the table was built for a dictionary's own spellings), then lower-cased."""
+    meta = check_word_table(folder)
+    vectors_path = os.path.join(folder, TABLE_VECTORS)
+    try:
+        vectors = np.load(vectors_path, allow_pickle=False)
+    except ValueError as err:
+        raise _table_error(folder, TABLE_VECTORS, f'not a plain array ({err})') from None
+    if vectors.dtype != np.float32 or vectors.shape != (meta['words'], meta['dim']):
+        raise _table_error(folder, TABLE_VECTORS, f'{vectors.dtype} {vectors.shape}, expected float32 '
+                                                  f'({meta["words"]}, {meta["dim"]}) as {TABLE_META} says')
+    if not np.isfinite(vectors).all():
+        raise _table_error(folder, TABLE_VECTORS, 'holds values that are not finite')
+    words_path = os.path.join(folder, TABLE_WORDS)
+    with open(words_path, encoding='utf-8') as handle:
+        words = handle.read().split('\n')
+    if words[-1] != '' or len(words) - 1 != meta['words']:
+        raise _table_error(folder, TABLE_WORDS, f'{len(words) - 1} lines, expected {meta["words"]}')
+    row_of = {}
+    for row, word in enumerate(words[:-1]):
+        row_of.setdefault(word, row)
+    found = {}
+    for word in vocab:
+        for key in _lookup_keys(word):
+            if key in row_of:
+                found[word] = vectors[row_of[key]]
+                break
+    return found, meta['dim']
+
+
 def source_name(path=None):
     """The file the vectors of ``load_glove(vocab, path)`` come from, as a log line names it."""
+    if is_word_table(path):
+        return f'the word table {path} built by parlai empathy_word_table'
     if path is not None:
         return str(path)
     try:
@@ -137,12 +226,18 @@ def source_name(path=None):
 def load_glove(vocab, path=None):
     """GloVe vectors for ``vocab`` (a list of words, row i = id i).
 
-    :param path: a GloVe text file; ``None`` means the offline GloVe 6B 50d package.
+    :param path: a GloVe text file or a word table folder; ``None`` means the offline GloVe 6B
+        50d package.
     :return: ``(matrix, hit)``: a float32 tensor ``[len(vocab), glove_dim]`` (zeros for misses)
         and a bool tensor marking the words found.
     """
     vocab = list(vocab)
-    found, dim = _from_kumo(vocab) if path is None else _from_text(vocab, path)
+    if path is None:
+        found, dim = _from_kumo(vocab)
+    elif is_word_table(path):
+        found, dim = read_word_table(vocab, path)
+    else:
+        found, dim = _from_text(vocab, path)
     matrix = torch.zeros(len(vocab), dim)
     hit = torch.zeros(len(vocab), dtype=torch.bool)
     for i, word in enumerate(vocab):

@@ -33,7 +33,9 @@ class EmpathyWordTable(EmpathyScript):
                             help=f'the distilling methods\' sentence encoder: {encoder_choices("--encoder")}')
         parser.add_argument('--seed', type=int, default=0, help='glove_orthogonal: the seed of its map')
         parser.add_argument('--batch-size', type=int, default=256, help='words per encoder batch')
-        parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
+        parser.add_argument('--threads', type=int, default=0,
+                            help='torch threads (0: torch default); a rebuild gives the same bytes with the same '
+                            'thread count (others differ by float rounding)')
         return parser
 
     def run(self):

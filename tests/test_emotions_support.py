@@ -46,7 +46,8 @@ def make_tiny_classifier(model_file, bert_dir, classes, multilabel=True, thresho
     model = EmotionClassifier.from_pretrained(bert_dir, len(classes), multilabel, pooling='mean')
     os.makedirs(os.path.dirname(model_file), exist_ok=True)
     torch.save({'model': model.state_dict()}, model_file)
-    opt = {'classes': list(classes), 'multilabel': multilabel, 'multilabel_threshold': threshold,
+    opt = {'model': 'empathy/emotion_classifier', 'classes': list(classes), 'multilabel': multilabel,
+           'multilabel_threshold': threshold,
            'max_length': 32, 'pooling': 'mean'}
     with open(model_file + '.opt', 'w') as f:
         json.dump(opt, f)

@@ -180,7 +180,7 @@ def test_tagged_teacher_fields_and_prepend(classifier_file, tmp_path):
 
 @pytest.mark.parametrize('name, content, words', [
     ('model.opt', b'', 'model.opt: empty file'),
-    ('model.opt', b'{"classes": ["joy",\n"sad"\n', 'model.opt, line 3, column 1: not a valid options file'),
+    ('model.opt', b'{"classes": ["joy",\n"sad"\n', 'model.opt, line 3: not valid JSON'),
     ('model.opt', b'{"classes": ["j\xffoy"]}', 'model.opt, line 1: not UTF-8: byte 0xff at column 16'),
     ('model.opt', b'["joy"]', 'model.opt, line 1: not an options file (a JSON list, not an object of options)'),
     ('model.opt', __import__('random').Random(7).randbytes(3000), 'model.opt, line 1: not UTF-8'),

@@ -65,12 +65,7 @@ def build_task(
             raise ValueError(f'{mode} needs {"a model" if mode == "likert" else "2+ models"} '
                              '(--world-logs, --outputs)')
         items, models = inputs.align(parsed)
-        if per_emotion:
-            selected = sampling.stratified_sample(items, per_emotion, seed)
-        elif num_items:
-            selected = sampling.uniform_sample(items, num_items, seed)
-        else:
-            selected = list(items)
+        selected = sampling.select_items(items, per_emotion, num_items, seed)
         responses = {o.model: o.responses for o in parsed}
         if mode == sampling.LIKERT:
             units = sampling.likert_units(items, responses, selected, annotators)

@@ -58,6 +58,16 @@ def uniform_sample(items: Dict[str, Item], n: int, seed: int) -> List[str]:
     return random.Random(seed).sample(pool, n)
 
 
+def select_items(items: Dict[str, Item], per_emotion: int, num_items: int, seed: int) -> List[str]:
+    """MIME's emotion-stratified sample (``per_emotion``), else Rashkin's uniform one
+    (``num_items``), else every item."""
+    if per_emotion:
+        return stratified_sample(items, per_emotion, seed)
+    if num_items:
+        return uniform_sample(items, num_items, seed)
+    return list(items)
+
+
 def _context(item: Item) -> List[List[str]]:
     return [[role, text] for role, text in item.context]
 

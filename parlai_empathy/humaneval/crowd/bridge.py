@@ -192,12 +192,7 @@ def build(
         raise InputError('ACUTE-Eval compares 2 or more models: give them with --world-logs, --outputs or --released')
     items, models = inputs.align(parsed)
     dropped = {o.model: len(set(o.items) - set(items)) for o in parsed}
-    if per_emotion:
-        selected = sampling.stratified_sample(items, per_emotion, seed)
-    elif num_items:
-        selected = sampling.uniform_sample(items, num_items, seed)
-    else:
-        selected = list(items)
+    selected = sampling.select_items(items, per_emotion, num_items, seed)
     replies = {o.model: o.responses for o in parsed}
     rows = [
         _acute_pair(items[i], pair, tuple(replies[m][i] for m in pair))

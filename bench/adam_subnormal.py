@@ -129,7 +129,7 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from mime_step_profile import cpu_flags
 
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     run = evidence.benchmark_record(REPO)
     report = measure(args)

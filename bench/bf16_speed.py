@@ -49,11 +49,11 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from transformers import AutoModel
 
-    from parlai_empathy import evidence
     from parlai_empathy.data.ed_raw import read_clean
+    from parlai_empathy.evidence import artifacts as evidence
+    from parlai_empathy.files.offline_models import resolve_encoder
     from parlai_empathy.models.bi_encoder import PooledEncoder, load_tokenizer
     from parlai_empathy.models.precision import native_bf16
-    from parlai_empathy.offline_models import resolve_encoder
 
     encoder_dir = resolve_encoder(args.encoder)
     tokenizer = load_tokenizer(encoder_dir)

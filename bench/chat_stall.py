@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-SERVER = ('import sys; from parlai_empathy.chat import serve; '
+SERVER = ('import sys; from parlai_empathy.serving.chat import serve; '
           'serve(sys.argv[1], port=int(sys.argv[2]))')
 
 
@@ -62,7 +62,7 @@ def main():
     parser.add_argument('--port', type=int, default=8391)
     args = parser.parse_args()
     if args.long_chars is None:
-        from parlai_empathy.chat import MAX_MESSAGE_CHARS
+        from parlai_empathy.serving.chat import MAX_MESSAGE_CHARS
 
         args.long_chars = MAX_MESSAGE_CHARS
     url = f'http://127.0.0.1:{args.port}'

@@ -24,8 +24,8 @@ def main():
     torch.set_num_threads(args.threads)
     from parlai_empathy.data import ed_episodes
     from parlai_empathy.data.ed_raw import read_clean
+    from parlai_empathy.files.offline_models import resolve_encoder
     from parlai_empathy.models.bi_encoder import BiEncoder, load_tokenizer
-    from parlai_empathy.offline_models import resolve_encoder
 
     start = time.perf_counter()
     encoder_dir = resolve_encoder(args.bert_model)

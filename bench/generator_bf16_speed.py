@@ -36,8 +36,8 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from parlai_empathy import evidence
     from parlai_empathy.data import ed_tensors
+    from parlai_empathy.evidence import artifacts as evidence
     from parlai_empathy.models.mime import Mime
     from parlai_empathy.models.multitask_transformer import MultitaskTransformer
     from parlai_empathy.models.precision import native_bf16

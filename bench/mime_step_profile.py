@@ -318,7 +318,7 @@ def main():
     if args.kernels == 'avx2' and not args.child:
         env = dict(os.environ, **AVX2_KERNELS)
         return subprocess.call([sys.executable, *sys.argv, '--child'], env=env)
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     run = evidence.benchmark_record(REPO)
     if args.phase == 'validation' and args.agent != 'empathy/mime':

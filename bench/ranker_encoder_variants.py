@@ -81,7 +81,7 @@ def main():
     torch.set_num_threads(args.threads)
     from ranker_latency import minilm_dir
 
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
     from parlai_empathy.models.bi_encoder import PooledEncoder, load_encoder
 
     record = evidence.benchmark_record(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -149,7 +149,7 @@ def main():
               '--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
               '--eval-candidates', 'fixed', '--fixed-candidates-path', pool, '--interactive-mode', 'true']
     common += shlex.split(args.agent_args)
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     command = ['python', 'bench/ranker_latency.py'] + evidence.portable(sys.argv[1:], evidence.path_placeholders())
     figures = {'command': command,

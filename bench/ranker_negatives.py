@@ -32,8 +32,8 @@ def run_setting(args):
     torch.set_num_threads(args.threads)
     from ranker_training_chunks import real_batches
 
+    from parlai_empathy.files.offline_models import OFFLINE_MINILM, resolve_encoder
     from parlai_empathy.models.bi_encoder import BiEncoder, in_batch_loss, load_tokenizer
-    from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
 
     batch_size, _, chunk = args.setting.partition('/')
     batch_size, chunk = int(batch_size), int(chunk or 0)

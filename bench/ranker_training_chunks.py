@@ -49,8 +49,8 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from parlai_empathy.files.offline_models import OFFLINE_MINILM, resolve_encoder
     from parlai_empathy.models.bi_encoder import TRAINING_CHUNK_ROWS, BiEncoder, in_batch_loss, load_tokenizer
-    from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
 
     encoder_dir = resolve_encoder(OFFLINE_MINILM)
     tokenizer = load_tokenizer(encoder_dir)

@@ -319,7 +319,9 @@ def table(rows):
 
 
 def main_parent(args):
-    from parlai_empathy import evidence  # the parent runs in our environment; the references' children do not
+    from parlai_empathy.evidence import (
+        artifacts as evidence,  # the parent runs in our environment; the references' children do not
+    )
 
     if args.setup_ref_venv:
         args.ref_python = setup_ref_venv(os.path.abspath(args.setup_ref_venv))

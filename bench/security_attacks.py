@@ -95,7 +95,7 @@ def zoo_bomb(d):
         info = tarfile.TarInfo('model')
         info.size = 1 << 30
         tar.addfile(info, _Zeros(info.size))
-    code = ('import sys; from parlai_empathy import model_zoo\n'
+    code = ('import sys; from parlai_empathy.serving import model_zoo\n'
             'try:\n model_zoo.install_archive(sys.argv[1], sys.argv[2], "v1", "empathy/mime")\n'
             'except model_zoo.ZooError as e: sys.exit(str(e))')
     return [sys.executable, '-c', code, archive, os.path.join(d, 'zoo', 'mime')], None
@@ -127,7 +127,7 @@ def inflating_checkpoint(d):
              '        dst.writestr(info.filename, src.read(info.filename))\n')
     subprocess.run([sys.executable, '-c', build, model], check=True)
     os.remove(model + '.honest')
-    code = ('import sys; from parlai_empathy.safe_loading import load_checkpoint, ModelFileError\n'
+    code = ('import sys; from parlai_empathy.integration.safe_loading import load_checkpoint, ModelFileError\n'
             'try:\n load_checkpoint(sys.argv[1])\nexcept ModelFileError as e: sys.exit(str(e))')
     return [sys.executable, '-c', code, model], None
 

@@ -6,8 +6,8 @@ path line pointing at this environment's site-packages (so ``parlai_empathy`` is
 ``.pth`` file of the real environment runs); the variants differ only in the hook line:
 
 * ``none``: no hook (``.pth`` files run in name order, so the path line, named ``_env_...``, comes first);
-* ``lazy``: the installed hook (``parlai_empathy.startup``: arms compat on the first ``import parlai``);
-* ``eager``: the earlier hook, which imported and armed ``parlai_empathy.compat`` at start-up.
+* ``lazy``: the installed hook (``parlai_empathy.integration.startup``: arms compat on the first ``import parlai``);
+* ``eager``: the earlier hook, which imported and armed ``parlai_empathy.integration.compat`` at start-up.
 
 Each variant runs ``python -c pass`` ``--runs`` times, interleaved round-robin so the machine's
 load drifts over all of them alike; reported: median wall time and median CPU time (user + system,
@@ -28,8 +28,8 @@ import time
 
 HOOKS = {
     'none': None,
-    'lazy': 'import parlai_empathy.startup as _s; _s.install()',
-    'eager': 'import parlai_empathy.compat as _c; _c.install_import_hook()',
+    'lazy': 'import parlai_empathy.integration.startup as _s; _s.install()',
+    'eager': 'import parlai_empathy.integration.compat as _c; _c.install_import_hook()',
 }
 MODULES = 'import sys, json; print(json.dumps(sorted(sys.modules)))'
 

@@ -41,9 +41,9 @@ def main():
 
     from parlai_empathy.emotions import inference, tag_cache
     from parlai_empathy.emotions.classifier_files import LoadedClassifier
+    from parlai_empathy.files.offline_models import OFFLINE_MINILM, resolve_encoder
     from parlai_empathy.models.bi_encoder import load_tokenizer
     from parlai_empathy.models.emotion_classifier import EmotionClassifier
-    from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
 
     encoder_dir = resolve_encoder(OFFLINE_MINILM)
     utterances = tag_cache.ed_utterances(args.ed_dir, ('train',))

@@ -11,7 +11,7 @@
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
+from parlai_empathy.integration.commands import EmpathyScript
 
 
 @register_script('empathy_acute_build')

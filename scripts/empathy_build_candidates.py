@@ -10,9 +10,9 @@ it), and an existing one is reused.
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import response_pool
 from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.integration.commands import EmpathyScript
 
 
 @register_script('empathy_build_candidates')

@@ -5,14 +5,14 @@
     parlai empathy_chat -mf runs/ethreed/model --port 8090
 
 Each reply shows the emotion the model read in your message (ETHREED: the speaker emotion it
-tracks and the one planned for its reply). See :mod:`parlai_empathy.chat`.
+tracks and the one planned for its reply). See :mod:`parlai_empathy.serving.chat`.
 """
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 from parlai.utils import logging
 
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import add_trust_flag
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import add_trust_flag
 
 
 @register_script('empathy_chat')
@@ -36,7 +36,7 @@ class EmpathyChat(EmpathyScript):
         return add_trust_flag(parser)
 
     def run(self):
-        from parlai_empathy.chat import serve
+        from parlai_empathy.serving.chat import serve
 
         opt = self.opt
         if opt['host'] not in ('127.0.0.1', 'localhost', '::1'):

@@ -2,9 +2,9 @@
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.integration.commands import EmpathyScript
 from parlai_empathy.tasks.ed import clean_report_dir
 
 

@@ -8,7 +8,7 @@ waits for a world of unknown size). Run them under ``srun``, one task per GPU (o
 
     srun -n 2 parlai distributed_train -t empathy_ed_clean -m empathy/mime -mf runs/mime/model --port 29511
 
-On machines without CUDA, ``parlai_empathy.cpu_distributed`` makes them use gloo on the CPU.
+On machines without CUDA, ``parlai_empathy.integration.cpu_distributed`` makes them use gloo on the CPU.
 """
 import os
 
@@ -16,7 +16,7 @@ import parlai.scripts.distributed_eval as parlai_distributed_eval
 import parlai.scripts.distributed_train as parlai_distributed_train
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import prepare
+from parlai_empathy.integration.commands import prepare
 
 
 def world_size_from_slurm(opt) -> None:

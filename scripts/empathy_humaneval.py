@@ -10,9 +10,9 @@
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.humaneval import providers
 from parlai_empathy.humaneval.db import TaskDB
+from parlai_empathy.integration.commands import EmpathyScript
 
 
 def _parser(description: str) -> ParlaiParser:

@@ -10,8 +10,8 @@ from parlai.core.agents import create_agent
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
 
 
 @register_script('empathy_init_model')

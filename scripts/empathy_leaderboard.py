@@ -8,7 +8,7 @@ Entries are ``name=PATH``: a model file (evaluated here), a saved ``eval_model``
 or saved world logs (.jsonl). Writes results.json, leaderboard.md/.csv/.png to --outdir.
 
 ``--artifacts DIR`` also leaves each evaluated model's evidence in ``DIR/<name>/`` (report,
-compressed outputs, portable .opt, meta: ``parlai_empathy/evidence.py``); this is how a project
+compressed outputs, portable .opt, meta: ``parlai_empathy/evidence/artifacts.py``); this is how a project
 table row gets its figures:
 
     parlai empathy_leaderboard --entries mime=runs/mime/model --artifacts projects/majumder2020_mime/runs
@@ -25,8 +25,8 @@ import time
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import ModelFileError, add_trust_flag, check_model_trust
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import ModelFileError, add_trust_flag, check_model_trust
 
 
 def setup_args():

@@ -22,8 +22,8 @@ import sys
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import add_trust_flag
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import add_trust_flag
 
 
 @register_script('empathy_package_model')
@@ -59,7 +59,8 @@ class EmpathyPackageModel(EmpathyScript):
         return add_trust_flag(parser, opt_in=False)
 
     def run(self):
-        from parlai_empathy import model_zoo, packaging, reproduce
+        from parlai_empathy.evidence import reproduce
+        from parlai_empathy.serving import model_zoo, packaging
 
         opt = self.opt
         if opt['zoo_entry']:
@@ -94,7 +95,7 @@ class EmpathyPackageModel(EmpathyScript):
         return package
 
     def build_zoo_entries(self):
-        from parlai_empathy import model_zoo
+        from parlai_empathy.serving import model_zoo
 
         opt = self.opt
         entries = model_zoo.load_manifest()

@@ -12,10 +12,10 @@ from dataclasses import replace
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import patterns, subsets
+from parlai_empathy.integration.commands import EmpathyScript
 from parlai_empathy.tasks.ed_goemotions import add_tag_args, open_tags
 from parlai_empathy.tasks.ed_patterns import add_pattern_args, threshold_params
 

@@ -4,7 +4,7 @@
 Runs the row's plan from ``projects/<paper>/table.json`` (the rows it needs first), each step
 exactly as it produced the committed artifacts, and gathers what it wrote into a leaderboard.
 Safe to run again: finished steps are skipped and interrupted training resumes from its
-checkpoint (see ``parlai_empathy/reproduce.py``). Works from any directory: the plans come from
+checkpoint (see ``parlai_empathy/evidence/reproduce.py``). Works from any directory: the plans come from
 the clone around it, or from the copy installed with the package.
 
 The evidence goes to ``<runs-dir>/projects/<paper>/runs/<row>/`` and the leaderboard to
@@ -21,8 +21,8 @@ import shutil
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy import reproduce
-from parlai_empathy.commands import EmpathyScript
+from parlai_empathy.evidence import reproduce
+from parlai_empathy.integration.commands import EmpathyScript
 
 
 @register_script('empathy_reproduce')

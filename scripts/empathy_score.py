@@ -24,7 +24,7 @@ import sys
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
+from parlai_empathy.integration.commands import EmpathyScript
 
 NO_BERTSCORE = 'none'
 MINILM = 'minilm'
@@ -197,7 +197,7 @@ class EmpathyScore(EmpathyScript):
         result = {'resamples': opt['resamples'], 'seed': opt['seed'], 'adjustment': 'holm',
                   'tests': [t.to_json() for t in tests]}
         if opt['json_out']:
-            from parlai_empathy.evidence import write_json
+            from parlai_empathy.evidence.artifacts import write_json
 
             write_json(opt['json_out'], result)
             print(f'tests written to {opt["json_out"]}')
@@ -234,7 +234,7 @@ class EmpathyScore(EmpathyScript):
             row_dir = os.path.join(self.opt['artifacts'], entry)
             added = published.add_item_statistics(row_dir, outputs, ed_test_examples(self.opt['ed_datapath']))
             print(f'{row_dir}: per-example statistics added to {added} examples')
-            from parlai_empathy.evidence import read_report
+            from parlai_empathy.evidence.artifacts import read_report
             from parlai_empathy.metrics.suite import SuiteReport
 
             report = read_report(row_dir)

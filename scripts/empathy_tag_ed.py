@@ -10,14 +10,14 @@ resumes where it stopped; a finished cache is reused as is.
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data import ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import tag_cache
 from parlai_empathy.emotions.classifier_files import default_device, load_classifier
 from parlai_empathy.emotions.label_check import check_tagging_classifier
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import add_trust_flag
 from parlai_empathy.models.precision import bf16_option, resolve_bf16
-from parlai_empathy.safe_loading import add_trust_flag
 
 
 @register_script('empathy_tag_ed')

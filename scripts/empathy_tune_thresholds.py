@@ -14,8 +14,8 @@ import json
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
-from parlai_empathy.safe_loading import add_trust_flag
+from parlai_empathy.integration.commands import EmpathyScript
+from parlai_empathy.integration.safe_loading import add_trust_flag
 
 
 @register_script('empathy_tune_thresholds')

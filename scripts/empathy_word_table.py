@@ -8,10 +8,10 @@ on every load. A table already in FOLDER, built the same way from the same dicti
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
-from parlai_empathy.commands import EmpathyScript
 from parlai_empathy.data.file_errors import exit_on_data_errors
+from parlai_empathy.files.offline_models import OFFLINE_MINILM, encoder_choices, resolve_encoder
+from parlai_empathy.integration.commands import EmpathyScript
 from parlai_empathy.models import word_table
-from parlai_empathy.offline_models import OFFLINE_MINILM, encoder_choices, resolve_encoder
 
 
 @register_script('empathy_word_table')

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from parlai_empathy.cache_lock import build_lock
+from parlai_empathy.files.cache_lock import build_lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -103,7 +103,7 @@ def _open(model_file):
 
 
 def test_a_truncated_opt_file_names_the_file_and_line(tiny, tmp_path):
-    from parlai_empathy.safe_loading import ModelFileExit
+    from parlai_empathy.integration.safe_loading import ModelFileExit
 
     model_file = _copy(tiny[0], tmp_path / 'broken')
     text = open(model_file + '.opt').read()
@@ -115,7 +115,7 @@ def test_a_truncated_opt_file_names_the_file_and_line(tiny, tmp_path):
 
 
 def test_pickled_opt_or_weights_are_refused_and_never_run(tiny, tmp_path):
-    from parlai_empathy.safe_loading import ModelFileExit, UnsafeModelFile
+    from parlai_empathy.integration.safe_loading import ModelFileExit, UnsafeModelFile
     from tiny_models import MakesMarker
 
     marker = str(tmp_path / 'code-ran')
@@ -137,7 +137,7 @@ def test_pickled_opt_or_weights_are_refused_and_never_run(tiny, tmp_path):
 def test_weights_that_do_not_fit_name_the_file(tiny, tmp_path):
     import torch
 
-    from parlai_empathy.safe_loading import ModelFileExit, load_checkpoint
+    from parlai_empathy.integration.safe_loading import ModelFileExit, load_checkpoint
 
     model_file = _copy(tiny[0], tmp_path / 'foreign')
     states = load_checkpoint(model_file)
@@ -152,7 +152,7 @@ def test_weights_that_do_not_fit_name_the_file(tiny, tmp_path):
 def test_an_opt_missing_a_model_option_ends_with_one_line_naming_file_and_field(tiny, tmp_path, field):
     import json
 
-    from parlai_empathy.safe_loading import ModelFileExit
+    from parlai_empathy.integration.safe_loading import ModelFileExit
 
     model_file = _copy(tiny[0], tmp_path / 'missing')
     opt = json.load(open(model_file + '.opt'))
@@ -167,7 +167,7 @@ def test_an_opt_missing_a_model_option_ends_with_one_line_naming_file_and_field(
 def test_an_opt_parlai_cannot_upgrade_or_a_huge_dictionary_ends_with_one_line(tiny, tmp_path):
     import json
 
-    from parlai_empathy.safe_loading import ModelFileExit
+    from parlai_empathy.integration.safe_loading import ModelFileExit
 
     model_file = _copy(tiny[0], tmp_path / 'no_beam')
     opt = json.load(open(model_file + '.opt'))

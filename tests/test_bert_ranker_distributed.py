@@ -12,7 +12,8 @@ def tiny_bert(tmp_path_factory, ed_dir):
 
 
 def test_multiprocessing_train_two_cpu_workers(tiny_bert, tmp_path, run_parlai):
-    """The stock command: the start-up hook (parlai_empathy.cpu_distributed) makes ParlAI use gloo in every worker. The
+    """The stock command: the start-up hook (parlai_empathy.integration.cpu_distributed) makes ParlAI
+    use gloo in every worker. The
     gradient cache (--negatives-chunk) back-propagates outside DistributedDataParallel and averages the
     gradients over the workers itself."""
     model_file = tmp_path / 'model'

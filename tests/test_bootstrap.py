@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.leaderboard import artifacts, board, rows
 from parlai_empathy.metrics import bootstrap
 

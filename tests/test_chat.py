@@ -147,7 +147,7 @@ PROMPT = 60  # the same, for requests that must not wait for a model call (none 
 
 @pytest.fixture
 def chat_model(tmp_path_factory):
-    from parlai_empathy.chat import ChatModel
+    from parlai_empathy.serving.chat import ChatModel
 
     return ChatModel.load(cached_tiny_model(tmp_path_factory, 'mime'))
 
@@ -156,7 +156,7 @@ def chat_model(tmp_path_factory):
 def served(model):
     import uvicorn
 
-    from parlai_empathy.chat import make_app
+    from parlai_empathy.serving.chat import make_app
 
     app = make_app(model)
     port = free_port()
@@ -353,7 +353,7 @@ def test_hostile_requests_to_every_route_get_no_5xx_and_the_conversation_survive
 
 
 def test_a_burst_of_new_clients_does_not_drop_a_conversation_in_use(chat_model):
-    from parlai_empathy.chat import MAX_SESSIONS_PER_CLIENT
+    from parlai_empathy.serving.chat import MAX_SESSIONS_PER_CLIENT
 
     with served(chat_model) as (_, port):
         status, response = http_json(port, '/api/chat', b'{"text": "My dog is sick."}')
@@ -386,7 +386,7 @@ def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
     """20 addresses each open conversations as fast as they may and keep them in use; 30 new
     users from other addresses then arrive: every one of them gets a conversation, no squatter
     holds more than its share, and a squatter's burst never takes a new user's place."""
-    from parlai_empathy.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT, ChatModel, Refused
+    from parlai_empathy.serving.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT, ChatModel, Refused
 
     now = [0.0]
     model = ChatModel(chat_model._agent, chat_model.title, clock=lambda: now[0])
@@ -425,14 +425,14 @@ def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
 def test_the_commands_conversation_caps_say_the_chats_own_defaults():
     from parlai.scripts.empathy_chat import EmpathyChat
 
-    from parlai_empathy.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT
+    from parlai_empathy.serving.chat import MAX_SESSIONS, MAX_SESSIONS_PER_CLIENT
 
     text = ' '.join(EmpathyChat.setup_args().format_help().split())
     assert f'history (default: {MAX_SESSIONS})' in text and f'the most (default: {MAX_SESSIONS_PER_CLIENT})' in text
 
 
 def test_idle_conversations_expire_and_only_idle_ones_make_room(chat_model):
-    from parlai_empathy.chat import ACTIVE_SECONDS, IDLE_EXPIRY_SECONDS, ChatModel, Refused
+    from parlai_empathy.serving.chat import ACTIVE_SECONDS, IDLE_EXPIRY_SECONDS, ChatModel, Refused
 
     now = [0.0]
     model = ChatModel(chat_model._agent, chat_model.title, max_sessions=2, clock=lambda: now[0])
@@ -474,7 +474,7 @@ def test_messages_over_the_token_cap_are_refused_before_the_agent_sees_them(chat
 
 
 def test_token_cap_follows_the_agents_context_length():
-    from parlai_empathy.chat import MAX_MESSAGE_TOKENS, token_cap
+    from parlai_empathy.serving.chat import MAX_MESSAGE_TOKENS, token_cap
 
     class Agent:
         def __init__(self, **opt):

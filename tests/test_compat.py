@@ -1,4 +1,4 @@
-"""parlai_empathy.compat: the version shims ParlAI 1.7.2 needs on torch 2.13 / numpy 2 / setuptools>=81."""
+"""parlai_empathy.integration.compat: the version shims ParlAI 1.7.2 needs on torch 2.13 / numpy 2 / setuptools>=81."""
 import subprocess
 import sys
 import textwrap
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from parlai_empathy import compat
+from parlai_empathy.integration import compat
 
 
 def _run(code):
@@ -60,7 +60,7 @@ def test_pkg_resources_stand_in_when_setuptools_has_none():
         """
         import sys
         sys.modules['pkg_resources'] = None  # what setuptools>=81 looks like
-        from parlai_empathy import compat
+        from parlai_empathy.integration import compat
         compat.ensure_pkg_resources()
         import pkg_resources
         assert 'stand-in' in pkg_resources.__doc__
@@ -75,7 +75,7 @@ def test_pkg_resources_stand_in_when_setuptools_has_none():
 
 
 def test_crowd_patches_refuse_a_file_they_were_not_made_for():
-    from parlai_empathy import compat
+    from parlai_empathy.integration import compat
 
     upstream = 'x = 1\n    task: TaskRunArgs = TaskRunArgs()\n'
     patched = compat.patch_text(upstream, compat.CROWD_SOURCE_PATCHES['mephisto.operations.hydra_config'][:1], 'f.py')
@@ -88,7 +88,7 @@ def test_a_process_that_runs_no_crowd_command_gets_no_mephisto_patches():
     import subprocess
     import sys
 
-    code = ('import sys, parlai.core.params; from parlai_empathy import compat; '
+    code = ('import sys, parlai.core.params; from parlai_empathy.integration import compat; '
             'print(any(isinstance(f, compat._PatchSourceOnImport) for f in sys.meta_path))')
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == 'False', done.stderr[-2000:]

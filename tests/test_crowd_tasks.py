@@ -478,7 +478,7 @@ def test_prepare_crowd_keeps_mephisto_out_of_home_and_site_packages(tmp_path):
     import sysconfig
 
     code = (
-        'import sys; from parlai_empathy import compat\n'
+        'import sys; from parlai_empathy.integration import compat\n'
         f'compat.prepare_crowd({str(tmp_path / "run")!r})\n'
         'from mephisto.operations.operator import Operator\n'
         'from mephisto.utils.dirs import get_mephisto_tmp_dir, get_root_data_dir\n'

@@ -18,7 +18,9 @@ import shutil
 import pytest
 
 from conftest import REPO
-from parlai_empathy import evidence, leaderboard, reproduce
+from parlai_empathy import leaderboard
+from parlai_empathy.evidence import artifacts as evidence
+from parlai_empathy.evidence import reproduce
 from parlai_empathy.leaderboard.published import KIND as PUBLISHED_KIND
 from parlai_empathy.leaderboard.published import PUBLISHED_ROW_FILES
 
@@ -193,7 +195,7 @@ def test_bootstrap_intervals_hold_the_figure_and_are_seeded(ed_dir):
 
 
 def test_learning_curve_and_time_to_target():
-    from parlai_empathy import learning_curve
+    from parlai_empathy.evidence import learning_curve
 
     stats = {'valid_reports': [{'train_time': 600, 'total_train_updates': 1000, 'total_epochs': 0.4, 'ppl': 80.0},
                                {'train_time': 1800, 'total_train_updates': 3000, 'total_epochs': 1.2, 'ppl': 36.0},
@@ -213,7 +215,7 @@ def test_the_evaluated_models_updates_come_from_the_model_file(tmp_path):
     """The model file's own count wins over what the trainstats' best figure points to."""
     import torch
 
-    from parlai_empathy import learning_curve
+    from parlai_empathy.evidence import learning_curve
 
     path = str(tmp_path / 'model')
     torch.save({'model': {'w': torch.zeros(2)}, 'number_training_updates': 16854}, path)
@@ -228,7 +230,7 @@ def test_code_version_is_dirty_for_code_changes_not_for_evidence(tmp_path, monke
     next: that is not a change of the code that ran. A changed module is."""
     import subprocess
 
-    from parlai_empathy.evidence import code_version
+    from parlai_empathy.evidence.artifacts import code_version
 
     monkeypatch.delenv('PARLAI_EMPATHY_COMMIT', raising=False)
     files = {'parlai_empathy/x.py': 'A = 1\n', 'projects/p/runs/r/report.json': '{}\n',
@@ -251,7 +253,7 @@ def test_code_version_is_dirty_for_code_changes_not_for_evidence(tmp_path, monke
 def test_a_benchmark_record_names_the_code_the_machine_and_the_kernels(monkeypatch):
     """A bench JSON says which commit ran, on what machine under what load, and under which kernel
     settings (a figure taken with AVX2 kernels forced on an AVX-512 CPU must say so)."""
-    from parlai_empathy.evidence import benchmark_record, finish_benchmark_record
+    from parlai_empathy.evidence.artifacts import benchmark_record, finish_benchmark_record
 
     monkeypatch.setenv('PARLAI_EMPATHY_COMMIT', '0123abcd')
     monkeypatch.setenv('ATEN_CPU_CAPABILITY', 'avx2')

@@ -154,7 +154,7 @@ def test_an_archive_that_would_fill_the_disk_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_zoo_archive_over_the_unpacked_cap_is_refused_and_nothing_is_installed(tmp_path, monkeypatch):
-    from parlai_empathy import model_zoo
+    from parlai_empathy.serving import model_zoo
 
     monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_BYTES', str(1 << 20))
     bomb = tmp_path / 'bomb.tar.gz'
@@ -175,7 +175,7 @@ def test_a_zoo_archive_over_the_unpacked_cap_is_refused_and_nothing_is_installed
 
 
 def test_an_archive_bomb_is_refused_by_its_ratio_under_the_default_caps(tmp_path):
-    from parlai_empathy import model_zoo
+    from parlai_empathy.serving import model_zoo
 
     bomb = tmp_path / 'bomb.tar.gz'
     with tarfile.open(bomb, 'w:gz') as tar:
@@ -194,7 +194,7 @@ def test_an_archive_bomb_is_refused_by_its_ratio_under_the_default_caps(tmp_path
 
 
 def test_a_nul_byte_in_an_archive_member_name_is_one_line(tmp_path):
-    from parlai_empathy import model_zoo
+    from parlai_empathy.serving import model_zoo
 
     evil = tmp_path / 'evil.tar.gz'
     with tarfile.open(evil, 'w:gz', format=tarfile.PAX_FORMAT) as tar:
@@ -208,7 +208,7 @@ def test_a_nul_byte_in_an_archive_member_name_is_one_line(tmp_path):
 
 
 def test_an_inflating_checkpoint_is_refused_before_it_is_loaded(tmp_path):
-    from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
+    from parlai_empathy.integration.safe_loading import ModelFileError, load_checkpoint
 
     honest = tmp_path / 'honest'
     torch.save({'model': {'w': torch.zeros(4 << 20)}}, honest)  # 16 MiB of zeros
@@ -232,7 +232,7 @@ def test_an_inflating_checkpoint_is_refused_before_it_is_loaded(tmp_path):
 def test_parlai_opt_load_refuses_a_fifo_a_device_and_an_oversized_opt_with_one_line(tmp_path):
     from parlai.core.opt import Opt
 
-    from parlai_empathy.safe_loading import ModelFileExit
+    from parlai_empathy.integration.safe_loading import ModelFileExit
 
     fifo = tmp_path / 'fifo.opt'
     os.mkfifo(fifo)
@@ -250,7 +250,7 @@ def test_parlai_opt_load_refuses_a_fifo_a_device_and_an_oversized_opt_with_one_l
 
 
 def test_read_model_opt_is_bounded_too(tmp_path):
-    from parlai_empathy.model_opt import read_model_opt
+    from parlai_empathy.integration.model_opt import read_model_opt
 
     os.mkfifo(tmp_path / 'model.opt')
     assert 'a FIFO' in refused(read_model_opt, str(tmp_path / 'model'))
@@ -262,7 +262,7 @@ def test_read_model_opt_is_bounded_too(tmp_path):
 # ----- the allowlist ------------------------------------------------------------------------------
 def test_only_the_agent_class_of_each_module_is_ours():
     import parlai_empathy.agents.mime as mime_module
-    from parlai_empathy.safe_loading import our_agent
+    from parlai_empathy.integration.safe_loading import our_agent
 
     assert our_agent('parlai_empathy.agents.mime:MimeAgent') == 'empathy/mime'
     assert our_agent('parlai.agents.empathy.bert_ranker:BertRankerAgent') == 'empathy/bert_ranker'

@@ -30,7 +30,7 @@ TINY_ROWS = ['rashkin2019_empatheticdialogues/bert_zero_shot', 'rashkin2019_empa
 
 
 def test_minilm_dir_follows_the_environment(tmp_path, monkeypatch):
-    from parlai_empathy import offline_models
+    from parlai_empathy.files import offline_models
 
     monkeypatch.setenv('PARLAI_EMPATHY_MINILM_DIR', str(tmp_path))
     with pytest.raises(FileNotFoundError, match='PARLAI_EMPATHY_MINILM_DIR'):
@@ -43,7 +43,7 @@ def test_minilm_dir_follows_the_environment(tmp_path, monkeypatch):
 def test_mpnet_dir_follows_the_environment(tmp_path, monkeypatch):
     """The GPU runbook joins all-mpnet-base-v2 from its pieces outside ParlAI's datapath and points
     ``offline-mpnet`` there (saved options keep the portable name)."""
-    from parlai_empathy import offline_models
+    from parlai_empathy.files import offline_models
 
     monkeypatch.setenv('PARLAI_EMPATHY_MPNET_DIR', str(tmp_path))
     with pytest.raises(FileNotFoundError, match='PARLAI_EMPATHY_MPNET_DIR'):
@@ -166,7 +166,7 @@ def test_a_model_travels_in_float16_pieces_and_comes_back_float32(tmp_path):
     import mpnet_pieces
     from safetensors.torch import load_file
 
-    from parlai_empathy.offline_models import minilm_dir
+    from parlai_empathy.files.offline_models import minilm_dir
 
     manifest = mpnet_pieces.split(minilm_dir(), str(tmp_path / 'pieces'), piece_mib=16)
     assert len(manifest['pieces']) == 3 and manifest['max_abs_rounding'] < 1e-3

@@ -178,7 +178,7 @@ def test_world_log_without_generated_replies_says_how_to_fix_it(tmp_path):
 # -- committed rows' outputs ------------------------------------------------------------------
 def _outputs_of(world_log, path):
     """The outputs.jsonl.gz the leaderboard writes from this world log (its own functions)."""
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
     from parlai_empathy.leaderboard.worldlogs import generation_rows
 
     evidence.write_outputs(str(path), generation_rows(world_log))

@@ -14,16 +14,15 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LAYERS = [
     # foundations: nothing of ours, or only each other's kind
     {'parlai_empathy', 'files'},  # files a user hands us, read within the documented caps
-    {'compat', 'cache_lock', 'web_limits', 'offline_models', 'model_opt'},
-    {'cpu_distributed', 'safe_loading', 'data'},
-    {'startup', 'models', 'learning_curve'},
+    {'integration'},  # how the package fits ParlAI: shims, start-up hook, safe loading, commands' base
+    {'data'},
+    {'models'},
     {'metrics'},
-    {'evidence'},  # recomputes table figures from saved outputs with the metric suite
+    {'evidence'},  # a row's evidence, the steps that regenerate it, its plots
     {'emotions'},  # classifiers' files, tagging caches, listener labels (written as evidence)
     {'agents', 'tasks'},  # what ParlAI loads: -m empathy/<name>, -t empathy_<name>
-    {'leaderboard', 'reproduce'},
-    {'model_card', 'model_zoo'},
-    {'packaging', 'chat', 'humaneval', 'commands'},
+    {'leaderboard'},
+    {'serving', 'humaneval'},  # what serves people: chat, zoo, packages; human evaluation
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -125,3 +124,9 @@ def test_models_never_import_parlai(module):
     imported = [f'{target} (line {line})' for target, line in _imports(module, MODULES[module])
                 if target == 'parlai' or target.startswith('parlai.')]
     assert not imported, f'{MODULES[module]} imports ParlAI: {imported}'
+
+
+def test_package_root_is_grouped_by_job():
+    """The package root shows its jobs as subpackages; a loose module there needs a reason."""
+    loose = sorted(name for name in os.listdir(PACKAGE) if name.endswith('.py') and name != '__init__.py')
+    assert len(loose) <= 6, f'parlai_empathy/ holds {len(loose)} loose modules: {loose}; give each a subpackage'

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from parlai_empathy.cache_lock import atomic_save_as, atomic_save_dir
+from parlai_empathy.files.cache_lock import atomic_save_as, atomic_save_dir
 
 
 class Interrupted(Exception):
@@ -125,7 +125,7 @@ def test_a_killed_saves_temporary_files_are_removed_and_nothing_else(tmp_path):
     import subprocess
     import sys
 
-    from parlai_empathy.cache_lock import remove_dead_temporaries
+    from parlai_empathy.files.cache_lock import remove_dead_temporaries
 
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])

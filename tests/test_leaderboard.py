@@ -52,7 +52,7 @@ def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, ru
     assert 'nrefs:1|case:mixed|eff:no|tok:13a' in (outdir / 'leaderboard.md').read_text()
     assert any('--ed-candidates rashkin100 --eval-candidates inline' in c for c in results['rank']['commands'])
     # each model's evidence: the figures recompute from its per-example outputs
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     for name in ('gen', 'rank'):
         report = evidence.read_report(str(artifacts / name))

@@ -17,7 +17,7 @@ METAS = sorted(glob.glob(os.path.join(PROJECTS, '*', 'runs', '*', 'meta.json')))
 
 
 def _as_written(obj) -> str:
-    """What :func:`parlai_empathy.evidence.write_json` writes for ``obj``."""
+    """What :func:`parlai_empathy.evidence.artifacts.write_json` writes for ``obj``."""
     return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + '\n'
 
 
@@ -143,7 +143,7 @@ def test_counts_and_per_label_scores():
 
 
 def test_the_model_card_writes_figures_as_the_board_does():
-    from parlai_empathy import model_card
+    from parlai_empathy.serving import model_card
 
     spec = {'metrics': [{'key': 'ppl', 'label': 'PPL', 'scale': 1}, {'key': 'p@1,100', 'label': 'P@1,100',
                                                                       'scale': 100}]}
@@ -154,7 +154,7 @@ def test_the_model_card_writes_figures_as_the_board_does():
 
 def test_no_agent_or_model_imports_the_leaderboard():
     """The leaderboard evaluates agents; an agent importing it would import the evaluation into
-    every model's start-up (what an agent needs of a saved model is in ``parlai_empathy.model_opt``)."""
+    every model's start-up (what an agent needs of a saved model is in ``parlai_empathy.integration.model_opt``)."""
     sources = glob.glob(os.path.join(REPO, 'parlai_empathy', 'agents', '*.py'))
     sources += glob.glob(os.path.join(REPO, 'parlai_empathy', 'models', '*.py'))
     assert sources

@@ -15,8 +15,8 @@ import tarfile
 import pytest
 
 from local_server import LocalServer
-from parlai_empathy import model_zoo, packaging
 from parlai_empathy.data.ed_source import file_checksum
+from parlai_empathy.serving import model_zoo, packaging
 from tiny_models import PARLAI, cached_tiny_model, hostile_stock_model, train_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,7 +151,7 @@ def test_every_entrys_build_commands_parse_and_say_what_the_row_took(tmp_path):
     the committed row's, from its meta.json, with the machine it was measured on."""
     from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
 
-    from parlai_empathy import reproduce
+    from parlai_empathy.evidence import reproduce
 
     setup_script_registry()
     entries = model_zoo.load_manifest()

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from parlai_empathy.data.file_errors import DataFileError
+from parlai_empathy.files.offline_models import minilm_dir
 from parlai_empathy.models import glove, word_table
 from parlai_empathy.models.embeddings import WordEmbedding
-from parlai_empathy.offline_models import minilm_dir
 
 WORDS = ['happy', 'sad', 'glad', 'dog', 'puppy', 'cat', 'exam', 'test', 'terrified', 'scared', 'the', 'a',
          'car', 'bike', 'mom', 'dad', 'qzxqzxnotaword', 'won', 'lost', 'birthday', 'party', 'rain', 'sun']

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import VENV_BIN
-from parlai_empathy import offline_models
+from parlai_empathy.files import offline_models
 from tiny_models import COMMON
 
 PARLAI = os.path.join(VENV_BIN, 'parlai')

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from parlai_empathy import offline_models
+from parlai_empathy.files import offline_models
 
 
 def _split_zip(tmp_path, pieces=3):

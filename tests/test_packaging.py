@@ -15,7 +15,7 @@ OURS = [
     'parlai/zoo/empathy/__init__.py',
     'parlai/scripts/empathy_clean_report.py',
     'parlai/opt_presets/empathy/mime.opt',
-    'parlai_empathy/compat.py',
+    'parlai_empathy/integration/compat.py',
     'parlai_empathy/data/sample/train.csv',
     # the plans and the committed rows' times: `parlai empathy_reproduce` without a clone
     'parlai_empathy/projects/majumder2020_mime/table.json',

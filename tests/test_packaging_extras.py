@@ -23,9 +23,9 @@ PART_OF = [  # first match wins: (path prefix inside parlai_empathy/, extra)
     ('humaneval/providers.py', 'mturk'),
     ('humaneval/crowd/', 'crowd'),
     ('humaneval/', 'humaneval'),
-    ('offline_models.py', 'offline'),
+    ('files/offline_models.py', 'offline'),
     ('models/glove.py', 'offline'),
-    ('chat.py', 'chat'),
+    ('serving/chat.py', 'chat'),
 ]
 
 

@@ -13,8 +13,8 @@ import os
 import pytest
 
 from conftest import REPO
-from parlai_empathy import evidence
 from parlai_empathy.data.moel_text import moel_tokens
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.metrics import released
 from parlai_empathy.metrics.alignment import align, context_key, ed_test_examples, example_id
 from parlai_empathy.metrics.released import ReleasedFormatError, ReleasedOutput, read_released

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from parlai_empathy import reproduce
+from parlai_empathy.evidence import reproduce
 
 PROJECTS = os.path.join(REPO, 'projects')
 TINY_TRAIN = ('--ed-datapath sample --embedding-size 32 --attention-size 16 --ffn-size 32 --glove-init false '
@@ -227,7 +227,8 @@ def test_an_evaluation_done_from_another_clone_is_done_where_its_evidence_is(tmp
 def test_a_malformed_table_json_is_named_with_its_line_and_column(tmp_path, run_parlai):
     """A hand-edited ``table.json`` with a stray comma: the plan, the leaderboard's README filler and
     the model card each name the file and where it stops being JSON, not a bare decoder error."""
-    from parlai_empathy import leaderboard, model_card
+    from parlai_empathy import leaderboard
+    from parlai_empathy.serving import model_card
 
     (tmp_path / 'p').mkdir()
     (tmp_path / 'p' / 'table.json').write_text('{"reproduce": {"rows": {\n  "r": {"cpu": []},\n}}}\n')

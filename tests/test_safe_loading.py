@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from parlai_empathy.safe_loading import (
+from parlai_empathy.integration.safe_loading import (
     ModelFileError,
     ModelFileExit,
     UnsafeModelFile,
@@ -197,7 +197,7 @@ def test_a_stock_agents_checkpoint_is_never_unpickled_by_our_commands(hostile_fo
 
 def test_the_chat_api_refuses_a_stock_agents_folder_unopened(hostile_folder):
     """ChatModel.load, the chat's Python entry point (no parser in front of it), checks too."""
-    from parlai_empathy.chat import ChatModel
+    from parlai_empathy.serving.chat import ChatModel
 
     model_file, marker = hostile_folder
     with pytest.raises(UntrustedModelFile, match="names 'transformer/generator'"):
@@ -250,7 +250,7 @@ def test_missing_or_broken_opt_files_are_named_with_line_and_field(tmp_path):
 
 
 def test_our_agents_pass_in_any_spelling_and_the_list_is_what_exists(tmp_path):
-    from parlai_empathy import safe_loading
+    from parlai_empathy.integration import safe_loading
 
     ours = safe_loading.empathy_agents()
     assert ours == sorted(f'empathy/{a}' for a in AGENTS)  # the modules of agents/empathy/, no hand list

@@ -3,7 +3,7 @@
 Each must exit 0, list each option once, and say what every option does. Unrepaired, ParlAI's
 superscript lists every option twice, and the commands with a required option (``-mf``) end their
 help with "Parse Error: the following arguments are required" and exit status 2
-(``parlai_empathy.compat`` repairs both).
+(``parlai_empathy.integration.compat`` repairs both).
 """
 import concurrent.futures
 import os

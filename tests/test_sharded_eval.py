@@ -126,7 +126,7 @@ def test_the_evidence_step_sharded_gives_the_1_worker_figures(tmp_path, tmp_path
     """``parlai empathy_leaderboard --eval-workers 2`` (the evidence step, sharded as
     multiprocessing_eval shards): the same figures and the same per-example outputs (in another
     order), and the evidence names the sharded command."""
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     mime = cached_tiny_model(tmp_path_factory, 'mime')
     results, outputs = {}, {}

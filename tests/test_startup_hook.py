@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ('parlai_empathy.compat', 'parlai_empathy.cpu_distributed', 'torch', 'numpy',
+HEAVY = ('parlai_empathy.integration.compat', 'parlai_empathy.integration.cpu_distributed', 'torch', 'numpy',
          'pkg_resources', 'parlai')
 
 
@@ -18,13 +18,14 @@ def test_a_process_without_parlai_imports_nothing_of_ours_but_the_hook():
     modules, stderr = _fresh('import sys, json; print(json.dumps(sorted(sys.modules)))')
     assert stderr == ''  # the hook prints nothing
     ours = [m for m in modules if m.startswith('parlai')]
-    assert ours == ['parlai_empathy', 'parlai_empathy.startup'], ours
+    # the hook's own module and the packages above it, whose __init__ files hold only docstrings
+    assert ours == ['parlai_empathy', 'parlai_empathy.integration', 'parlai_empathy.integration.startup'], ours
     assert not set(HEAVY) & set(modules)
 
 
 def test_importing_parlai_arms_the_repairs():
     out, _stderr = _fresh('import sys, json\n'
-                 'before = "parlai_empathy.compat" in sys.modules\n'
+                 'before = "parlai_empathy.integration.compat" in sys.modules\n'
                  'import parlai.core.dict, parlai.nn.lr_scheduler\n'
                  'print(json.dumps([before, type(parlai.core.dict.np).__name__,\n'
                  '                  type(parlai.nn.lr_scheduler.optim).__name__]))')

@@ -38,7 +38,7 @@ superscript_main({args!r})
 # ours); only the version shims ParlAI 1.7.2 cannot run without on this stack are installed
 PARLAI_ALONE = f'''
 sys.path[:0] = [{SITE!r}]
-from parlai_empathy import compat
+from parlai_empathy.integration import compat
 compat.install()
 '''
 
@@ -83,7 +83,7 @@ def test_parlai_train_loop_class_is_never_changed():
     import parlai_empathy.agents.mime, parlai_empathy.agents.ethreed, parlai_empathy.agents.emotion_classifier
     from parlai.scripts import train_model
     from parlai.core import agents
-    from parlai_empathy import startup
+    from parlai_empathy.integration import startup
     startup.arm()
     loop = train_model.TrainLoop
     print(all(getattr(loop, name).__module__ == 'parlai.scripts.train_model'
@@ -98,7 +98,7 @@ def test_parlai_train_loop_class_is_never_changed():
 def test_the_start_up_hook_repairs_only_the_listed_modules():
     code = '''
     import parlai.scripts.train_model, parlai.scripts.multiprocessing_train, parlai.core.torch_generator_agent
-    from parlai_empathy import compat
+    from parlai_empathy.integration import compat
     print(' '.join(sorted(compat._REPAIRS)))
     '''
     done = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
@@ -124,7 +124,7 @@ def test_replay_validations_follows_train_loop_bookkeeping():
 def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
     """``--seed`` is set before the model is built (ParlAI 1.7.2 seeds after), so two runs with
     the same seed train the same weights and another seed trains others."""
-    from parlai_empathy.safe_loading import load_checkpoint
+    from parlai_empathy.integration.safe_loading import load_checkpoint
 
     def weights(name, seed):
         model_file = tmp_path / name / 'model'

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from parlai_empathy.web_limits import BodyTooLarge, MalformedBody, read_body
+from parlai_empathy.files.web_limits import BodyTooLarge, MalformedBody, read_body
 
 
 class FakeRequest:

@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import sys
 
-from parlai_empathy.cache_lock import build_lock
+from parlai_empathy.files.cache_lock import build_lock
 
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 AGENTS = ('bert_ranker', 'mime', 'multitask_transformer', 'moel', 'ethreed', 'emotion_classifier')

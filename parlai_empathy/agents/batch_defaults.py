@@ -15,6 +15,6 @@ def training_defaults(parser, partial_opt, batch_size):
     resumes from is then never older than its last validation. With ``--save-every-n-secs`` alone
     a run killed between a new best validation and the next timed checkpoint resumes with the
     checkpoint's older best figure, and the first repeated validation that beats *that* figure
-    overwrites the better model file (``parlai_empathy.compat`` also repairs runs saved without it)."""
+    overwrites the better model file (``parlai_empathy.integration.compat`` also repairs runs saved without it)."""
     paper_batch_size(parser, partial_opt, batch_size)
     parser.set_defaults(save_after_valid=True)

@@ -74,6 +74,7 @@ from parlai_empathy.data import response_pool
 from parlai_empathy.data.ed_source import file_checksum
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import classifier_files, inference
+from parlai_empathy.files.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
 from parlai_empathy.models.bi_encoder import (
     DEFAULT_COSINE_SCALE,
     POOLINGS,
@@ -85,7 +86,6 @@ from parlai_empathy.models.bi_encoder import (
 )
 from parlai_empathy.models.encoding_cache import load_or_build
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
-from parlai_empathy.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
 
 DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates

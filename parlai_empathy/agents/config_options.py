@@ -127,7 +127,7 @@ def _missing(config_cls, field, opt: Mapping[str, Any]) -> BaseException:
     it is a ``KeyError`` (a caller that built ``opt`` without the agent's options)."""
     import os
 
-    from parlai_empathy.safe_loading import ModelFileError, ModelFileExit
+    from parlai_empathy.integration.safe_loading import ModelFileError, ModelFileExit
 
     what = f'option {option_name(field.name)} ({config_cls.__name__}.{field.name})'
     model_file = opt.get('model_file')

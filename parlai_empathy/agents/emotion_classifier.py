@@ -24,9 +24,10 @@ from parlai.core.torch_classifier_agent import TorchClassifierAgent
 from parlai_empathy.agents.batch_defaults import training_defaults
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.safety import SafeAgentMixin
-from parlai_empathy.cache_lock import atomic_save_dir
 from parlai_empathy.data.goemotions import join_labels, split_labels
 from parlai_empathy.emotions import classifier_files
+from parlai_empathy.files.cache_lock import atomic_save_dir
+from parlai_empathy.files.offline_models import OFFLINE_MINILM, resolve_encoder
 from parlai_empathy.models.emotion_classifier import (
     DEFAULT_THRESHOLD,
     EmotionClassifier,
@@ -35,7 +36,6 @@ from parlai_empathy.models.emotion_classifier import (
     multi_hot,
 )
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
-from parlai_empathy.offline_models import OFFLINE_MINILM, resolve_encoder
 
 HF_SUFFIX = '.hf'
 

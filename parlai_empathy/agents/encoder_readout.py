@@ -45,7 +45,7 @@ from parlai_empathy.agents.safety import SafeAgentMixin
 
 def _saved_options(model_file):
     """A saved model's options as saved, ``{}`` without an ``.opt`` file."""
-    from parlai_empathy.model_opt import read_model_opt
+    from parlai_empathy.integration.model_opt import read_model_opt
 
     try:
         return read_model_opt(model_file)

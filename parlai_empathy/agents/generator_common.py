@@ -10,8 +10,8 @@ from parlai.core.metrics import AverageMetric
 from parlai.core.torch_generator_agent import PPLMetric
 from parlai.utils.misc import warn_once
 
-from parlai_empathy.cache_lock import atomic_save_as
 from parlai_empathy.data.moel_text import moel_tokens
+from parlai_empathy.files.cache_lock import atomic_save_as
 from parlai_empathy.models import glove
 
 PAPER_GLOVE_DIM = 300

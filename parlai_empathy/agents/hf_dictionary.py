@@ -12,7 +12,7 @@ from typing import List
 from parlai.core.dict import DictionaryAgent
 from parlai.core.opt import Opt
 
-from parlai_empathy.cache_lock import atomic_write
+from parlai_empathy.files.cache_lock import atomic_write
 from parlai_empathy.models.bi_encoder import load_tokenizer
 
 BERT_SPECIAL_TOKENS = ('cls_token', 'sep_token', 'pad_token', 'unk_token')

@@ -3,7 +3,7 @@
 :class:`SafeAgentMixin` goes first in an agent's bases (``class MimeAgent(SafeAgentMixin, ...)``):
 
 * ``load`` reads model files (``-mf``, ``--init-model``, checkpoints) with
-  :func:`parlai_empathy.safe_loading.load_checkpoint`: ``torch.load(weights_only=True)``, a
+  :func:`parlai_empathy.integration.safe_loading.load_checkpoint`: ``torch.load(weights_only=True)``, a
   clear refusal for a file that needs arbitrary unpickling, a clear error naming the file for a
   truncated, foreign or mismatched one;
 * option values ``model_dir:<relative path>`` (written by ``parlai empathy_package_model`` for
@@ -27,8 +27,8 @@ import os
 import sys
 
 from parlai_empathy.agents import training_loop
-from parlai_empathy.cache_lock import atomic_save_as, remove_dead_temporaries
-from parlai_empathy.safe_loading import ModelFileError, ModelFileExit, describe_mismatch, load_checkpoint
+from parlai_empathy.files.cache_lock import atomic_save_as, remove_dead_temporaries
+from parlai_empathy.integration.safe_loading import ModelFileError, ModelFileExit, describe_mismatch, load_checkpoint
 
 MODEL_DIR_PREFIX = 'model_dir:'
 EMPTY_INPUT_REPLY = "I didn't get any text there. Could you tell me what's on your mind?"

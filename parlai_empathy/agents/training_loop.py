@@ -41,8 +41,8 @@ import sys
 import types
 from typing import Optional
 
-from parlai_empathy.cache_lock import move_into_place, temporary_name
-from parlai_empathy.compat import _ModuleView
+from parlai_empathy.files.cache_lock import move_into_place, temporary_name
+from parlai_empathy.integration.compat import _ModuleView
 
 
 def attach(opt) -> None:

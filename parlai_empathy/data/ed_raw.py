@@ -16,7 +16,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data.file_errors import (
     DataFileError,
     DataNotFound,
@@ -26,6 +25,7 @@ from parlai_empathy.data.file_errors import (
     no_examples,
     read_lines,
 )
+from parlai_empathy.files.cache_lock import atomic_write, build_lock
 
 HEADER = ['conv_id', 'utterance_idx', 'context', 'prompt', 'speaker_idx', 'utterance', 'selfeval', 'tags']
 CONV_ID_RE = re.compile(r'^hit:\d+_conv:\d+$')

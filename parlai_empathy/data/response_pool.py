@@ -10,10 +10,10 @@ import os
 import re
 from typing import List
 
-from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data.ed_raw import read_clean
 from parlai_empathy.data.ed_source import file_checksum, resolve_ed_dir
 from parlai_empathy.data.file_errors import DataNotFound, decode_line, no_examples, read_lines
+from parlai_empathy.files.cache_lock import atomic_write, build_lock
 
 RASHKIN_MAX_TOKENS = 20
 # Rashkin et al.'s tokenizer splits punctuation off words; counting the same way keeps the filter

@@ -13,9 +13,9 @@ from typing import List
 import torch
 
 from parlai_empathy.data.file_errors import DataFileError, DataSourceError, decode_line, read_lines
+from parlai_empathy.integration.safe_loading import ModelFileError, parse_opt_text
 from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
-from parlai_empathy.safe_loading import ModelFileError, parse_opt_text
 
 
 def decision_threshold(opt: dict):

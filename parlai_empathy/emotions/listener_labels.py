@@ -28,10 +28,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.data.ed_source import file_checksum
 from parlai_empathy.data.emotions import ED_EMOTIONS
-from parlai_empathy.evidence import code_version, path_placeholders, portable, read_json, write_json
+from parlai_empathy.evidence.artifacts import code_version, path_placeholders, portable, read_json, write_json
+from parlai_empathy.files.cache_lock import atomic_write
 
 FORMAT = 'ed-utterance-labels/1'
 LABELS, META = 'labels.csv.gz', 'meta.json'

@@ -19,8 +19,8 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 
-from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.emotions.patterns import PatternParams, pattern_hits, select_patterns, transitions
+from parlai_empathy.files.cache_lock import atomic_write
 
 PRESETS = {
     'p87': {'kind': 'fraction', 'fraction': 0.87},

@@ -21,11 +21,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parlai_empathy.cache_lock import atomic_write, build_lock
 from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.file_errors import DataSourceError
 from parlai_empathy.emotions import inference
 from parlai_empathy.emotions.classifier_files import LoadedClassifier, load_classifier
+from parlai_empathy.files.cache_lock import atomic_write, build_lock
 
 VERSION = 1
 SPLITS = ('train', 'valid', 'test')

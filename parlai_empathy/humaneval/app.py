@@ -7,7 +7,7 @@ always shown as text; a Content-Security-Policy that allows no script at all bac
 Every link that opens work is signed with the task's secret (:mod:`.identity`); every value
 received is validated against what this worker was actually given, and anything malformed is
 refused with a 4xx naming the field. Bodies are read within a limit while they stream
-(:mod:`parlai_empathy.web_limits`).
+(:mod:`parlai_empathy.files.web_limits`).
 
 Who a "client" is: the address in ``request.client``, i.e. the TCP peer, or -- when that peer is
 a proxy that uvicorn trusts (``forwarded_allow_ips``, uvicorn's default 127.0.0.1 and ::1, so a
@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from starlette.requests import ClientDisconnect
 
-from parlai_empathy import web_limits
+from parlai_empathy.files import web_limits
 from parlai_empathy.humaneval import identity, providers, sampling
 from parlai_empathy.humaneval.db import Limits, TaskDB
 from parlai_empathy.humaneval.errors import TaskError

@@ -273,7 +273,7 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
 
 def row_id(item_id: str) -> str:
     """An item's id (:func:`_item_id`) -> its example's id in ``outputs.jsonl.gz``
-    (``conv_id/turn``, :func:`parlai_empathy.evidence.example_id`)."""
+    (``conv_id/turn``, :func:`parlai_empathy.evidence.artifacts.example_id`)."""
     conv, _, turn = item_id.rpartition('#')
     return f'{conv}/{turn}'
 

@@ -9,7 +9,7 @@ the same code) or a row of an earlier board. One job per module:
 * :mod:`.eval_loop`: ParlAI's evaluation loop, sharded over processes as ``multiprocessing_eval``;
 * :mod:`.worldlogs`: per-example rows and P@1,100 hits read from world logs;
 * :mod:`.evaluation`: entries into board rows (:func:`evaluate_entry`, BERTScore, offline figures);
-* :mod:`.artifacts`: an evaluated entry's evidence (:mod:`parlai_empathy.evidence`) in
+* :mod:`.artifacts`: an evaluated entry's evidence (:mod:`parlai_empathy.evidence.artifacts`) in
   ``<artifacts>/<entry>/``;
 * :mod:`.rows`: the board's rows gathered from the committed evidence alone (:func:`gather_artifacts`);
 * :mod:`.columns`: the board's columns and headline metrics;

@@ -1,4 +1,4 @@
-"""An evaluated model entry's evidence: the four files of :mod:`parlai_empathy.evidence` in
+"""An evaluated model entry's evidence: the four files of :mod:`parlai_empathy.evidence.artifacts` in
 ``<artifacts>/<entry>/``, from which the project tables and the board regenerate without the model."""
 import dataclasses
 import datetime
@@ -6,9 +6,9 @@ import json
 import os
 from typing import Dict
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
+from parlai_empathy.integration.model_opt import read_model_opt
 from parlai_empathy.leaderboard.records import EntryResult, Meta, Report
-from parlai_empathy.model_opt import read_model_opt
 
 
 def entry_report(result: EntryResult, classes=None) -> Report:
@@ -69,7 +69,7 @@ def entry_meta(result: EntryResult, eval_command: str, opt: Dict) -> Meta:
     training = None
     stats_path = result.path + '.trainstats'
     if os.path.isfile(stats_path):
-        from parlai_empathy.learning_curve import curve, model_updates, saved_updates
+        from parlai_empathy.evidence.learning_curve import curve, model_updates, saved_updates
 
         with open(stats_path) as f:
             stats = json.load(f)
@@ -88,7 +88,7 @@ def entry_meta(result: EntryResult, eval_command: str, opt: Dict) -> Meta:
 
 
 def write_entry_artifacts(result: EntryResult, row_dir: str, eval_command: str) -> Dict[str, str]:
-    """The four files of ``parlai_empathy.evidence`` for one evaluated model entry."""
+    """The four files of ``parlai_empathy.evidence.artifacts`` for one evaluated model entry."""
     opt = read_model_opt(result.path)
     report, meta = entry_report(result, opt.get('classes')), entry_meta(result, eval_command, opt)
     return evidence.write_row(row_dir, report.to_json(), result.outputs or [], opt, meta.to_json())

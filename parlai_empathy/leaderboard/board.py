@@ -5,7 +5,7 @@ import csv
 import os
 from typing import Dict, List
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.leaderboard import human, plot
 from parlai_empathy.leaderboard.columns import HEADLINE, board_columns
 from parlai_empathy.leaderboard.formatting import figure

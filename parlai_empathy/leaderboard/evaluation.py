@@ -14,14 +14,14 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
+from parlai_empathy.integration.model_opt import read_model_opt
 from parlai_empathy.leaderboard.eval_loop import eval_command, run_eval
 from parlai_empathy.leaderboard.records import Entry, EntryResult
 from parlai_empathy.leaderboard.worldlogs import classifier_rows, generation_rows, p100_hits
 from parlai_empathy.metrics.retrieval import METRIC as P100
 from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
 from parlai_empathy.metrics.suite import ScoredExample, score_examples, suite_values
-from parlai_empathy.model_opt import read_model_opt
 
 
 def parse_entries(specs: List[str]) -> List[Entry]:
@@ -53,13 +53,13 @@ def attach_entry_args(entries: List[Entry], specs: Optional[List[str]]) -> List[
 def model_kind(model_file: str, trust: bool = False) -> str:
     """'ranker', 'generator' or 'classifier', from the agent class the model file was trained with.
     Its agent is imported (and the file later opened by it) only if it is one of ours or ``trust``
-    (:func:`parlai_empathy.safe_loading.check_model_trust`)."""
+    (:func:`parlai_empathy.integration.safe_loading.check_model_trust`)."""
     from parlai.core.loader import load_agent_module
     from parlai.core.torch_classifier_agent import TorchClassifierAgent
     from parlai.core.torch_generator_agent import TorchGeneratorAgent
     from parlai.core.torch_ranker_agent import TorchRankerAgent
 
-    from parlai_empathy.safe_loading import check_model_trust
+    from parlai_empathy.integration.safe_loading import check_model_trust
 
     model = check_model_trust(model_file, trust)
     agent_class = load_agent_module(model)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.leaderboard.records import Meta, Report
 from parlai_empathy.metrics.alignment import Alignment, align, example_id
 from parlai_empathy.metrics.bootstrap import intervals, item_statistics

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.leaderboard.formatting import count, figure, per_label
 from parlai_empathy.leaderboard.records import Meta, Report
 from parlai_empathy.leaderboard.rows import has_artifacts, project_tables, row_curve, row_key, row_report
@@ -128,7 +128,7 @@ def _fill_per_label(text: str, project_dir: str, row: Dict) -> str:
 
 
 def _minutes_to_target(project_dir: str, row: Dict, target: Dict) -> str:
-    from parlai_empathy.learning_curve import time_to_target
+    from parlai_empathy.evidence.learning_curve import time_to_target
 
     points = row_curve(project_dir, row)
     if not points:
@@ -145,7 +145,7 @@ def _minutes_to_target(project_dir: str, row: Dict, target: Dict) -> str:
 
 def plot_project_curve(project_dir: str, spec: Dict) -> None:
     """``learning_curve.png`` of a project: every row with a curve, the paper's figure dashed."""
-    from parlai_empathy.learning_curve import plot
+    from parlai_empathy.evidence.learning_curve import plot
 
     target = spec['learning_curve']
     curves = {}

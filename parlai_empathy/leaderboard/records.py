@@ -8,7 +8,7 @@
 Each record reads and writes the JSON objects the files hold (``from_json``/``to_json``): an
 optional field that is ``None`` is absent from the object, and keys a record does not model are
 kept in ``extra`` as read, so a committed file read and written again gives the same object (and,
-written by :func:`parlai_empathy.evidence.write_json`, the same bytes). A field given in the file
+written by :func:`parlai_empathy.evidence.artifacts.write_json`, the same bytes). A field given in the file
 as ``null`` is kept that way too. Records are frozen: a step that adds figures returns a new record
 (:func:`dataclasses.replace`), so a row never changes under a reader holding it.
 """

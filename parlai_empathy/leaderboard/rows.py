@@ -5,7 +5,7 @@ under the board."""
 import os
 from typing import Dict, List, Optional
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.leaderboard.records import EntryResult, Meta, Report
 
 

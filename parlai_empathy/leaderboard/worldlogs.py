@@ -3,7 +3,7 @@ P@1,100 hits of a ranker, read from the logs ``eval_model`` writes (``--world-lo
 import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.files.bounded import decode_utf8, iter_lines, loads_json
 from parlai_empathy.metrics.saved_outputs import OutputsFormatError
 

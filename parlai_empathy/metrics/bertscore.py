@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from parlai_empathy.offline_models import hub_model, minilm_dir  # noqa: F401  (minilm_dir: re-exported)
+from parlai_empathy.files.offline_models import hub_model, minilm_dir  # noqa: F401  (minilm_dir: re-exported)
 
 DEFAULT_MODEL = 'roberta-large'
 HUB_CHOICES = ('--bertscore-model minilm (all-MiniLM-L6-v2 from PyPI, layer 6), --bertscore-model none '

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from parlai_empathy.cache_lock import atomic_write, build_lock
+from parlai_empathy.files.cache_lock import atomic_write, build_lock
 
 FORMAT = 'parlai_empathy.candidate_encodings.v1'
 logger = logging.getLogger(__name__)

@@ -35,8 +35,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from parlai_empathy.cache_lock import build_lock, temporary_name
 from parlai_empathy.data.file_errors import DataFileError, decode_line, read_lines
+from parlai_empathy.files.cache_lock import build_lock, temporary_name
 from parlai_empathy.models import glove
 from parlai_empathy.models.glove import sha256_file
 

@@ -16,9 +16,9 @@ from parlai.core.opt import Opt
 from parlai.core.params import ParlaiParser
 from parlai.core.teachers import DialogTeacher, register_teacher
 
-from parlai_empathy.cache_lock import build_lock
 from parlai_empathy.data import bulk, ed_episodes, ed_raw, ed_source
 from parlai_empathy.data.file_errors import exit_on_data_errors, guard_teacher, no_examples
+from parlai_empathy.files.cache_lock import build_lock
 from parlai_empathy.metrics import retrieval
 
 MAX_WARNED_ROWS = 10

@@ -225,7 +225,7 @@ def pack_minilm(out: str) -> Dict[str, object]:
     """all-MiniLM-L6-v2 (what ``offline-minilm`` names here) with float16 weights."""
     from halves import WEIGHTS, half_model
 
-    from parlai_empathy.offline_models import minilm_dir
+    from parlai_empathy.files.offline_models import minilm_dir
 
     source = minilm_dir()
     return dict(half_model(source, out), source_sha256=sha256(os.path.join(source, WEIGHTS)))

@@ -41,7 +41,7 @@ def split(model_file: str, out: str, name: str, piece_bytes: int = PIECE_BYTES) 
     from halves import half_tensors
     from safetensors.torch import save
 
-    from parlai_empathy.safe_loading import load_checkpoint
+    from parlai_empathy.integration.safe_loading import load_checkpoint
 
     states = load_checkpoint(model_file)
     half, worst = half_tensors(states['model'], model_file)

@@ -3,7 +3,7 @@ Python of the environment it made from the bundle's wheels; see tools/gpu/README
 
 1. unpacks the bundle (checksums verified): ED, GoEmotions, GloVe rows, MiniLM with float32
    weights restored; ``cpu-tiny`` and ``smoke`` cut the data sets short;
-2. runs every row's ``gpu`` plan from ``projects/*/table.json`` (``parlai_empathy.reproduce``),
+2. runs every row's ``gpu`` plan from ``projects/*/table.json`` (``parlai_empathy.evidence.reproduce``),
    all rows at once, each step its own ``parlai`` process with its own log, checkpoints and wall
    budget; a row starts once the rows it needs have done all but their evaluation. ``smoke`` and
    ``cpu-tiny`` add options to the plans' commands (a few updates; tiny models for ``cpu-tiny``);
@@ -35,8 +35,9 @@ from gpu_plans import is_evidence_step
 from halves import float32_model
 from model_pieces import split as model_pieces
 
-from parlai_empathy import offline_models, reproduce
 from parlai_empathy.data.ed_source import file_checksum as sha256
+from parlai_empathy.evidence import reproduce
+from parlai_empathy.files import offline_models
 
 # ----- profiles ------------------------------------------------------------------------------------
 TINY_TRANSFORMER = ['--embedding-size', '32', '--attention-size', '16', '--ffn-size', '32', '--n-heads', '2',

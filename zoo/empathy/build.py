@@ -1,7 +1,7 @@
 """ParlAI's fallback for a ``zoo:empathy/<name>`` that has no module: list the real entries."""
 import sys
 
-from parlai_empathy.model_zoo import load_manifest
+from parlai_empathy.serving.model_zoo import load_manifest
 
 
 def download(datapath):

@@ -9,5 +9,5 @@
   server's analysis writes.
 
 Only :mod:`.launch` and :mod:`.results` import Mephisto, after
-:func:`parlai_empathy.compat.prepare_crowd`; the rest runs without the crowd extra.
+:func:`parlai_empathy.integration.compat.prepare_crowd`; the rest runs without the crowd extra.
 """

@@ -1,7 +1,7 @@
 """What this package adds to Mephisto: ParlAI's ACUTE-Eval blueprint with our page, and the local
 architect with a public address.
 
-Imported only after :func:`parlai_empathy.compat.prepare_crowd` (it imports Mephisto). ACUTE's
+Imported only after :func:`parlai_empathy.integration.compat.prepare_crowd` (it imports Mephisto). ACUTE's
 runner, agent state, arguments, onboarding and soft-blocking are ParlAI's own; what changes is
 where the page comes from: ParlAI's ``AcuteEvalBuilder`` runs ``npm install`` in its ``webapp/``
 folder, which the ParlAI wheel does not ship, so this builder copies our built bundle

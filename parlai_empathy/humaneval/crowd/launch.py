@@ -26,10 +26,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional
 
-from parlai_empathy import compat
 from parlai_empathy.humaneval import questions
 from parlai_empathy.humaneval.crowd import bridge, pages
 from parlai_empathy.humaneval.inputs import InputError
+from parlai_empathy.integration import compat
 
 KINDS = ('acute', 'turns')
 PROVIDERS = ('mock', 'mturk_sandbox', 'mturk')

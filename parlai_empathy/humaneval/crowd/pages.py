@@ -8,8 +8,8 @@ if they are missing.
 
 The router is Mephisto's own node router (``mephisto/abstractions/architects/router/node``) with
 three changes in the cached copy: it listens on 127.0.0.1 only
-(:data:`parlai_empathy.compat.ROUTER_LISTEN_PATCH`), every request passes ``router_guard.js``
-first (:data:`parlai_empathy.compat.ROUTER_GUARD_PATCH`), and its ``static/index.html`` is ours
+(:data:`parlai_empathy.integration.compat.ROUTER_LISTEN_PATCH`), every request passes ``router_guard.js``
+first (:data:`parlai_empathy.integration.compat.ROUTER_GUARD_PATCH`), and its ``static/index.html`` is ours
 (the stock one loads Bulma from a CDN). Each run gets its own copy under its run folder, passed to the
 local architect as ``server_source_path``, so Mephisto never runs ``npm install`` in site-packages.
 """
@@ -21,7 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from parlai_empathy import cache_lock, compat
+from parlai_empathy.files import cache_lock
+from parlai_empathy.integration import compat
 
 WEBAPP = os.path.join(os.path.dirname(__file__), 'webapp')
 CACHE_ENV = 'PARLAI_EMPATHY_CROWD_CACHE'

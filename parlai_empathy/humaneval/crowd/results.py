@@ -175,7 +175,7 @@ def _models(launched: dict) -> List[str]:
 
 def analyze(run_dir: str, outdir: str, reference: Optional[str] = None, keep_failed: bool = False) -> Dict[str, str]:
     """Write the report of a run folder of ``parlai empathy_acute_run``; returns {name: path}."""
-    from parlai_empathy import compat
+    from parlai_empathy.integration import compat
 
     launched = _read_launch(run_dir)
     compat.prepare_crowd(os.path.join(run_dir, 'mephisto'))

@@ -1,7 +1,7 @@
 """A diagnostic run's validation curve as committed evidence (``runs/<diag>/curve.json``).
 
 Reads the ``<model>.trainstats`` that ``parlai train_model`` keeps (every validation report, with
-the wall seconds trained so far) through :func:`parlai_empathy.learning_curve.read_curve`, and
+the wall seconds trained so far) through :func:`parlai_empathy.evidence.learning_curve.read_curve`, and
 writes it with what the run is, its exact command (machine paths as ``{runs}``), the commit its
 frozen venv was installed from and the machine and load it ran under. The model's ``.opt`` is
 written beside it as ``model.opt`` (machine paths as placeholders, ``evidence.portable_opt``; set
@@ -22,8 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from parlai_empathy import evidence
-from parlai_empathy.learning_curve import read_curve
+from parlai_empathy.evidence import artifacts as evidence
+from parlai_empathy.evidence.learning_curve import read_curve
 
 
 def table(curves, metrics):

@@ -77,7 +77,7 @@ def main():
     transcript = [dict(context=c['text'], conv_id=c['conv_id'], ed_emotion=c['emotion'], **r)
                   for c, r in zip(contexts, replies)]
     distinct = len({r['reply'] for r in replies})
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     places = evidence.path_placeholders({os.path.expanduser('~/parlai-empathy-runs'): '{runs}'})
     report = {'command': evidence.portable(' '.join(['parlai'] + command[1:]), places), 'contexts': len(contexts),

@@ -23,9 +23,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from parlai_empathy import evidence
 from parlai_empathy.data.ed_raw import read_clean
 from parlai_empathy.data.ed_source import file_checksum, resolve_ed_dir
+from parlai_empathy.evidence import artifacts as evidence
 
 SPLITS = ('train', 'valid', 'test')
 

@@ -29,7 +29,7 @@ import math
 import os
 import time
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

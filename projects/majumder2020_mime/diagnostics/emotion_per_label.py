@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from reference_outputs import parse
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 
 
 def read_ours(path):

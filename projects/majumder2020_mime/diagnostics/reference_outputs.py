@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from parlai_empathy import evidence
+from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.metrics.bleu import corpus_bleu
 from parlai_empathy.metrics.distinct import corpus_distinct
 

@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from parlai_empathy import evidence  # noqa: E402
+from parlai_empathy.evidence import artifacts as evidence  # noqa: E402
 from parlai_empathy.metrics import bleu, distinct  # noqa: E402
 from parlai_empathy.metrics.alignment import align, ed_test_examples  # noqa: E402
 from parlai_empathy.metrics.released import KNOWN, fetch_released, read_released  # noqa: E402

@@ -20,7 +20,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 
-from parlai_empathy import evidence  # noqa: E402
+from parlai_empathy.evidence import artifacts as evidence  # noqa: E402
 from parlai_empathy.leaderboard.published import detect_emotions  # noqa: E402
 
 ROWS = ('majumder2020_mime/runs/mime', 'majumder2020_mime/runs/multitask_transformer', 'li_ethreed/runs/ethreed')

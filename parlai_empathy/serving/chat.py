@@ -55,7 +55,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from parlai_empathy.web_limits import BodyTooLarge, MalformedBody, read_body
+from parlai_empathy.files.web_limits import BodyTooLarge, MalformedBody, read_body
 
 # a 256-token message of English is about 1,300 characters; the character cap leaves room for
 # long words while keeping the tokenizer's work on one message (done under the model lock) small
@@ -222,12 +222,12 @@ class ChatModel:
              datapath: Optional[str] = None) -> 'ChatModel':
         """The model of ``model_file`` (or ``zoo:...``), opened only when its ``.opt`` names one of
         our agents or ``trust`` is given: opening another agent's folder can run code from it
-        (:func:`parlai_empathy.safe_loading.check_model_trust`, which raises a ModelFileError)."""
+        (:func:`parlai_empathy.integration.safe_loading.check_model_trust`, which raises a ModelFileError)."""
         from parlai.core.agents import create_agent_from_model_file
         from parlai.core.build_data import modelzoo_path
 
-        from parlai_empathy.model_zoo import _default_datapath
-        from parlai_empathy.safe_loading import check_model_trust
+        from parlai_empathy.integration.safe_loading import check_model_trust
+        from parlai_empathy.serving.model_zoo import _default_datapath
 
         # modelzoo_path installs a zoo: model through our checked installer before it is read
         path = modelzoo_path(datapath or _default_datapath(), model_file)
@@ -486,7 +486,7 @@ def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides:
           max_conversations_per_client: int = MAX_SESSIONS_PER_CLIENT) -> None:
     import uvicorn
 
-    from parlai_empathy.safe_loading import ModelFileError
+    from parlai_empathy.integration.safe_loading import ModelFileError
 
     try:
         model = ChatModel.load(model_file, overrides, trust=trust, datapath=datapath)

@@ -12,11 +12,12 @@ patched, and no behaviour of ParlAI's that works on this stack is changed:
   small stand-in built on ``importlib.resources`` is registered under that name.
 
 Nothing happens on import. :func:`install` arms the shims; the ``parlai_empathy_compat.pth``
-start-up hook calls it (:mod:`parlai_empathy.startup`) on a process's first ``import parlai``, so
+start-up hook calls it (:mod:`parlai_empathy.integration.startup`) on a process's first ``import parlai``, so
 they are in place before any ParlAI module loads, in spawned workers too.
 
 This module is also the one way the package repairs a ParlAI module (:func:`repair`, used by
-:mod:`parlai_empathy.cpu_distributed` and :mod:`parlai_empathy.safe_loading`): a repair is applied
+:mod:`parlai_empathy.integration.cpu_distributed` and
+:mod:`parlai_empathy.integration.safe_loading`): a repair is applied
 when its module is imported, or at once if it already is, to that module only.
 """
 import importlib.abc
@@ -122,7 +123,7 @@ def pkg_resources_stand_in():
     import importlib.resources as resources
 
     stand_in = types.ModuleType('pkg_resources')
-    stand_in.__doc__ = 'parlai_empathy.compat stand-in for setuptools<81 pkg_resources'
+    stand_in.__doc__ = 'parlai_empathy.integration.compat stand-in for setuptools<81 pkg_resources'
 
     def resource_exists(package, resource_name):
         try:

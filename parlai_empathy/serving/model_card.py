@@ -34,7 +34,7 @@ ED_LICENSE = (
 
 
 def count_parameters(model_file: str) -> int:
-    from parlai_empathy.safe_loading import load_checkpoint
+    from parlai_empathy.integration.safe_loading import load_checkpoint
 
     weights = load_checkpoint(model_file)['model']
     return int(sum(t.numel() for t in weights.values() if hasattr(t, 'numel')))
@@ -50,9 +50,9 @@ def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optio
     placeholders kept ({runs}, {model}, {artifacts})."""
     if not (projects_dir and project and row):
         return None, None
-    from parlai_empathy.evidence import read_json
+    from parlai_empathy.evidence.artifacts import read_json
+    from parlai_empathy.evidence.reproduce import Step
     from parlai_empathy.leaderboard.rows import project_tables
-    from parlai_empathy.reproduce import Step
 
     path = os.path.join(projects_dir, project, 'table.json')
     if not os.path.isfile(path):

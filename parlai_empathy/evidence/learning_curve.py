@@ -39,12 +39,12 @@ def model_updates(trainstats: Mapping, metric: str) -> Optional[int]:
 
 def saved_updates(model_file: str) -> Optional[int]:
     """The update count a ParlAI agent stored in its model file (``number_training_updates``),
-    read weights-only (:func:`parlai_empathy.safe_loading.load_checkpoint`); None when the file
+    read weights-only (:func:`parlai_empathy.integration.safe_loading.load_checkpoint`); None when the file
     cannot be read or holds none. The model file's own count is the reliable one: the best
     validation figure in ``.trainstats`` need not belong to the model in the file (a run resumed
     under another ``--validation-metric`` recomputes it from the earlier validations, and one of
     those may beat the saved model without ever having been saved)."""
-    from parlai_empathy.safe_loading import ModelFileError, load_checkpoint
+    from parlai_empathy.integration.safe_loading import ModelFileError, load_checkpoint
 
     try:
         updates = load_checkpoint(model_file, mmap=True).get('number_training_updates')

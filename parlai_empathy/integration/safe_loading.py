@@ -33,9 +33,12 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
-from parlai_empathy.compat import _ModuleView, repair
 from parlai_empathy.files.bounded import FileRefused, loads_json, open_regular, read_bytes
 from parlai_empathy.files.caps import caps
+from parlai_empathy.integration.compat import _ModuleView, repair
+
+# a source checkout's root, three folders above this module (no wheel has it)
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ZIP_MAGIC = b'PK\x03\x04'
 
@@ -269,7 +272,7 @@ def _agent_folders() -> List[str]:
         spec = None
     for location in (spec.submodule_search_locations or []) if spec else []:
         folders.append(os.path.join(location, 'agents', 'empathy'))
-    folders.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'agents', 'empathy'))
+    folders.append(os.path.join(_CHECKOUT, 'agents', 'empathy'))
     return folders
 
 

@@ -25,7 +25,7 @@ import subprocess
 import time
 from typing import Dict, Iterable, List, Mapping, Optional
 
-from parlai_empathy.cache_lock import atomic_write
+from parlai_empathy.files.cache_lock import atomic_write
 
 REPORT, OUTPUTS, OPT, META = 'report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'
 ROW_FILES = (REPORT, OUTPUTS, OPT, META)
@@ -41,7 +41,7 @@ def write_json(path: str, obj) -> None:
     """Sorted keys, one indentation, a final newline: the same object gives the same bytes.
 
     Written beside the target and renamed into place, so an interrupted write never leaves a
-    truncated file where a complete one was (:func:`~parlai_empathy.cache_lock.atomic_write`: the
+    truncated file where a complete one was (:func:`~parlai_empathy.files.cache_lock.atomic_write`: the
     temporary name is the writer's own, so two writers never share one)."""
     atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + '\n'),
                  binary=False)

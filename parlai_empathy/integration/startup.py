@@ -8,10 +8,10 @@ only compares one name. A process that never imports ParlAI imports nothing more
 :func:`arm` is the whole list of what the package changes in ParlAI, and each item changes ParlAI
 only where ParlAI 1.7.2 cannot work as it is on this stack:
 
-* :func:`parlai_empathy.compat.install`: the version shims (torch 2.13, numpy 2, setuptools>=81);
-* :func:`parlai_empathy.cpu_distributed.install`: ``multiprocessing_train`` on a machine without
+* :func:`parlai_empathy.integration.compat.install`: the version shims (torch 2.13, numpy 2, setuptools>=81);
+* :func:`parlai_empathy.integration.cpu_distributed.install`: ``multiprocessing_train`` on a machine without
   CUDA (gloo on 127.0.0.1; nothing changes where CUDA is available);
-* :func:`parlai_empathy.safe_loading.install`: an ``.opt`` file is read as JSON and never
+* :func:`parlai_empathy.integration.safe_loading.install`: an ``.opt`` file is read as JSON and never
   unpickled, only from a regular file within the caps of :mod:`parlai_empathy.files` (a refusal
   ends the command with one line), and a command of ours checks which agent a model folder names
   before importing it.
@@ -26,7 +26,7 @@ import sys
 
 def arm() -> None:
     """Install every change the package makes in ParlAI (idempotent)."""
-    from parlai_empathy import compat, cpu_distributed, safe_loading
+    from parlai_empathy.integration import compat, cpu_distributed, safe_loading
 
     compat.install()
     cpu_distributed.install()
@@ -51,7 +51,7 @@ def _arm_safely():
     try:
         arm()
     except Exception as err:  # pragma: no cover - defensive: never break an interpreter's start-up
-        sys.stderr.write(f'parlai_empathy.startup: repairs of ParlAI not installed ({err!r})\n')
+        sys.stderr.write(f'parlai_empathy.integration.startup: repairs of ParlAI not installed ({err!r})\n')
 
 
 def install() -> None:

@@ -13,7 +13,7 @@ points at and holds everything the model needs at the prompt, on any machine:
   decision threshold in ``model.opt``; ParlAI's ``model.dict.opt`` is never read, and left out);
 * for rankers, the retrieval pool and its encodings (``model.<pool>.encs``), the encoder folder
   when it was a local one, and the EmoPrepend classifier when there is one;
-* ``model.card.md``, the model card (:mod:`parlai_empathy.model_card`), also written beside the
+* ``model.card.md``, the model card (:mod:`parlai_empathy.serving.model_card`), also written beside the
   archive, with ``<archive>.sha256``.
 
 Before the archive is written, the staged folder is loaded like a user would (``interactive``
@@ -30,9 +30,15 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from parlai_empathy.agents.safety import MODEL_DIR_PREFIX
-from parlai_empathy.cache_lock import atomic_write
 from parlai_empathy.data.ed_source import file_checksum
-from parlai_empathy.safe_loading import NO_OPT_IN_ADVICE, ModelFileError, check_model_trust, load_checkpoint, our_agent
+from parlai_empathy.files.cache_lock import atomic_write
+from parlai_empathy.integration.safe_loading import (
+    NO_OPT_IN_ADVICE,
+    ModelFileError,
+    check_model_trust,
+    load_checkpoint,
+    our_agent,
+)
 
 SAMPLE_MESSAGE = 'I finally got the job I wanted after months of trying!'
 # options that name files of the training machine and mean nothing elsewhere
@@ -210,7 +216,7 @@ def write_archive(folder: str, archive: str) -> str:
 
 def package_model(model_file: str, name: str, outdir: str, version: str = 'v1', pool: Optional[str] = None,
                   card_args: Optional[Dict] = None) -> Package:
-    from parlai_empathy import model_card, model_zoo
+    from parlai_empathy.serving import model_card, model_zoo
 
     if not model_zoo.NAME_RE.match(name):
         raise PackagingError(f'--name {name!r}: lower-case letters, digits and "_" (it becomes a module name)')

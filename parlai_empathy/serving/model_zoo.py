@@ -40,7 +40,7 @@ from typing import Dict, List, Optional
 
 from parlai_empathy.files.bounded import FileRefused, check_archive, loads_json, read_text
 from parlai_empathy.files.caps import caps
-from parlai_empathy.safe_loading import (
+from parlai_empathy.integration.safe_loading import (
     TRUST_FLAG,
     ModelFileError,
     empathy_agents,
@@ -49,6 +49,9 @@ from parlai_empathy.safe_loading import (
     read_opt_file,
     untrusted_message,
 )
+
+# a source checkout's root, three folders above this module (no wheel has it)
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ZOO_URL_ENV = 'PARLAI_EMPATHY_ZOO_URL'
 MANIFEST_ENV = 'PARLAI_EMPATHY_ZOO_MANIFEST'  # another manifest, e.g. a private mirror's
@@ -115,7 +118,7 @@ class ZooEntry:
 
     def build_time(self, profile: str = 'cpu') -> str:
         """What the row's plan (the rows it needs included) took when the committed row was made."""
-        from parlai_empathy import reproduce
+        from parlai_empathy.evidence import reproduce
 
         try:
             projects = reproduce.find_projects_dir(self.project)
@@ -146,7 +149,7 @@ def default_manifest_path() -> str:
             return path
     except ImportError:
         pass
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'zoo', 'empathy',
+    return os.path.join(_CHECKOUT, 'zoo', 'empathy',
                         MANIFEST_FILE)
 
 
@@ -408,7 +411,7 @@ def describe(name: str, manifest: Optional[str] = None) -> ZooEntry:
 
 def update_manifest(path: str, name: str, fields: Dict) -> None:
     """Write ``fields`` into the manifest's entry ``name`` (created if new), keeping the rest."""
-    from parlai_empathy.evidence import read_json
+    from parlai_empathy.evidence.artifacts import read_json
 
     data = read_json(path, ValueError)
     data.setdefault('models', {}).setdefault(name, {}).update(fields)

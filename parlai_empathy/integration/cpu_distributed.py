@@ -12,8 +12,8 @@ interface. On CPU the primary worker instead binds the store's socket to the add
 to (127.0.0.1 for ``localhost`` and a one-node cluster), and the group is built on that store.
 
 Importing this module changes nothing; :func:`install` arms the repairs through
-:func:`parlai_empathy.compat.repair` (import-light: torch is only imported when a repaired ParlAI
-module is). The start-up hook (:mod:`parlai_empathy.startup`) calls it in every process that
+:func:`parlai_empathy.integration.compat.repair` (import-light: torch is only imported when a repaired ParlAI
+module is). The start-up hook (:mod:`parlai_empathy.integration.startup`) calls it in every process that
 imports ParlAI, spawned workers included.
 
 Teardown: torch's gloo process group joins its worker threads in its C++ destructor, which runs
@@ -39,7 +39,7 @@ import contextlib
 import socket
 from urllib.parse import urlsplit
 
-from parlai_empathy.compat import _ModuleView, repair
+from parlai_empathy.integration.compat import _ModuleView, repair
 
 # gloo process groups whose destruction is left to interpreter shutdown (see the module docstring)
 _GROUPS_KEPT_UNTIL_EXIT = []

@@ -76,7 +76,7 @@ class Step:
         (a later commit of the same project), and runs again where that evidence is missing."""
         if not self.artifacts:
             return self.shell()
-        from parlai_empathy import evidence
+        from parlai_empathy.evidence import artifacts as evidence
 
         return evidence.portable(self.shell(), {self.artifacts: '{artifacts}'})
 
@@ -176,7 +176,7 @@ def load_spec(projects_dir: str, project: str) -> Dict:
                                  f'(projects in {projects_dir}: {", ".join(known) or "none"}); '
                                  f'name the folder that holds {project}/{SPEC_FILE} with --projects-dir DIR '
                                  f'or ${PROJECTS_ENV}')
-    from parlai_empathy.evidence import read_json
+    from parlai_empathy.evidence.artifacts import read_json
 
     return read_json(spec_path, ReproduceSpecError)
 
@@ -276,7 +276,7 @@ def row_timing(plan: RowPlan) -> RowTiming:
     """What each step of ``plan`` took when the committed row was made, from the row's
     ``meta.json`` (training: ParlAI's ``train_time``; evaluation: ``evaluation_seconds``). Only
     a run of the same profile counts: a gpu run says nothing about the cpu plan's time."""
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     none = [None] * len(plan.steps)
     meta_path = os.path.join(plan.committed, evidence.META)
@@ -363,7 +363,7 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
 
 def record_plan(plan: RowPlan) -> None:
     """Add the row's plan (the commands that made its artifacts) to its ``meta.json``."""
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
 
     meta_path = os.path.join(plan.artifacts, evidence.META)
     if not os.path.isfile(meta_path):

@@ -380,7 +380,7 @@ def pool_for_scoring(encodings: torch.Tensor, half: bool) -> torch.Tensor:
     """A fixed pool's ``[n, dim]`` encodings laid out for the fastest scoring of a few queries.
 
     Scoring one query against ~40k encodings reads the whole pool, so the layout decides its cost
-    (39k x 384 on a 2-core CPU: bench/RESULTS.md). ``half``: float16, row-major, 0.9 ms; its
+    (39k x 384 on a 2-core CPU: `git show b613b10:bench/RESULTS.md`). ``half``: float16, row-major, 0.9 ms; its
     10-bit mantissa holds bfloat16 encodings exactly (all but components under 6e-5 in magnitude,
     which lose a few low bits), and PyTorch's float16 GEMV is ~1.7x faster than its bfloat16 one.
     Otherwise float32 stored as ``[dim, n]`` and returned as its transposed view (same values and

@@ -4,7 +4,7 @@ One interactive query encodes one short context (about 20 word pieces). At that 
 BERT layer is bound by Python and per-operator dispatch (some 30 small operators per layer), not by
 arithmetic. In eval mode without gradients, ``nn.TransformerEncoderLayer`` runs a whole post-norm
 layer as one native call (PyTorch's "fast path"): 1.05-1.2x faster encodings of one context on
-this project's CPU (bench/results/ranker_latency_*.json, fused_speedup). An unpadded input (one interactive query) skips even the
+this project's CPU (`git show b613b10:bench/RESULTS.md`). An unpadded input (one interactive query) skips even the
 module's per-call fast-path checks (~0.15 ms per layer, ~15% of a short query's encoding) and calls
 the native kernel those checks lead to, ``torch._transformer_encoder_layer_fwd``, directly; a
 PyTorch without that operator, and padded batches, go through the module. The copy is rebuilt

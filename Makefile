@@ -13,22 +13,28 @@ DEMO_DIR ?= /tmp/parlai_empathy_demo
 
 .PHONY: install reinstall demo demo-run test test-fast clean browser install-crowd node
 
+# pip's output (and its list of ParlAI's unmet pins, expected: see docs/install.md) goes to
+# $(INSTALL_LOG); the terminal shows what each step installs, and the log's tail if one fails.
+INSTALL_LOG = $(VENV)/install.log
+LOGGED = >> $(INSTALL_LOG) 2>&1 || { tail -n 30 $(INSTALL_LOG); echo "install failed; full output: $(INSTALL_LOG)"; exit 1; }
+
 $(VENV)/.deps-installed: requirements.txt requirements-test.txt
-	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser')"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@echo "== install: a venv in $(VENV) (nothing is installed outside it, except chromium: see 'browser'); pip's output: $(INSTALL_LOG)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet --upgrade pip $(LOGGED)
 	@echo "== install: $(if $(strip $(TORCH_SPEC)),$(TORCH_SPEC) and setuptools<81 first so that nothing later pulls another torch build (ParlAI imports pkg_resources),no torch: TORCH_SPEC is empty so yours is kept)"
-	$(if $(strip $(TORCH_SPEC)),$(PIP) install --quiet "$(TORCH_SPEC)" "setuptools<81")
+	@$(if $(strip $(TORCH_SPEC)),$(PIP) install --quiet "$(TORCH_SPEC)" "setuptools<81" $(LOGGED))
 	@echo "== install: parlai==1.7.2 without its dependencies (its pins do not run on Python 3.11 / torch 2.13 / numpy 2)"
-	$(PIP) install --quiet --no-deps parlai==1.7.2
+	@$(PIP) install --quiet --no-deps parlai==1.7.2 $(LOGGED)
 	@echo "== install: requirements.txt (ParlAI's runtime + ours, each line says why) and requirements-test.txt (pytest, selenium)"
-	$(PIP) install --quiet -r requirements.txt -r requirements-test.txt
-	touch $@
+	@$(PIP) install --quiet -r requirements.txt -r requirements-test.txt $(LOGGED)
+	@touch $@
 
 # Our package is installed for real (not -e): its leaf modules must land in site-packages/parlai/.
 # build/ goes first: setuptools would package a module deleted or moved in the tree from its copy there.
 reinstall: $(VENV)/.deps-installed
-	flock /tmp/parlai-empathy-install.lock sh -c 'rm -rf build && $(PIP) install --quiet --no-deps --no-build-isolation --force-reinstall .'
+	@echo "== install: parlai-empathy from this tree into $(VENV)"
+	@flock /tmp/parlai-empathy-install.lock sh -c 'rm -rf build && $(PIP) install --quiet --no-deps --no-build-isolation --force-reinstall .' $(LOGGED)
 
 install: reinstall
 
@@ -46,29 +52,36 @@ DEMO_RANKER := --bert-model offline-minilm --share-encoders true --projection-di
 DEMO_CHAT := 'I finally passed my driving test after three tries!\n[DONE]\nMy dog died last week and I miss him so much.\n[DONE]\nSomeone stole my bike from the garage.\n[EXIT]\n'
 
 demo: install
-	$(MAKE) --no-print-directory demo-run
+	@$(MAKE) --no-print-directory demo-run
+
+# Each step's whole output (ParlAI's option dump, the classifier's per-class table) goes to
+# $(DEMO_LOG); the terminal shows the step's result. `make demo VERBOSE=1` shows everything.
+DEMO_LOG = $(DEMO_DIR)/demo.log
+STEP = $(PY) tools/demo_step.py $(DEMO_LOG) --verbose "$(VERBOSE)"
 
 demo-run:
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	@echo "== demo: every command's full output goes to $(DEMO_LOG)"
 	@echo "== demo 1/6: the cleaned ED teacher on the embedded sample"
-	$(PARLAI) display_data $(DEMO_ED) -dt valid -n 2
-	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	@$(STEP) --result plain -- $(PARLAI) display_data $(DEMO_ED) -dt valid -n 2
 	@echo "== demo 2/6: a tiny MIME, 60 updates (a toy generator: its replies are not meant to be good)"
-	$(PARLAI) train_model $(DEMO_ED) -m empathy/mime $(DEMO_MIME) -mf $(DEMO_DIR)/mime/model \
-	  -bs 16 --max-train-steps 60 -lr 1e-3 -vmt ppl -vmm min --skip-generation true $(DEMO_VALID)
+	@$(STEP) --result trainstats $(DEMO_DIR)/mime/model -- $(PARLAI) train_model $(DEMO_ED) -m empathy/mime $(DEMO_MIME) \
+	  -mf $(DEMO_DIR)/mime/model -bs 16 --max-train-steps 60 -lr 1e-3 -vmt ppl -vmm min --skip-generation true $(DEMO_VALID)
 	@echo "== demo 3/6: an ED 32-emotion classifier on the sample's situations (all-MiniLM-L6-v2)"
-	$(PARLAI) train_model -t empathy_ed_emotion --ed-datapath sample -m empathy/emotion_classifier \
-	  --encoder offline-minilm --pooling mean -mf $(DEMO_DIR)/emotion/model -bs 16 --num-epochs 10 -lr 1e-4 \
-	  -vmt accuracy -vmm max -vme 100000 --short-final-eval true
+	@$(STEP) --result trainstats $(DEMO_DIR)/emotion/model -- $(PARLAI) train_model -t empathy_ed_emotion --ed-datapath sample \
+	  -m empathy/emotion_classifier --encoder offline-minilm --pooling mean -mf $(DEMO_DIR)/emotion/model -bs 16 \
+	  --num-epochs 10 -lr 1e-4 -vmt accuracy -vmm max -vme 100000 --short-final-eval true
 	@echo "== demo 4/6: a bi-encoder ranker on all-MiniLM-L6-v2, 8 updates, showing the classifier's emotion"
-	$(PARLAI) train_model $(DEMO_ED) -m empathy/bert_ranker $(DEMO_RANKER) \
+	@$(STEP) --result trainstats $(DEMO_DIR)/ranker/model -- $(PARLAI) train_model $(DEMO_ED) -m empathy/bert_ranker $(DEMO_RANKER) \
 	  --emo-classifier-file $(DEMO_DIR)/emotion/model -mf $(DEMO_DIR)/ranker/model -bs 16 --max-train-steps 8 \
 	  --eval-candidates batch -vmt hits@1 -vmm max $(DEMO_VALID)
 	@echo "== demo 5/6: both models on one leaderboard ($(DEMO_DIR)/leaderboard/leaderboard.md)"
-	$(PARLAI) empathy_leaderboard --entries mime=$(DEMO_DIR)/mime/model ranker=$(DEMO_DIR)/ranker/model \
-	  --ed-datapath sample --outdir $(DEMO_DIR)/leaderboard --bertscore-model none --p100-shuffled false \
-	  --eval-args "-bs 32" --progress false
+	@$(STEP) --result file $(DEMO_DIR)/leaderboard/leaderboard.md -- $(PARLAI) empathy_leaderboard \
+	  --entries mime=$(DEMO_DIR)/mime/model ranker=$(DEMO_DIR)/ranker/model --ed-datapath sample \
+	  --outdir $(DEMO_DIR)/leaderboard --bertscore-model none --p100-shuffled false --eval-args "-bs 32" --progress false
 	@echo "== demo 6/6: a chat with the ranker (replies retrieved from the sample's listener turns)"
-	printf $(DEMO_CHAT) | $(PARLAI) interactive -mf $(DEMO_DIR)/ranker/model
+	@printf $(DEMO_CHAT) | $(STEP) --result plain -- $(PARLAI) interactive -mf $(DEMO_DIR)/ranker/model
+	@echo "== demo: done; every command and its full output: $(DEMO_LOG)"
 
 # Every zoo entry built from its row's plan and installed where -mf zoo:empathy/<name>/model finds it
 # (hours on 2 CPU cores: `$(PARLAI) empathy_package_model --zoo-entry all --dry-run` lists commands and times).

@@ -10,6 +10,7 @@ it records (else its platform string). Only the latest file of a configuration a
 in bench/results/: `superseded()` names the older ones (tests/test_bench_results.py keeps it empty).
 A field a file does not record is shown as "not recorded", never guessed.
 """
+
 import argparse
 import json
 import os
@@ -61,8 +62,14 @@ def median(values):
 # The figures each benchmark's table shows: (column, function of the file's data).
 def _ranker_latency(d):
     return [
-        ('query bf16 median / p90 ms', f"{fmt(d.get('bf16_cached_query_ms_median'))} / {fmt(d.get('bf16_cached_query_ms_p90'))}"),
-        ('query fp32 median / p90 ms', f"{fmt(d.get('fp32_cached_query_ms_median'))} / {fmt(d.get('fp32_cached_query_ms_p90'))}"),
+        (
+            'query bf16 median / p90 ms',
+            f'{fmt(d.get("bf16_cached_query_ms_median"))} / {fmt(d.get("bf16_cached_query_ms_p90"))}',
+        ),
+        (
+            'query fp32 median / p90 ms',
+            f'{fmt(d.get("fp32_cached_query_ms_median"))} / {fmt(d.get("fp32_cached_query_ms_p90"))}',
+        ),
         ('bf16 query after a 2 s idle pause, median ms', fmt(dig(d, 'bf16_after_pause_query_ms', '2.0', 'median'))),
         ('pool', fmt(d.get('full_pool_size'))),
         ('uncached candidates/s', fmt(d.get('uncached_candidates_per_s'), 0)),
@@ -78,64 +85,104 @@ def _step_profile(d):
         rate = ('examples/s', fmt(now.get('examples_per_s')))
     phases = now.get('ms_per_step')
     per_step = sum(phases.values()) if isinstance(phases, dict) else now.get('ms_per_batch')
-    return [rate, ('ms per step / batch', fmt(per_step, 1)),
-            ('speed-up over before', fmt(d['speedup'].get('now') if isinstance(d.get('speedup'), dict) else d.get('speedup'))), ('peak RSS MB', fmt(d.get('peak_rss_mb'), 0))]
+    return [
+        rate,
+        ('ms per step / batch', fmt(per_step, 1)),
+        (
+            'speed-up over before',
+            fmt(d['speedup'].get('now') if isinstance(d.get('speedup'), dict) else d.get('speedup')),
+        ),
+        ('peak RSS MB', fmt(d.get('peak_rss_mb'), 0)),
+    ]
 
 
 def _adam_subnormal(d):
     last = (d.get('points') or [{}])[-1]
     steps = last.get('adam_step_ms') or {}
-    return [('updates', fmt(last.get('updates'))), ('subnormal moments', fmt(last.get('subnormal_moments'))),
-            ('of moment entries', fmt(d.get('moment_entries'))),
-            ('Adam step ms as is / flushed', f"{fmt(median(steps.get('as_is', [])))} / {fmt(median(steps.get('flushed', [])))}")]
+    return [
+        ('updates', fmt(last.get('updates'))),
+        ('subnormal moments', fmt(last.get('subnormal_moments'))),
+        ('of moment entries', fmt(d.get('moment_entries'))),
+        (
+            'Adam step ms as is / flushed',
+            f'{fmt(median(steps.get("as_is", [])))} / {fmt(median(steps.get("flushed", [])))}',
+        ),
+    ]
 
 
 def _bf16_speed(d):
     s = d.get('median_step_s') or {}
-    return [('native bf16', fmt(d.get('native_bf16'))), ('step s fp32 / bf16', f"{fmt(s.get('fp32'))} / {fmt(s.get('bf16'))}"),
-            ('bf16 time / fp32', fmt(d.get('bf16_over_fp32_time')))]
+    return [
+        ('native bf16', fmt(d.get('native_bf16'))),
+        ('step s fp32 / bf16', f'{fmt(s.get("fp32"))} / {fmt(s.get("bf16"))}'),
+        ('bf16 time / fp32', fmt(d.get('bf16_over_fp32_time'))),
+    ]
 
 
 def _generator_bf16(d):
     s = d.get('median_update_s') or {}
-    return [('model', fmt(d.get('model'))), ('native bf16', fmt(d.get('native_bf16'))),
-            ('update s fp32 / bf16', f"{fmt(s.get('fp32'), 3)} / {fmt(s.get('bf16'), 3)}"), ('bf16 speed-up', fmt(d.get('bf16_speedup')))]
+    return [
+        ('model', fmt(d.get('model'))),
+        ('native bf16', fmt(d.get('native_bf16'))),
+        ('update s fp32 / bf16', f'{fmt(s.get("fp32"), 3)} / {fmt(s.get("bf16"), 3)}'),
+        ('bf16 speed-up', fmt(d.get('bf16_speedup'))),
+    ]
 
 
 def _ethreed_gate(d):
     s = d.get('seconds_per_update') or {}
-    return [('s/update baseline (median)', fmt(median(s.get('baseline', [])), 3)),
-            ('s/update ours (median)', fmt(median(s.get('ours', [])), 3)), ('ratio', fmt(d.get('ratio')))]
+    return [
+        ('s/update baseline (median)', fmt(median(s.get('baseline', [])), 3)),
+        ('s/update ours (median)', fmt(median(s.get('ours', [])), 3)),
+        ('ratio', fmt(d.get('ratio'))),
+    ]
 
 
 def _encoder_variants(d):
     out = []
     for variant in ('fused', 'huggingface', 'prepacked', 'compiled'):
-        cells = [f"{fmt(dig(d, variant, str(n), 'ms_median'))}" for n in d.get('lengths') or []]
-        out.append((f"{variant} ms ({', '.join(str(n) for n in d.get('lengths') or [])} pieces)", ' / '.join(cells)))
+        cells = [f'{fmt(dig(d, variant, str(n), "ms_median"))}' for n in d.get('lengths') or []]
+        out.append((f'{variant} ms ({", ".join(str(n) for n in d.get("lengths") or [])} pieces)', ' / '.join(cells)))
     return out
 
 
 def _humaneval_load(d):
-    return [('answers sent / stored / lost / duplicated', ' / '.join(fmt(d.get(k)) for k in ('sent', 'stored', 'lost', 'duplicated'))),
-            ('kills', fmt(len(d.get('kills') or []))), ('answers/s', fmt(d.get('answers_per_s'), 1)),
-            ('answer p50 / p99 ms', f"{fmt(d.get('answer_p50_ms'), 0)} / {fmt(d.get('answer_p99_ms'), 0)}"),
-            ('bad inputs answered as expected', f"{sum(1 for b in d.get('bad_inputs') or [] if b.get('ok'))} of {len(d.get('bad_inputs') or [])}"),
-            ('body memory grown MB', fmt(dig(d, 'body_memory', 'grown_mb'), 1))]
+    return [
+        (
+            'answers sent / stored / lost / duplicated',
+            ' / '.join(fmt(d.get(k)) for k in ('sent', 'stored', 'lost', 'duplicated')),
+        ),
+        ('kills', fmt(len(d.get('kills') or []))),
+        ('answers/s', fmt(d.get('answers_per_s'), 1)),
+        ('answer p50 / p99 ms', f'{fmt(d.get("answer_p50_ms"), 0)} / {fmt(d.get("answer_p99_ms"), 0)}'),
+        (
+            'bad inputs answered as expected',
+            f'{sum(1 for b in d.get("bad_inputs") or [] if b.get("ok"))} of {len(d.get("bad_inputs") or [])}',
+        ),
+        ('body memory grown MB', fmt(dig(d, 'body_memory', 'grown_mb'), 1)),
+    ]
 
 
 def _security(d):
     rows = d.get('rows') or []
-    return [('attacks', fmt(len(rows))), ('ended with a traceback', fmt(sum(1 for r in rows if r.get('traceback')))),
-            ('max peak RSS MB', fmt(max((r.get('peak_rss_mb') or 0 for r in rows), default=None), 1)),
-            ('max disk written bytes', fmt(max((r.get('disk_written_bytes') or 0 for r in rows), default=None)))]
+    return [
+        ('attacks', fmt(len(rows))),
+        ('ended with a traceback', fmt(sum(1 for r in rows if r.get('traceback')))),
+        ('max peak RSS MB', fmt(max((r.get('peak_rss_mb') or 0 for r in rows), default=None), 1)),
+        ('max disk written bytes', fmt(max((r.get('disk_written_bytes') or 0 for r in rows), default=None))),
+    ]
 
 
 def _training_kills(d):
-    return [(run.get('model', '?'), f"{len(run.get('kills') or [])} kills, {fmt(run.get('steps'))} updates, "
-             f"finished {fmt(run.get('finished_all_steps'))}, loads {fmt(run.get('final_model_loads'))}, "
-             f"updates lost per kill {', '.join(fmt(k.get('lost_updates')) for k in run.get('kills') or [])}")
-            for run in d.get('runs') or []]
+    return [
+        (
+            run.get('model', '?'),
+            f'{len(run.get("kills") or [])} kills, {fmt(run.get("steps"))} updates, '
+            f'finished {fmt(run.get("finished_all_steps"))}, loads {fmt(run.get("final_model_loads"))}, '
+            f'updates lost per kill {", ".join(fmt(k.get("lost_updates")) for k in run.get("kills") or [])}',
+        )
+        for run in d.get('runs') or []
+    ]
 
 
 def _reference_speed(d):
@@ -145,8 +192,12 @@ def _reference_speed(d):
 BENCHMARKS = [
     # (script, title, figures)
     ('ranker_latency', "`empathy/bert_ranker`'s interactive query against the ED train pool", _ranker_latency),
-    ('ranker_encoder_variants', "The ranker's context encoder: what the agent runs beside alternatives", _encoder_variants),
-    ('reference_speed', "Our MIME and ETHREED beside the reference code, in one run", _reference_speed),
+    (
+        'ranker_encoder_variants',
+        "The ranker's context encoder: what the agent runs beside alternatives",
+        _encoder_variants,
+    ),
+    ('reference_speed', 'Our MIME and ETHREED beside the reference code, in one run', _reference_speed),
     ('mime_step_profile', 'Training and validation steps of MIME and MoEL, phase by phase', _step_profile),
     ('adam_subnormal', "Adam's subnormal moments in MIME's training", _adam_subnormal),
     ('generator_bf16_speed', 'MIME and Multi-TR training under bfloat16 autocast', _generator_bf16),
@@ -211,7 +262,7 @@ def machine_of(d):
     meta = d.get('meta') or {}
     cpu = dig(d, 'cpu', 'model') or (machine.get('cpu') if isinstance(machine, dict) else None) or meta.get('cpu')
     if cpu is None and isinstance(machine, dict) and machine.get('platform'):
-        cpu = f"{NOT_RECORDED} (platform {machine['platform']})"
+        cpu = f'{NOT_RECORDED} (platform {machine["platform"]})'
     if cpu is None and isinstance(machine, str):
         cpu = f'{NOT_RECORDED} (noted: "{machine}")'
     flags = dig(d, 'cpu', 'flags')
@@ -228,6 +279,7 @@ def load_of(d):
 
     def one(v):
         return ' '.join(f'{x:.2f}' for x in v) if v else NOT_RECORDED
+
     note = dig(d, 'meta', 'note')
     return f'{one(start)} -> {one(end)}' + (f' ({note})' if note else '')
 
@@ -265,7 +317,7 @@ def superseded(results_dir=RESULTS_DIR):
     """Files older than another of the same benchmark, configuration and machine."""
     by_script, _ = collect(results_dir)
     out = []
-    for script, files in by_script.items():
+    for files in by_script.values():
         groups = {}
         for name, d in files:
             groups.setdefault((configuration(d), machine_of(d)[0]), []).append((taken_of(d), name))
@@ -306,8 +358,22 @@ def render(results_dir=RESULTS_DIR):
         for name, d in rows:
             cpu, flags = machine_of(d)
             values = [cell(v) for _, v in figures(d)]
-            lines.append('| ' + ' | '.join([f'`{name}`', cell(configuration(d)), cell(cpu), cell(flags), cell(load_of(d)),
-                                           cell(taken_of(d)), cell(commit_of(d))] + values) + ' |')
+            lines.append(
+                '| '
+                + ' | '.join(
+                    [
+                        f'`{name}`',
+                        cell(configuration(d)),
+                        cell(cpu),
+                        cell(flags),
+                        cell(load_of(d)),
+                        cell(taken_of(d)),
+                        cell(commit_of(d)),
+                    ]
+                    + values
+                )
+                + ' |'
+            )
         lines += ['', 'Commands:', '']
         for name, d in rows:
             lines.append(f'- `{name}`: `{command_of(d) or NOT_RECORDED}`')

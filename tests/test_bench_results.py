@@ -1,6 +1,7 @@
 """bench/RESULTS.md is generated from bench/results/ (``python bench/results_md.py``): the committed
 file is what the generator writes, every file it names exists, bench/results/ holds only the latest
 file of each benchmark, configuration and machine, and what a file does not record is said so."""
+
 import glob
 import json
 import os
@@ -55,15 +56,32 @@ def test_a_file_without_machine_or_load_shows_not_recorded():
     text = results_md.render()
     row = next(line for line in text.splitlines() if line.startswith('| `training_kills.json`'))
     cells = [c.strip() for c in row.strip('|').split('|')]
-    assert cells[2:7] == ['not recorded', 'not recorded', 'not recorded -> not recorded', 'not recorded', 'not recorded']
+    assert cells[2:7] == [
+        'not recorded',
+        'not recorded',
+        'not recorded -> not recorded',
+        'not recorded',
+        'not recorded',
+    ]
     row = next(line for line in text.splitlines() if line.startswith('| `adam_subnormal_amd.json`'))
-    assert '| AMD EPYC | avx2 fma avx512f avx512_bf16 avx512_vnni (torch kernels: AVX512) | 1.86 1.69 1.80 -> 1.98 2.00 2.00 |' in row
+    flags = 'avx2 fma avx512f avx512_bf16 avx512_vnni (torch kernels: AVX512)'
+    assert f'| AMD EPYC | {flags} | 1.86 1.69 1.80 -> 1.98 2.00 2.00 |' in row
 
 
 def test_every_bench_results_path_the_repository_names_exists():
     """Docs, READMEs, notebooks and code name result files; none may name a removed one."""
     named = set()
-    for top in ('README.md', 'CHANGELOG.md', 'CONTRIBUTING.md', 'docs', 'projects', 'bench', 'parlai_empathy', 'tools', 'tests'):
+    for top in (
+        'README.md',
+        'CHANGELOG.md',
+        'CONTRIBUTING.md',
+        'docs',
+        'projects',
+        'bench',
+        'parlai_empathy',
+        'tools',
+        'tests',
+    ):
         root = os.path.join(REPO, top)
         paths = [root] if os.path.isfile(root) else [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
         for path in paths:
@@ -73,6 +91,9 @@ def test_every_bench_results_path_the_repository_names_exists():
                 for found in re.findall(r'(?:bench|tools/gpu)/results/[\w./*-]*[\w*]', f.read()):
                     named.add((found, os.path.relpath(path, REPO)))
     # RUN: tools/gpu's placeholder for a session's folder; sharded_eval.json: that script's default --out
-    missing = sorted((p, where) for p, where in named if not glob.glob(os.path.join(REPO, p))
-                     and '/RUN/' not in p and not p.endswith('sharded_eval.json'))
+    missing = sorted(
+        (p, where)
+        for p, where in named
+        if not glob.glob(os.path.join(REPO, p)) and '/RUN/' not in p and not p.endswith('sharded_eval.json')
+    )
     assert missing == []

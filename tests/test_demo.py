@@ -13,13 +13,34 @@ from tiny_models import PARLAI
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def install_lines():
+    """The lines `make demo`'s install step prints on a fresh clone: one per step it echoes."""
+    dry = subprocess.run(['make', '--no-print-directory', '-B', '-n', 'install'], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    return sum(1 for line in dry.stdout.splitlines() if line.startswith('echo "== install'))
+
+
 def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
     demo_dir = tmp_path / 'demo'
     done = subprocess.run(['make', '--no-print-directory', 'demo-run', f'DEMO_DIR={demo_dir}', f'PARLAI={PARLAI}'],
                           cwd=REPO, capture_output=True, text=True, timeout=3600,
                           env=dict(os.environ, HF_HUB_OFFLINE='1'))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
-    assert 'train_model -t empathy_ed_clean --ed-datapath sample -m empathy/mime' in done.stdout
+    # what a person reads: each step's result, the board, the chat; under 150 lines with the install
+    shown = done.stdout.splitlines() + done.stderr.splitlines()
+    assert 4 <= install_lines() <= 8
+    assert len(shown) + install_lines() < 150, done.stdout
+    log = demo_dir / 'demo.log'
+    assert f'full output goes to {log}' in done.stdout and done.stdout.rstrip().endswith(str(log))
+    # ParlAI's option dump and the classifier's per-class table are in the log, not on the terminal
+    full = log.read_text(encoding='utf-8')
+    assert 'train_model -t empathy_ed_clean --ed-datapath sample -m empathy/mime' in full
+    for hidden in ('Opt:', 'afraid_f1', 'loaded 60 episodes'):
+        assert hidden in full and hidden not in done.stdout, hidden
+    # one line per training step: its updates, the validation figure and the model
+    for model in ('mime', 'emotion', 'ranker'):
+        assert re.search(rf'^[\d,]+ updates in \d+ s; valid \S+ [\d.e+-]+; model {demo_dir}/{model}/model$',
+                         done.stdout, flags=re.M), model
     with open(demo_dir / 'leaderboard' / 'results.json') as f:
         rows = {r['name']: r for r in json.load(f)['results']}
     assert set(rows) == {'mime', 'ranker'}
@@ -27,6 +48,9 @@ def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
     assert rows['ranker']['kind'] == 'ranker' and 'p@1,100' in rows['ranker']['values']
     table = (demo_dir / 'leaderboard' / 'leaderboard.md').read_text()
     assert '| mime |' in table and '| ranker |' in table
+    # the board is shown as written, just before the chat
+    board_at = done.stdout.index(table)
+    assert board_at < done.stdout.index('demo 6/6') and board_at > done.stdout.index('demo 5/6')
     assert 'a toy generator' in done.stdout  # the tiny MIME is labelled as such
 
     # the demo ends with the ranker: each of the three messages gets a human reply retrieved from

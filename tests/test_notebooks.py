@@ -1,5 +1,6 @@
 """The papers' NOTEBOOK.md files are the decisions behind each table, not a diary: each stays under
 150 lines, and every path it names for evidence exists (relative to its folder or the repository)."""
+
 import glob
 import os
 import re
@@ -24,7 +25,10 @@ def test_every_evidence_path_a_notebook_names_exists(notebook):
     with open(notebook, encoding='utf-8') as f:
         named = PATH.findall(f.read())
     assert named
-    missing = [p for p in named
-               if not re.search(r'[{}<>*]|ROW|/M$', p)  # placeholders in a command
-               and not any(os.path.exists(os.path.join(base, p.rstrip('/'))) for base in (folder, REPO))]
+    missing = [
+        p
+        for p in named
+        if not re.search(r'[{}<>*]|ROW|/M$', p)  # placeholders in a command
+        and not any(os.path.exists(os.path.join(base, p.rstrip('/'))) for base in (folder, REPO))
+    ]
     assert missing == [], f'{os.path.relpath(notebook, REPO)} names paths that do not exist'

@@ -11,6 +11,7 @@ warnings) goes to the demo's log; the terminal gets the step's result.
 --verbose: everything on the terminal as well (`make demo VERBOSE=1`)
 A failing command prints its last 40 lines and the log's path, and the step exits with its status.
 """
+
 import argparse
 import json
 import re
@@ -18,8 +19,9 @@ import shlex
 import subprocess
 import sys
 
-# ParlAI's console log records when stdout is not a terminal: "12:34:56 INFO | message"
-LOG_RECORD = re.compile(r'^\d\d:\d\d:\d\d \w{4} \| ')
+# ParlAI's log records: "2026-12-08 01:58:01,815 INFO     | message" when stdout is not a
+# terminal, "01:58:01 INFO | message" on one
+LOG_RECORD = re.compile(r'^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? +[A-Z]+ *\| ')
 
 
 def trainstats_line(model_file):
@@ -30,8 +32,10 @@ def trainstats_line(model_file):
     metric = opt.get('validation_metric', 'ppl')
     value = (stats.get('final_valid_report') or {}).get(metric)
     shown = f'{value:.4g}' if isinstance(value, (int, float)) else 'not reported'
-    return (f"{stats.get('train_steps', 0):,} updates in {stats.get('train_time', 0):.0f} s; "
-            f'valid {metric} {shown}; model {model_file}')
+    return (
+        f'{stats.get("train_steps", 0):,} updates in {stats.get("train_time", 0):.0f} s; '
+        f'valid {metric} {shown}; model {model_file}'
+    )
 
 
 def main(argv=None):
@@ -39,16 +43,19 @@ def main(argv=None):
     parser.add_argument('log')
     parser.add_argument('--result', nargs='+', default=['plain'])
     parser.add_argument('--verbose', default='')
-    parser.add_argument('command', nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ['--'] else args.command
+    argv = sys.argv[1:] if argv is None else argv
+    if '--' not in argv:
+        parser.error('the command follows --')
+    split = argv.index('--')
+    args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     verbose = args.verbose not in ('', '0')
     shown = []
     with open(args.log, 'a', encoding='utf-8') as log:
         log.write(f'\n$ {shlex.join(command)}\n')
         log.flush()
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors='replace', bufsize=1)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace', bufsize=1
+        )
         tail = []
         for line in process.stdout:
             log.write(line)

@@ -21,7 +21,18 @@ import sys
 
 # ParlAI's log records: "2026-12-08 01:58:01,815 INFO     | message" when stdout is not a
 # terminal, "01:58:01 INFO | message" on one
-LOG_RECORD = re.compile(r'^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? +[A-Z]+ *\| ')
+LOG_RECORD = re.compile(r'(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(,\d+)? +[A-Z]+ *\| .*$')
+# a tqdm progress bar: "100%|██████████| 1/1 [00:00<00:00, 37.23it/s]"
+PROGRESS = re.compile(r'^\s*\d+%\|')
+
+
+def readable(line):
+    """``line`` as a person reads it: without ParlAI's log records (also one that follows a prompt
+    on its line) and progress bars; None when nothing is left."""
+    line = LOG_RECORD.sub('', line.rstrip('\n'))
+    if PROGRESS.match(line) or not line.strip():
+        return None
+    return line + '\n'
 
 
 def trainstats_line(model_file):
@@ -49,7 +60,6 @@ def main(argv=None):
     split = argv.index('--')
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     verbose = args.verbose not in ('', '0')
-    shown = []
     with open(args.log, 'a', encoding='utf-8') as log:
         log.write(f'\n$ {shlex.join(command)}\n')
         log.flush()
@@ -62,9 +72,8 @@ def main(argv=None):
             tail = (tail + [line])[-40:]
             if verbose:
                 sys.stdout.write(line)
-            elif args.result[0] == 'plain' and not LOG_RECORD.match(line) and line.strip():
-                shown.append(line)
-                sys.stdout.write(line)
+            elif args.result[0] == 'plain' and readable(line):
+                sys.stdout.write(readable(line))
             sys.stdout.flush()
         status = process.wait()
     if status:

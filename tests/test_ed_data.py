@@ -464,8 +464,8 @@ HOSTILE_ED = {
                           (3, 'line', 'has 4 comma-separated fields'), None),
     'every row unreadable': (HEADER_LINE + b'nonsense,1,2\nmore,3,4\n', (2, 'line', 'has 3 comma-separated fields'),
                              'no examples (none of its 2 rows can be read; the first, line 2, field conv_id'),
-    'oversized line': (OVERSIZED, (2, None, f'no line break within {1 << 20} bytes'),
-                       f'line 2: no line break within {1 << 20} bytes'),
+    'oversized line': (OVERSIZED, (2, None, 'no line break within the cap of 1,048,576'),
+                       'line 2: no line break within the cap of 1,048,576'),
     'NUL bytes': (HEADER_LINE + ROW_1.replace(b'lost', b'lo\0st') + ROW_2,
                   (2, 'utterance', 'NUL byte at column 38'), "line 2, field 'utterance': NUL byte at column 38"),
     'UTF-16': (GOOD.decode().encode('utf-16'), (1, None, 'UTF-16 text'), 'line 1: UTF-16 text'),
@@ -506,6 +506,52 @@ def test_hostile_ed_files_name_file_and_line(tmp_path, case):
         assert clean_error in str(err.value), str(err.value)
 
 
+# Broken CSV quoting, which no ED release has: case -> (content, the clean reader's (line, field, words))
+QUOTING = {
+    # a CSV writer's quoted field holding a comma and a line break: the row ends early at the break
+    'quoted field over two lines': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, truly\n'
+                                    b'sorry",5|5|5_5|5|5,\n',
+                                    (3, 'utterance', 'unbalanced double quote in a row of 7 comma-separated fields '
+                                                     '(the row ends early)')),
+    'quote opening before raw commas': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, so '
+                                        b'sorry,5|5|5_5|5|5,\n',
+                                        (3, 'utterance', 'in a row of 9 comma-separated fields (raw commas after '
+                                                         'the quote)')),
+    'quote in the emotion field': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,"sad",My dog died,2,So sorry,'
+                                   b'5|5|5_5|5|5,\n', (3, 'context', 'holds a double quote (\'"sad"\')')),
+    'tail of a quoted field': (HEADER_LINE + ROW_1 + b'the end",2,sad,x,2,y,5|5|5_5|5|5,\n',
+                               (3, 'conv_id', 'holds a double quote')),
+}
+
+
+@pytest.mark.parametrize('case', list(QUOTING))
+def test_broken_csv_quoting_is_refused_naming_file_line_and_field(tmp_path, case):
+    content, (line_no, field, words) = QUOTING[case]
+    path = tmp_path / 'valid.csv'
+    path.write_bytes(content)
+    with pytest.raises(ed_raw.EDFormatError) as err:
+        ed_raw.read_clean(str(path))
+    assert (err.value.line_no, err.value.field) == (line_no, field), str(err.value)
+    assert str(err.value).startswith(f'{path}, line {line_no}, field {field!r}: ') and words in str(err.value)
+    assert '\n' not in str(err.value)
+
+
+def test_the_release_pattern_of_a_stray_quote_stays_text_as_eds_own_reader_keeps_it(tmp_path):
+    """The release's quotes sit in the prompt or utterance of a row whose 8 fields line up (86 rows
+    of the shared train.csv have one unbalanced at a field's edge): read as before, never refused."""
+    path = tmp_path / 'valid.csv'
+    path.write_bytes(HEADER_LINE + ROW_1 + ROW_2.replace(b',So sorry', b',"So sorry').replace(b'died', b'di"ed'))
+    faithful = ed_raw.read_faithful(str(path))
+    assert faithful[0].utterances[1].text == '"So sorry to hear that' and faithful[0].situation == 'My dog died'
+    conversations, report = ed_raw.read_clean(str(path))
+    assert conversations[0].utterances[1].text == 'So sorry to hear that'
+    assert report.fixes['stray_quote']['example_lines'] == [3]
+    # a quote in a field that is never text is refused by the faithful reader too
+    path.write_bytes(QUOTING['quote in the emotion field'][0])
+    with pytest.raises(ed_raw.EDFormatError, match=r"line 3, field 'context': holds a double quote"):
+        ed_raw.read_faithful(str(path))
+
+
 def _texts(conversations):
     return [(c.conv_id, c.emotion, c.situation, [u.text for u in c.utterances]) for c in conversations]
 
@@ -539,13 +585,17 @@ def _ed_folder(tmp_path, name, valid=None, **others):
                                       "file, or UTF-16 without a byte order mark?)"),
     ('empathy_ed', 'not UTF-8 at line 3', "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
                                           "(invalid start byte); the file must be UTF-8 text"),
+    ('empathy_ed_clean', 'quoted field over two lines',
+     "{valid}, line 3, field 'utterance': unbalanced double quote in a row of 7 comma-separated fields (the row "
+     "ends early): CSV quoting of a field that holds commas or a line break, which EmpatheticDialogues files do "
+     "not use (commas are written _comma_); rewrite the row without CSV quoting"),
     ('empathy_ed', 'missing split', "--ed-datapath points at '{folder}', which lacks valid.csv. It must be a folder "
                                     "holding EmpatheticDialogues' train.csv, valid.csv and test.csv (as unpacked from "
                                     "empatheticdialogues.tar.gz)."),
 ])
 def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, tmp_path, task, case, expected):
     """What a user types and sees: the one message naming the file, no traceback, exit status 1."""
-    content = None if case == 'missing split' else HOSTILE_ED[case][0]
+    content = None if case == 'missing split' else (HOSTILE_ED.get(case) or QUOTING[case])[0]
     folder = _ed_folder(tmp_path, 'ed', content)
     if case == 'binary garbage':
         assert GARBAGE.count(b'\n') == 15  # 16 lines, as the message says

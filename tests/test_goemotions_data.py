@@ -145,7 +145,7 @@ HOSTILE_SPLITS = {
     'not UTF-8 at line 3': (GOOD_SPLIT + b'ok\t3\tab\xe9c\n', (3, 'comment_id', 'not UTF-8: byte 0xe9 at column 8')),
     'a header line': (b'text\tlabels\tid\n' + GOOD_SPLIT, (1, 'ids', "not comma-separated integers: 'labels'")),
     'wrong field count': (GOOD_SPLIT + b'two\tfields\n', (3, 'row', 'got 2')),
-    'oversized line': (b'x' * ((1 << 20) + 5), (1, None, f'no line break within {1 << 20} bytes')),
+    'oversized line': (b'x' * ((1 << 20) + 5), (1, None, 'no line break within the cap of 1,048,576')),
     'NUL bytes': (GOOD_SPLIT.replace(b'fine', b'fi\0ne'), (2, 'text', 'NUL byte at column 3')),
     'UTF-16': (GOOD_SPLIT.decode().encode('utf-16'), (1, None, 'UTF-16 text')),
     'CRLF line ends': (GOOD_SPLIT.replace(b'\n', b'\r\n'), None),

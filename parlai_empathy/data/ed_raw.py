@@ -81,6 +81,40 @@ def _lines(path):
     return read_lines(path, KIND)
 
 
+# Quotes in ED are text. ED's own reader and ParlAI's split every line on ',' and keep each '"' as
+# a character; the release has no CSV quoting (commas are written _comma_). Its quotes are all in
+# the two text fields, prompt and utterance (the shared train.csv has 86 rows where one is
+# unbalanced at a field's edge, e.g. '"I haven't heard...'; 164 rows in all have an odd count),
+# in rows whose fields line up. A quote anywhere else is a CSV writer's quoting that this format
+# does not have, and reading on would silently misplace text: it is refused.
+NOT_TEXT_FIELDS = (0, 1, 2, 4)  # conv_id, utterance_idx, context, speaker_idx
+
+
+def check_plain_fields(path, line_no: int, parts: List[str]) -> None:
+    """Refuse a double quote in a field that is never text (a CSV-quoted field's continuation line
+    starts with its tail, so it lands here too)."""
+    for index in NOT_TEXT_FIELDS:
+        if index < len(parts) and '"' in parts[index]:
+            raise EDFormatError(
+                path, line_no, FIELDS[index],
+                f'holds a double quote ({parts[index][:40]!r}): EmpatheticDialogues files have no CSV quoting '
+                '(commas are written _comma_) and this field is never text; the file was written by a CSV '
+                'writer, or a quoted field ran onto this line',
+            )
+
+
+def _unbalanced_quote(path, line_no: int, parts: List[str], how: str) -> EDFormatError:
+    """The error for an odd number of quotes in a row whose fields do not line up."""
+    index = next((i for i, part in enumerate(parts) if part.count('"') % 2 == 1), len(parts) - 1)
+    name = 'prompt' if index == 3 else 'utterance' if index >= 5 else FIELDS[index]
+    return EDFormatError(
+        path, line_no, name,
+        f'unbalanced double quote in a row of {len(parts)} comma-separated fields ({how}): CSV quoting of a '
+        'field that holds commas or a line break, which EmpatheticDialogues files do not use (commas are '
+        'written _comma_); rewrite the row without CSV quoting',
+    )
+
+
 def _check_header(path, line: str) -> None:
     found = line.strip().split(',')
     if found != HEADER:
@@ -111,6 +145,7 @@ def read_faithful(path: str) -> List[Conversation]:
             _check_header(path, line)
             continue
         parts = line.strip().split(',')
+        check_plain_fields(path, line_no, parts)
         if len(parts) not in (8, 9):
             raise EDFormatError(
                 path, line_no, 'line',
@@ -259,15 +294,18 @@ def _normalized(text: str) -> str:
 
 
 def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Optional[Tuple]:
-    """(utterance, selfeval, tags, candidate field) for a row, recovering known misalignments."""
+    """(utterance, selfeval, tags, candidate field, whether the fields line up) for a row,
+    recovering known misalignments. Fields line up in a row of 8, a row of 9 with inline
+    candidates, and a row shifted by a repeated prompt; rows that ended early or whose
+    utterance holds raw commas do not."""
     n = len(parts)
     if n == 8:
-        return parts[5], parts[6], parts[7], None
+        return parts[5], parts[6], parts[7], None, True
     if n < 8:
         if n >= 6:
             report.fix('missing_trailing_fields', line_no)
             padded = parts + [''] * (8 - n)
-            return padded[5], padded[6], padded[7], None
+            return padded[5], padded[6], padded[7], None, False
         return None
     prompt = parts[3]
 
@@ -282,10 +320,10 @@ def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Opt
     ):
         report.fix('prompt_repeated_shift', line_no)
         candidates = ','.join(parts[9:]) if n > 9 else None
-        return parts[6], parts[7], parts[8], candidates
+        return parts[6], parts[7], parts[8], candidates, True
     if n == 9 and looks_like_selfeval(parts[6]):
         report.fix('inline_candidates', line_no)
-        return parts[5], parts[6], parts[7], parts[8]
+        return parts[5], parts[6], parts[7], parts[8], True
     # Raw commas inside the utterance: the selfeval field is the anchor that tells where it ends.
     for j in range(6, n - 1):
         if SELFEVAL_RE.match(parts[j]):
@@ -293,7 +331,7 @@ def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Opt
             candidates = ','.join(parts[j + 2:]) if n > j + 2 else None
             if candidates is not None:
                 report.fix('inline_candidates', line_no)
-            return ','.join(parts[5:j]), parts[j], parts[j + 1], candidates
+            return ','.join(parts[5:j]), parts[j], parts[j + 1], candidates, False
     return None
 
 
@@ -328,10 +366,14 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
             report.fix('blank_line', line_no)
             continue
         parts = line.split(',')
+        check_plain_fields(path, line_no, parts)
         if parts[0] != last_conv_id and not CONV_ID_RE.match(parts[0]):
             report.reject(line_no, f'field conv_id: {parts[0][:40]!r} is not of the form hit:N_conv:M', line)
             continue
         split = _split_fields(parts, line_no, report)
+        if line.count('"') % 2 == 1 and (split is None or not split[4]):
+            raise _unbalanced_quote(path, line_no, parts,
+                                    'the row ends early' if len(parts) < 8 else 'raw commas after the quote')
         if split is None:
             report.reject(
                 line_no,
@@ -339,7 +381,7 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
                 line,
             )
             continue
-        utterance, selfeval, tags, candidate_field = split
+        utterance, selfeval, tags, candidate_field, _lined_up = split
         text = _clean_text(utterance, line_no, report)
         if not text:
             report.fix('empty_utterance', line_no)

@@ -17,11 +17,7 @@ import contextlib
 import functools
 from typing import Iterator, Optional, Sequence, Tuple
 
-from parlai_empathy.files.bounded import FileRefused, open_regular
-from parlai_empathy.files.caps import caps
-
-# No line of a real data file comes near the ``line_bytes`` cap; a longer one means a binary file,
-# or line breaks this reader does not split on (lone CRs), and reading it whole could exhaust memory.
+from parlai_empathy.files.bounded import FileRefused, iter_lines
 
 
 class DataFileError(FileRefused):
@@ -42,35 +38,29 @@ def no_examples(path, why: str) -> DataFileError:
     return DataFileError(path, None, None, f'no examples ({why})')
 
 
-def read_lines(path, kind: str, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, bytes]]:
-    """(line number, raw bytes with the line break) for every line of ``path``.
-
-    A UTF-8 byte order mark is dropped (an editor's encoding mark, not content); a UTF-16 file
-    and a line longer than ``max_bytes`` are errors naming the file and line. ``kind`` names the
-    format in messages ("EmpatheticDialogues CSV"). Only a regular file within the ``data_bytes``
-    cap is read (:func:`parlai_empathy.files.bounded.open_regular`)."""
-    if max_bytes is None:
-        max_bytes = caps().line_bytes
-    with open_regular(path, f'a {kind} file', 'data_bytes') as f:
-        line_no = 0
-        while True:
-            raw = f.readline(max_bytes + 1)
-            if not raw:
-                return
-            line_no += 1
-            if len(raw) > max_bytes and not raw.endswith(b'\n'):
-                raise DataFileError(
-                    path, line_no, None,
-                    f'no line break within {max_bytes} bytes: not a {kind} file (a binary file, or '
-                    'lines ended by lone CR characters?)',
-                )
-            if line_no == 1:
-                if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                    raise DataFileError(path, 1, None, f'UTF-16 text (it starts with a UTF-16 byte order mark): '
-                                                       f'a {kind} file must be UTF-8; save it as UTF-8')
-                if raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[len(codecs.BOM_UTF8):]
-            yield line_no, raw
+def read_lines(path, kind: str) -> Iterator[Tuple[int, bytes]]:
+    """(line number, raw bytes with the line break) for every line of ``path``: the lines of
+    :func:`parlai_empathy.files.bounded.iter_lines` (a regular file within the ``data_bytes`` cap,
+    each line within ``line_bytes``), and a UTF-8 byte order mark dropped (an editor's encoding
+    mark, not content); a UTF-16 file is an error naming the file. ``kind`` names the format in
+    messages ("EmpatheticDialogues CSV")."""
+    lines = iter_lines(path, f'{kind} file')
+    while True:
+        try:
+            line_no, raw = next(lines)
+        except StopIteration:
+            return
+        except DataFileError:
+            raise
+        except FileRefused as err:  # the bounded reader's refusal, as the data error it is here
+            raise DataFileError(err.path, err.line_no, err.field, err.problem) from None
+        if line_no == 1:
+            if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                raise DataFileError(path, 1, None, f'UTF-16 text (it starts with a UTF-16 byte order mark): '
+                                                   f'a {kind} file must be UTF-8; save it as UTF-8')
+            if raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+        yield line_no, raw
 
 
 def field_at(raw: bytes, offset: int, sep: Optional[bytes], fields: Optional[Sequence[str]]) -> Optional[str]:

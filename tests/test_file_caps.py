@@ -106,7 +106,7 @@ def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch)
     long_line = tmp_path / 'long.tsv'
     long_line.write_bytes(b'ok\n' + b'x' * 500 + b'\n')
     message = refused(lambda p: list(bounded.iter_lines(p, 'TSV')), long_line)
-    assert message.startswith(f'{long_line}, line 2: line longer than the cap of 100'), message
+    assert message.startswith(f'{long_line}, line 2: no line break within the cap of 100'), message
 
 
 # ----- JSON ----------------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def test_world_log_values_that_are_not_what_they_should_be_are_refused(tmp_path,
 @pytest.mark.parametrize('content, words', [
     ('ctx\tgold\tréponse\n'.encode('latin-1'), "line 1: not UTF-8: byte 0xe9 at column 11"),
     (b'ctx\tgo\0ld\treply\n', 'line 1: NUL byte at column 7'),
-    (b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n', 'line 1: line longer than the cap of 1,048,576'),
+    (b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n', 'line 1: no line break within the cap of 1,048,576'),
     (b'ctx\tgold\t' + b'x' * 200_000 + b'\n', "line 1, field 'response': 200,000 characters, over the cap of 100,000"),
 ])
 def test_tsv_outputs_that_are_not_text_or_too_large_are_refused_naming_the_line(tmp_path, content, words):

@@ -50,13 +50,14 @@ def write_json(path: str, obj) -> None:
 def read_json(path: str, error=ArtifactError):
     """A JSON file's content; a missing or malformed file raises ``error`` naming the file, and
     the line and column where it stops being JSON (a hand-edited ``table.json``, a manifest)."""
-    if not os.path.isfile(path):
+    from parlai_empathy.files.bounded import FileRefused, load_json_file
+
+    if not os.path.exists(path):
         raise error(f'{path} does not exist')
-    with open(path, encoding='utf-8') as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as err:
-            raise error(f'{path}, line {err.lineno}, column {err.colno}: not JSON ({err.msg})') from None
+    try:
+        return load_json_file(path, f'a JSON artifact ({os.path.basename(path)})', 'data_bytes')
+    except FileRefused as err:
+        raise error(str(err)) from None
 
 
 # ----- portable options ----------------------------------------------------------------------------
@@ -205,15 +206,19 @@ def write_outputs(path: str, rows: Iterable[Mapping]) -> int:
 
 
 def read_outputs(path: str) -> List[Dict]:
-    if not os.path.isfile(path):
+    """A row's ``outputs.jsonl.gz``, through the bounded reader (a regular file, its unpacked bytes
+    and every line within their caps, each line JSON within the caps on nesting and numbers)."""
+    from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_gzip_lines, loads_json
+
+    if not os.path.exists(path):
         raise ArtifactError(f'{path} does not exist')
     rows = []
-    with gzip.open(path, 'rt', encoding='utf-8') as f:
-        for line_no, line in enumerate(f, start=1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ArtifactError(f'{path}, line {line_no}: not JSON ({err.msg})') from None
+    try:
+        for line_no, raw in iter_gzip_lines(path, 'per-example outputs (gzipped JSON lines)'):
+            if raw.strip():
+                rows.append(loads_json(decode_utf8(raw, path, line_no), path, line_no, what='an outputs row'))
+    except FileRefused as err:
+        raise ArtifactError(str(err)) from None
     return rows
 
 

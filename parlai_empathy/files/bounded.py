@@ -16,6 +16,7 @@ Every refusal is a :class:`FileRefused` (a ``ValueError``) whose message is one 
 file, the line and field where there is one, what was wrong and the cap with the variable that
 raises it.
 """
+import gzip
 import io
 import json
 import math
@@ -23,6 +24,7 @@ import os
 import re
 import shutil
 import stat
+import zlib
 from typing import IO, Any, Iterable, Iterator, Optional, Tuple
 
 from parlai_empathy.files.caps import FileCaps, caps, describe
@@ -148,11 +150,56 @@ def iter_lines(path, what: str, line_cap: str = 'line_bytes', file_cap: str = 'd
             if not raw:
                 return
             line_no += 1
-            if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b'\n')):
-                raise FileRefused(path, line_no, None, f'line longer than the cap of {describe(line_cap, limit)} '
-                                                       f'bytes: not a {what} (a binary file, or line breaks this '
-                                                       'reader does not split on?)')
+            if len(raw) > limit and not raw.endswith(b'\n'):
+                raise FileRefused(path, line_no, None, f'no line break within the cap of {describe(line_cap, limit)} '
+                                                       f'bytes: not a {what} (a binary file, or lines ended by lone '
+                                                       'CR characters?)')
             yield line_no, raw
+
+
+def _gzip_refusal(path, line_no: int, err: BaseException) -> FileRefused:
+    return FileRefused(path, line_no, None, f'not a gzip file, or a damaged one ({type(err).__name__}: '
+                                            f'{str(err)[:80]})')
+
+
+def iter_gzip_lines(path, what: str, line_cap: str = 'log_line_bytes', file_cap: str = 'data_bytes',
+                    ) -> Iterator[Tuple[int, bytes]]:
+    """(line number, raw bytes with the line break) for every line of the gzip file ``path``: the
+    file as :func:`iter_lines` reads a plain one (a regular file within ``file_cap``, each
+    unpacked line within ``line_cap``), and its unpacked bytes within ``data_bytes`` and within
+    ``archive_ratio`` times its own size (counted from at least 1 MiB): a decompression bomb is
+    refused as soon as the bytes it unpacked pass either, never held whole."""
+    limits = caps()
+    limit = getattr(limits, line_cap)
+    with open_regular(path, what, file_cap) as raw_file:
+        packed = os.fstat(raw_file.fileno()).st_size
+        most = min(limits.data_bytes, limits.archive_ratio * max(packed, 1 << 20))
+        line_no = unpacked = 0
+        with gzip.GzipFile(fileobj=raw_file, mode='rb') as f:
+            while True:
+                try:
+                    raw = f.readline(limit + 1)
+                except (OSError, EOFError, zlib.error) as err:
+                    raise _gzip_refusal(path, line_no + 1, err) from None
+                if not raw:
+                    return
+                line_no += 1
+                unpacked += len(raw)
+                if unpacked > most:
+                    if most == limits.data_bytes:
+                        over = f'the cap of {describe("data_bytes", limits.data_bytes)} bytes'
+                    else:
+                        over = f'{describe("archive_ratio", limits.archive_ratio)} times its own {packed:,} bytes'
+                    raise FileRefused(path, line_no, None, f'unpacks to over {over}: a decompression bomb, not {what}')
+                if len(raw) > limit and not raw.endswith(b'\n'):
+                    raise FileRefused(path, line_no, None, f'no line break within the cap of '
+                                                           f'{describe(line_cap, limit)} bytes unpacked: not {what}')
+                yield line_no, raw
+
+
+def read_gzip_bytes(path, what: str, file_cap: str = 'data_bytes') -> bytes:
+    """All the unpacked bytes of the gzip file ``path``, within the caps of :func:`iter_gzip_lines`."""
+    return b''.join(raw for _, raw in iter_gzip_lines(path, what, 'data_bytes', file_cap))
 
 
 # ----- JSON ----------------------------------------------------------------------------------------

@@ -24,15 +24,13 @@
 
 Every parse error names the file, the line and the field.
 """
-import gzip
 import hashlib
 import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_lines, loads_json
+from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_gzip_lines, iter_lines, loads_json
 
 SPEAKER = 'speaker'
 LISTENER = 'listener'
@@ -222,10 +220,6 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
     return out
 
 
-# the longest line of a committed outputs file read: a row is a few hundred bytes
-MAX_OUTPUT_LINE = 1 << 16
-
-
 def ed_items(ed_dir: str, split: str = 'test') -> Dict[str, Item]:
     """Every Listener reply of the cleaned ED ``split`` as an item, keyed as the world logs' are."""
     from parlai_empathy.data import ed_episodes, ed_raw
@@ -246,26 +240,16 @@ def read_outputs(path: str, items: Dict[str, Item], model: Optional[str] = None)
     # a row's folder is its name: projects/<paper>/runs/<row>/outputs.jsonl.gz
     out = ModelOutputs(model=model or os.path.basename(os.path.dirname(os.path.abspath(path))))
     by_row_id = {row_id(item_id): item for item_id, item in items.items()}
-    lineno = 0
     try:
-        with gzip.open(path, 'rb') as f:
-            while True:
-                line = f.readline(MAX_OUTPUT_LINE + 1)
-                if not line:
-                    break
-                lineno += 1
-                if len(line) > MAX_OUTPUT_LINE:
-                    raise InputError(_where(path, lineno, f'line longer than {MAX_OUTPUT_LINE} bytes'))
-                if not line.strip():
-                    continue
-                try:
-                    row = loads_json(decode_utf8(line, path, lineno), path, lineno, what='an outputs row')
-                except FileRefused as err:
-                    raise _refused(err) from None
-                _add_output_row(out, row, by_row_id, lambda what, n=lineno: _where(path, n, what))
-    except (OSError, EOFError, zlib.error) as e:
-        # not gzip, cut short, or corrupt: gzip's own words, with where it stopped
-        raise InputError(_where(path, lineno + 1, f'not a readable gzip file ({e})')) from None
+        for lineno, line in iter_gzip_lines(path, 'per-example outputs (gzipped JSON lines)'):
+            if not line.strip():
+                continue
+            row = loads_json(decode_utf8(line, path, lineno), path, lineno, what='an outputs row')
+            _add_output_row(out, row, by_row_id, lambda what, n=lineno: _where(path, n, what))
+    except FileNotFoundError:
+        raise InputError(f'{path} does not exist') from None
+    except FileRefused as err:
+        raise _refused(err) from None
     if not out.items:
         raise InputError(f'{path}: no rows found')
     return out

@@ -153,14 +153,14 @@ def test_an_entry_file_that_is_not_outputs_is_refused_in_one_line(tmp_path, monk
         rows.read_entry_rows(str(tmp_path / 'nope'))
     plain = tmp_path / 'plain.gz'
     plain.write_text(good)
-    with pytest.raises(ValueError, match=r"plain\.gz, line 1, field 'file': not gzipped"):
+    with pytest.raises(ValueError, match=r"plain\.gz, line 1: not a gzip file"):
         rows.read_entry_rows(str(plain))
-    with pytest.raises(ValueError, match=r"bad\.gz, line 2, field 'line': not JSON"):
+    with pytest.raises(ValueError, match=r"bad\.gz, line 2: not valid JSON"):
         rows.read_entry_rows(_gz(tmp_path / 'bad.gz', good + '\n{"id": \n'))
-    with pytest.raises(ValueError, match=r"nan\.gz, line 1, field 'bertscore_f'"):
+    with pytest.raises(ValueError, match=r"nan\.gz, line 1: NaN is not a number"):
         rows.read_entry_rows(_gz(tmp_path / 'nan.gz', '{"id": "0", "bertscore_f": NaN}\n'))
-    monkeypatch.setattr(rows, 'MAX_OUTPUTS_BYTES', 10)
-    with pytest.raises(ValueError, match=r"big\.gz, line 1, field 'file'"):
+    monkeypatch.setenv('PARLAI_EMPATHY_CAP_DATA_BYTES', '100')
+    with pytest.raises(ValueError, match=r"big\.gz.*PARLAI_EMPATHY_CAP_DATA_BYTES"):
         rows.read_entry_rows(_gz(tmp_path / 'big.gz', (good + '\n') * 50))
 
 

@@ -386,3 +386,130 @@ def test_humaneval_inputs_refuse_deep_and_huge_json_with_file_and_line(tmp_path,
         assert isinstance(box.get('error'), InputError), box
         assert str(box['error']).startswith(f'{path}:1: ') and words[len('line 1: '):] in str(box['error']), \
             str(box['error'])
+
+
+# ----- readers of our own artifacts, handed over by a user: outputs, table.json, caches, packages ------
+def _gz(path, data: bytes):
+    import gzip
+
+    path.write_bytes(gzip.compress(data, mtime=0))
+    return path
+
+
+def _hostile_files(tmp_path, name):
+    """Fresh hostile stand-ins for the file ``name``: a FIFO, a link to /dev/zero, a gzip bomb
+    (128 MiB of rows of zeros, packed into about 130 KB: over 100 times its size), a 200,000-deep
+    JSON line and a NUL byte (both gzipped when ``name`` ends with .gz)."""
+    import zlib
+
+    made = {}
+    for case in ('fifo', 'zero', 'bomb', 'deep', 'nul'):
+        folder = tmp_path / case
+        folder.mkdir()
+        made[case] = folder / name
+    os.mkfifo(made['fifo'])
+    made['zero'].symlink_to('/dev/zero')
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # a gzip stream, written piece by piece
+    with open(made['bomb'], 'wb') as f:
+        # 16 MiB of short rows that are each valid: neither the line cap nor a parser stops it
+        zeros = (b'{"id": "x", "gold": "' + b'0' * 990 + b'", "reply": "y"}\n') * (1 << 14)
+        for _ in range(8):
+            f.write(packer.compress(zeros))
+        f.write(packer.flush())
+    deep = ('[' * 200_000 + ']' * 200_000 + '\n').encode()
+    nul = b'{"id": "a\x00b", "reply": "x"}\n'
+    if name.endswith('.gz'):
+        _gz(made['deep'], deep)
+        _gz(made['nul'], nul)
+    else:
+        made['deep'].write_bytes(deep)
+        made['nul'].write_bytes(nul)
+    return made
+
+
+HOSTILE_WORDS = {'fifo': ': a FIFO, not a regular file', 'zero': ': a character device, not a regular file',
+                 'deep': ', line 1: nested deeper than the cap of 64', 'nul': ', line 1: NUL byte at column 10'}
+
+
+def _check_refusals(made, reader, error_type, words=HOSTILE_WORDS, skip=()):
+    for case, path in made.items():
+        if case in skip:
+            continue
+        box = finishes(reader, str(path))
+        assert isinstance(box.get('error'), error_type), (case, box)
+        message = str(box['error'])
+        assert '\n' not in message and message.startswith(str(path)), (case, message)
+        assert words[case] in message, (case, message)
+
+
+BOMB_WORDS = ': unpacks to over 100 (PARLAI_EMPATHY_CAP_ARCHIVE_RATIO) times its own'
+
+
+def test_a_rows_outputs_file_is_read_within_the_caps(tmp_path):
+    """``outputs.jsonl.gz`` (evidence, the leaderboard's comparisons, the rating build): a FIFO,
+    /dev/zero, a gzip bomb, deep JSON and a NUL byte each end in one line naming the file."""
+    from parlai_empathy import evidence
+    from parlai_empathy.humaneval.inputs import InputError, read_outputs
+    from parlai_empathy.leaderboard.rows import read_entry_rows
+
+    made = _hostile_files(tmp_path, 'outputs.jsonl.gz')
+    words = dict(HOSTILE_WORDS, bomb=BOMB_WORDS)
+    _check_refusals(made, evidence.read_outputs, evidence.ArtifactError, words)
+    _check_refusals(made, read_entry_rows, ValueError, words)
+    humaneval_words = {case: w.replace(', line 1: ', ':1: ') for case, w in words.items()}
+    # (its bomb's first row is refused already: no item of the ED test split has id 'x')
+    _check_refusals(made, lambda p: read_outputs(p, {}), InputError, humaneval_words, skip=('bomb',))
+    assert evidence.read_outputs(str(_gz(tmp_path / 'ok.jsonl.gz', b'{"id": "a"}\n'))) == [{'id': 'a'}]
+
+
+def test_a_table_json_or_meta_json_is_read_within_the_caps(tmp_path):
+    from parlai_empathy import reproduce
+    from parlai_empathy.evidence import read_json
+
+    made = _hostile_files(tmp_path, 'table.json')
+    words = dict(HOSTILE_WORDS, bomb=': 2,1')  # not gzip: 2 MB of packed bytes are no JSON
+    words['nul'] = ': NUL byte at column 10'
+    words['deep'] = ', line 1: nested deeper than the cap of 64'
+    _check_refusals(made, lambda p: read_json(p, reproduce.ReproduceSpecError), reproduce.ReproduceSpecError,
+                    words, skip=('bomb',))
+
+
+def test_a_tag_cache_and_listener_labels_are_read_within_the_caps(tmp_path):
+    from parlai_empathy.emotions import listener_labels, tag_cache
+
+    made = _hostile_files(tmp_path, 'meta.json')
+    for case in ('fifo', 'zero', 'deep'):
+        box = finishes(tag_cache.TagTable, str(made[case].parent))
+        assert isinstance(box.get('error'), tag_cache.TagCacheError), (case, box)
+        message = str(box['error'])
+        assert '\n' not in message and str(made[case]) in message and HOSTILE_WORDS[case] in message, message
+    (tmp_path / 'labels').mkdir()
+    bomb = _hostile_files(tmp_path / 'labels', 'labels.csv.gz')['bomb']
+    message = refused(bounded.read_gzip_bytes, bomb, 'a listener label file (gzipped CSV)')
+    assert message.startswith(f'{bomb}, line ') and BOMB_WORDS in message, message
+    assert hasattr(listener_labels, 'read_gzip_bytes')  # the reader the label files go through
+
+
+def test_packaging_copies_only_regular_files_within_their_caps(tmp_path):
+    """A model folder whose dictionary is /dev/zero or a FIFO, or whose encoder folder holds one,
+    is refused before anything is copied: never read for ever, never hung."""
+    made = _hostile_files(tmp_path, 'model.dict')
+    for case in ('fifo', 'zero'):
+        message = refused(bounded.copy_regular, made[case], tmp_path / 'copy', 'a dictionary', 'dict_bytes')
+        assert message.startswith(f'{made[case]}{HOSTILE_WORDS[case]}'), message
+    encoder = tmp_path / 'encoder'
+    encoder.mkdir()
+    (encoder / 'config.json').write_text('{}')
+    os.mkfifo(encoder / 'vocab.txt')
+    message = refused(bounded.copy_folder, encoder, tmp_path / 'staged', 'the encoder folder')
+    assert message.startswith(f'{encoder}/vocab.txt: a FIFO, not a regular file'), message
+    assert not (tmp_path / 'staged').exists()  # refused before anything was copied
+
+
+def test_a_checksum_is_never_taken_of_a_fifo_or_a_device(tmp_path):
+    from parlai_empathy.data.ed_source import file_checksum
+
+    made = _hostile_files(tmp_path, 'train.csv')
+    for case in ('fifo', 'zero'):
+        message = refused(file_checksum, made[case])
+        assert message.startswith(f'{made[case]}{HOSTILE_WORDS[case]}'), message

@@ -244,15 +244,15 @@ def test_committed_outputs_that_are_not_a_rows_replies_to_the_split_are_refused(
         (gz('utf8.gz', b'{"id": "\xff"}\n'), ':1: not UTF-8'),
         (gz('deep.gz', ['[' * 30000 + ']' * 30000]), ':1: nested deeper than the cap of 64'),
         # a gzip bomb (16 MB in one line from a 16 kB file) is inflated no further than the line cap
-        (gz('bomb.gz', b'{"id": "' + b'a' * (1 << 24)), f':1: line longer than {inputs.MAX_OUTPUT_LINE} bytes'),
+        (gz('bomb.gz', b'{"id": "' + b'a' * (1 << 24)), ':1: no line break within the cap of 16,777,216'),
         (gz('empty.gz', b''), 'no rows found'),
     ]
     plain = tmp_path / 'plain.jsonl.gz'
     plain.write_text(first + '\n')
-    cases.append((str(plain), ':1: not a readable gzip file'))
+    cases.append((str(plain), ':1: not a gzip file'))
     cut = tmp_path / 'cut.jsonl.gz'
     cut.write_bytes(open(good, 'rb').read()[:-20])
-    cases.append((str(cut), ': not a readable gzip file'))
+    cases.append((str(cut), ': not a gzip file, or a damaged one'))
     for path, message in cases:
         with pytest.raises(inputs.InputError, match=message) as err:
             inputs.read_outputs(path, items)

@@ -119,7 +119,7 @@ def _header_and_bad_byte(data):
     (lambda data: gzip.compress(_header_and_bad_byte(data)),
      'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)'),
     (lambda data: __import__('random').Random(7).randbytes(3000),
-     'labels.csv.gz, line 1: not a gzip file (BadGzipFile'),
+     'labels.csv.gz, line 1: not a gzip file, or a damaged one (BadGzipFile'),
 ])
 def test_a_label_file_with_no_labels_or_no_text_is_named(exported, tmp_path, content, named):
     """Files that pass their checksum (meta.json rewritten along) but hold no labels or no text."""

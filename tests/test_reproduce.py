@@ -233,7 +233,7 @@ def test_a_malformed_table_json_is_named_with_its_line_and_column(tmp_path, run_
     (tmp_path / 'p').mkdir()
     (tmp_path / 'p' / 'table.json').write_text('{"reproduce": {"rows": {\n  "r": {"cpu": []},\n}}}\n')
     (tmp_path / 'p' / 'README.md').write_text('# p\n')
-    where = f'{tmp_path / "p" / "table.json"}, line 3, column 1: not JSON'
+    where = f'{tmp_path / "p" / "table.json"}, line 3: not valid JSON'
     with pytest.raises(reproduce.ReproduceSpecError, match=re.escape(where)):
         reproduce.row_plan(str(tmp_path), 'p', 'r', str(tmp_path / 'runs'))
     with pytest.raises(ValueError, match=re.escape(where)):

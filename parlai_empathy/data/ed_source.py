@@ -10,6 +10,7 @@ import os
 from typing import Optional
 
 from parlai_empathy.data.file_errors import DataNotFound
+from parlai_empathy.files.bounded import open_regular
 
 ED_DIR_ENV = 'PARLAI_EMPATHY_ED_DIR'
 SAMPLE = 'sample'
@@ -84,8 +85,9 @@ def resolve_ed_dir(ed_datapath: Optional[str] = None, parlai_datapath: Optional[
 
 
 def file_checksum(path: str) -> str:
+    """The sha256 of the regular file ``path`` (a FIFO or device is refused, never read)."""
     digest = hashlib.sha256()
-    with open(path, 'rb') as f:
+    with open_regular(path, 'a file to checksum', 'checkpoint_bytes') as f:
         for chunk in iter(lambda: f.read(1 << 20), b''):
             digest.update(chunk)
     return digest.hexdigest()

@@ -13,6 +13,7 @@ from typing import List
 import torch
 
 from parlai_empathy.data.file_errors import DataFileError, DataSourceError, decode_line, read_lines
+from parlai_empathy.files.bounded import open_regular
 from parlai_empathy.integration.safe_loading import ModelFileError, parse_opt_text
 from parlai_empathy.models.bi_encoder import load_tokenizer
 from parlai_empathy.models.emotion_classifier import DEFAULT_THRESHOLD, EmotionClassifier
@@ -48,7 +49,7 @@ class LoadedClassifier:
 
 def classifier_key(model_file: str, classes, multilabel: bool, threshold: float, max_length: int) -> str:
     digest = hashlib.sha256()
-    with open(model_file, 'rb') as f:
+    with open_regular(model_file, 'a checkpoint', 'checkpoint_bytes') as f:
         for chunk in iter(lambda: f.read(1 << 20), b''):
             digest.update(chunk)
     digest.update(json.dumps([list(classes), multilabel, threshold, max_length]).encode('utf-8'))

@@ -31,6 +31,7 @@ import numpy as np
 from parlai_empathy.data.ed_source import file_checksum
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from parlai_empathy.evidence.artifacts import code_version, path_placeholders, portable, read_json, write_json
+from parlai_empathy.files.bounded import FileRefused, read_gzip_bytes
 from parlai_empathy.files.cache_lock import atomic_write
 
 FORMAT = 'ed-utterance-labels/1'
@@ -152,10 +153,9 @@ def load(directory: str) -> ListenerLabels:
     known = set(ED_EMOTIONS)
     labels: Dict[Tuple[str, int], Tuple[str, str]] = {}
     try:
-        with gzip.open(labels_path, 'rb') as f:
-            data = f.read()
-    except (OSError, EOFError) as err:
-        raise LabelFileError(f'{labels_path}, line 1: not a gzip file ({type(err).__name__}: {err})') from None
+        data = read_gzip_bytes(labels_path, 'a listener label file (gzipped CSV)')
+    except FileRefused as err:
+        raise LabelFileError(str(err)) from None
     try:
         text = data.decode('utf-8')
     except UnicodeDecodeError as err:

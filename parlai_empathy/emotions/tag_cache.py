@@ -25,6 +25,7 @@ from parlai_empathy.data import ed_raw, ed_source
 from parlai_empathy.data.file_errors import DataSourceError
 from parlai_empathy.emotions import inference
 from parlai_empathy.emotions.classifier_files import LoadedClassifier, load_classifier
+from parlai_empathy.files.bounded import FileRefused, load_json_file, read_text
 from parlai_empathy.files.cache_lock import atomic_write, build_lock
 
 VERSION = 1
@@ -186,8 +187,10 @@ def _check_precision(directory: str, precision: str) -> None:
         with open(path, 'w') as f:
             f.write(precision)
         return
-    with open(path) as f:
-        started = f.read().strip()
+    try:
+        started = read_text(path, 'a tag cache precision mark', 'opt_bytes').strip()
+    except FileRefused as err:
+        raise TagCacheError(f'{err}; delete {directory} and run {TAG_COMMAND}') from None
     if started != precision:
         flag = '--bf16 true' if started == 'bf16' else '--bf16 false'
         raise TagCacheError(f'{directory} was started in {started}, this run is {precision}: resume it with '
@@ -242,9 +245,8 @@ def _is_complete(directory: str) -> bool:
     if not os.path.exists(path):
         return False
     try:
-        with open(path, encoding='utf-8') as f:
-            meta = json.load(f)
-    except ValueError:
+        meta = load_json_file(path, 'a tag cache meta.json', 'opt_bytes')
+    except FileRefused:
         return False
     return (meta.get('complete') is True and meta.get('version') == VERSION
             and os.path.exists(os.path.join(directory, 'tags.npz')))
@@ -270,9 +272,8 @@ class TagTable:
         if not os.path.isdir(directory) or not os.path.exists(meta_path):
             raise TagCacheError(f'no GoEmotions tag cache at {directory}: run {TAG_COMMAND} first')
         try:
-            with open(meta_path, encoding='utf-8') as f:
-                self.meta = json.load(f)
-        except ValueError as err:
+            self.meta = load_json_file(meta_path, 'a tag cache meta.json', 'opt_bytes')
+        except FileRefused as err:
             raise TagCacheError(
                 f'corrupt tag cache metadata {meta_path} ({err}); delete {directory} and run {TAG_COMMAND}') from None
         if self.meta.get('version') != VERSION:

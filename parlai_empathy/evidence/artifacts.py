@@ -25,6 +25,7 @@ import subprocess
 import time
 from typing import Dict, Iterable, List, Mapping, Optional
 
+from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_gzip_lines, load_json_file, loads_json
 from parlai_empathy.files.cache_lock import atomic_write
 
 REPORT, OUTPUTS, OPT, META = 'report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'
@@ -50,8 +51,6 @@ def write_json(path: str, obj) -> None:
 def read_json(path: str, error=ArtifactError):
     """A JSON file's content; a missing or malformed file raises ``error`` naming the file, and
     the line and column where it stops being JSON (a hand-edited ``table.json``, a manifest)."""
-    from parlai_empathy.files.bounded import FileRefused, load_json_file
-
     if not os.path.exists(path):
         raise error(f'{path} does not exist')
     try:
@@ -208,8 +207,6 @@ def write_outputs(path: str, rows: Iterable[Mapping]) -> int:
 def read_outputs(path: str) -> List[Dict]:
     """A row's ``outputs.jsonl.gz``, through the bounded reader (a regular file, its unpacked bytes
     and every line within their caps, each line JSON within the caps on nesting and numbers)."""
-    from parlai_empathy.files.bounded import FileRefused, decode_utf8, iter_gzip_lines, loads_json
-
     if not os.path.exists(path):
         raise ArtifactError(f'{path} does not exist')
     rows = []

@@ -202,6 +202,49 @@ def read_gzip_bytes(path, what: str, file_cap: str = 'data_bytes') -> bytes:
     return b''.join(raw for _, raw in iter_gzip_lines(path, what, 'data_bytes', file_cap))
 
 
+def copy_regular(src, dst, what: str, cap_name: str) -> int:
+    """Copy the regular file ``src`` (within the cap ``cap_name``, checked before and while
+    copying) to ``dst``; returns the bytes copied. A FIFO or device is refused, never read."""
+    cap = getattr(caps(), cap_name)
+    copied = 0
+    with open_regular(src, what, cap_name) as f, open(dst, 'wb') as out:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            copied += len(chunk)
+            if copied > cap:
+                raise FileRefused(src, None, None, f'grew over the cap of {describe(cap_name, cap)} bytes for '
+                                                   f'{what} while it was copied')
+            out.write(chunk)
+    shutil.copymode(src, dst)
+    return copied
+
+
+def copy_folder(src, dst, what: str) -> int:
+    """Copy the folder ``src`` to ``dst``: only folders and regular files (each within
+    ``checkpoint_bytes``, all together within ``archive_bytes``), lock files and caches left out;
+    a FIFO, device or socket anywhere in it is refused before anything is copied."""
+    limits = caps()
+    plan, total = [], 0
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__')
+        for name in sorted(files):
+            if name.endswith('.lock'):
+                continue
+            path = os.path.join(root, name)
+            total += check_file(path, f'a file of {what}', 'checkpoint_bytes').st_size
+            if total > limits.archive_bytes:
+                raise FileRefused(src, None, None, f'over the cap of {describe("archive_bytes", limits.archive_bytes)} '
+                                                   f'bytes in all, for {what}')
+            plan.append(os.path.relpath(path, src))
+    os.makedirs(dst, exist_ok=True)
+    for rel in plan:
+        os.makedirs(os.path.join(dst, os.path.dirname(rel)), exist_ok=True)
+        copy_regular(os.path.join(src, rel), os.path.join(dst, rel), f'a file of {what}', 'checkpoint_bytes')
+    return total
+
+
 # ----- JSON ----------------------------------------------------------------------------------------
 class _Refusal(Exception):
     def __init__(self, problem: str):
@@ -253,6 +296,8 @@ def loads_json(text: str, path, line_no: Optional[int] = None, what: str = 'a JS
     them are refused. Errors name ``path`` and the line (``line_no``: the line ``text`` starts on
     in the file, for one line of a JSONL file)."""
     limits = caps()
+    if line_no is not None:  # one line of a JSONL file: its line break is not a line of its own
+        text = text.rstrip('\r\n')
 
     def at(offset: int) -> Tuple[int, str]:
         line, column = _line_col(text, offset)

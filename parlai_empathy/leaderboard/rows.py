@@ -49,41 +49,17 @@ def row_curve(project_dir: str, row: Dict) -> List[Dict]:
             for point in row_meta(project_dir, row).curve]
 
 
-# a row's outputs.jsonl.gz is well under 1 MB; a file far beyond it is not one
-MAX_OUTPUTS_BYTES = 64 * 1024 * 1024
-
-
 def read_entry_rows(path: str) -> List[Dict]:
     """The per-example rows of an entry to compare: a row's folder (its ``outputs.jsonl.gz``) or
-    such a file, checked field by field (:func:`parlai_empathy.metrics.bootstrap.check_rows`)."""
-    import gzip
-    import json
-    import zlib
-
+    such a file, read by :func:`parlai_empathy.evidence.read_outputs` (the bounded reader) and
+    checked field by field (:func:`parlai_empathy.metrics.bootstrap.check_rows`)."""
     from parlai_empathy.metrics.bootstrap import check_rows
 
     if os.path.isdir(path):
         path = os.path.join(path, evidence.OUTPUTS)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ValueError(f'{path} does not exist (give a row folder or its {evidence.OUTPUTS})')
-    if os.path.getsize(path) > MAX_OUTPUTS_BYTES:
-        raise ValueError(f'{path}, line 1, field \'file\': {os.path.getsize(path)} bytes, '
-                         "more than any row's outputs")
-    rows, read = [], 0
-    try:
-        with gzip.open(path, 'rt', encoding='utf-8') as f:
-            for line_no, line in enumerate(f, start=1):
-                read += len(line)
-                if read > 16 * MAX_OUTPUTS_BYTES:
-                    raise ValueError(f'{path}, line {line_no}, field \'file\': more than '
-                                     f'{16 * MAX_OUTPUTS_BYTES} bytes uncompressed')
-                try:
-                    rows.append(json.loads(line, parse_constant=lambda name: float(name)))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f'{path}, line {line_no}, field \'line\': not JSON ({err.msg})') from None
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as err:
-        raise ValueError(f'{path}, line {len(rows) + 1}, field \'file\': not gzipped UTF-8 JSON lines '
-                         f'({err})') from None
+    rows = evidence.read_outputs(path)
     check_rows(rows, path)
     return rows
 

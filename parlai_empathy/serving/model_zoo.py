@@ -211,9 +211,8 @@ def model_dir(datapath: str, name: str) -> str:
 def installed_version(folder: str) -> Optional[str]:
     """The version line ``mark_done`` wrote in ``folder``, or None if it is not built."""
     try:
-        with open(os.path.join(folder, '.built'), encoding='utf-8') as f:
-            lines = f.read().split('\n')
-    except OSError:
+        lines = read_text(os.path.join(folder, '.built'), 'a build mark', 'opt_bytes').split('\n')
+    except FileNotFoundError:
         return None
     return lines[1] if len(lines) > 1 else ''
 

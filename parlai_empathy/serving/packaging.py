@@ -23,7 +23,6 @@ load is never written.
 import gzip
 import json
 import os
-import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Dict, List, Optional
 
 from parlai_empathy.agents.safety import MODEL_DIR_PREFIX
 from parlai_empathy.data.ed_source import file_checksum
+from parlai_empathy.files.bounded import FileRefused, copy_folder, copy_regular, load_json_file
 from parlai_empathy.files.cache_lock import atomic_write
 from parlai_empathy.integration.safe_loading import (
     NO_OPT_IN_ADVICE,
@@ -76,7 +76,7 @@ def is_local_path(value) -> bool:
 
 
 def _copy_dir(src: str, dst: str) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns('*.lock', '__pycache__'))
+    copy_folder(src, dst, f'the folder {src}')
 
 
 class Stager:
@@ -85,8 +85,10 @@ class Stager:
     def __init__(self, model_file: str, stage: str, pool: Optional[str] = None):
         self.model_file, self.stage, self.pool = model_file, stage, pool
         self.agent = agent_name(model_file)  # before anything reads the file further
-        with open(model_file + '.opt', encoding='utf-8') as f:
-            self.opt = json.load(f)
+        try:  # read again as the checks above read it: a file swapped since is refused the same way
+            self.opt = load_json_file(model_file + '.opt', 'an options file', 'opt_bytes')
+        except FileRefused as err:
+            raise PackagingError(str(err)) from None
         self.opt['model'] = self.agent  # the release names the agent as the zoo manifest does
         self.packed: Dict[str, str] = {}  # option -> model_dir: value
         self.dropped: List[str] = []
@@ -101,7 +103,8 @@ class Stager:
             weights['number_training_updates'] = states['number_training_updates']
         torch.save(weights, os.path.join(self.stage, 'model'))
         if os.path.isfile(self.model_file + '.dict'):  # (its .dict.opt is written, never read)
-            shutil.copy(self.model_file + '.dict', os.path.join(self.stage, 'model.dict'))
+            copy_regular(self.model_file + '.dict', os.path.join(self.stage, 'model.dict'), 'a dictionary',
+                         'dict_bytes')
         if self.agent == 'empathy/emotion_classifier':
             local = os.path.isdir(os.path.expanduser(self.opt.get('encoder') or ''))
             self._pack_dir(self.model_file + '.hf', 'model.hf', 'encoder' if local else None)
@@ -130,19 +133,21 @@ class Stager:
         pool = self.pool or opt.get('fixed_candidates_path')
         if not pool or not os.path.isfile(pool):
             pool = self._pool_of_interactive_use()
-        shutil.copy(pool, os.path.join(self.stage, os.path.basename(pool)))
+        copy_regular(pool, os.path.join(self.stage, os.path.basename(pool)), 'a candidate pool', 'data_bytes')
         self.packed['fixed_candidates_path'] = MODEL_DIR_PREFIX + os.path.basename(pool)
         stem = os.path.splitext(os.path.basename(pool))[0]
         folder = os.path.dirname(os.path.abspath(self.model_file))
         base = os.path.basename(self.model_file)
         for name in os.listdir(folder):  # encodings (float32 / bf16) and EmoPrepend emotions
             if name.startswith(f'{base}.{stem}.') and '.encs' in name and '.tmp' not in name:
-                shutil.copy(os.path.join(folder, name), os.path.join(self.stage, 'model' + name[len(base):]))
+                copy_regular(os.path.join(folder, name), os.path.join(self.stage, 'model' + name[len(base):]),
+                             'candidate encodings', 'checkpoint_bytes')
         if opt.get('emo_classifier_file'):
             clf = os.path.expanduser(opt['emo_classifier_file'])
             os.makedirs(os.path.join(self.stage, 'emo_classifier'))
-            for suffix in ('', '.opt'):
-                shutil.copy(clf + suffix, os.path.join(self.stage, 'emo_classifier', 'model' + suffix))
+            for suffix, what, cap in (('', 'a checkpoint', 'checkpoint_bytes'),
+                                      ('.opt', 'an options file', 'opt_bytes')):
+                copy_regular(clf + suffix, os.path.join(self.stage, 'emo_classifier', 'model' + suffix), what, cap)
             self._pack_dir(clf + '.hf', os.path.join('emo_classifier', 'model.hf'), None)
             self.packed['emo_classifier_file'] = MODEL_DIR_PREFIX + 'emo_classifier/model'
 

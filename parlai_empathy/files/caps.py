@@ -29,9 +29,10 @@ class FileCaps:
                                          'ranker on ED test with 100 candidates an example: at most 73 KB)')
     cell_chars: int = _cap(100_000, 'one field of a CSV or TSV line, or one string of a world log or '
                                     'released file (ED: at most 725 characters)')
-    data_bytes: int = _cap(256 * MIB, 'one data file: CSV, TSV, world log, released outputs (ED train.csv: '
-                                      '16 MB; a ranker\'s world log of ED test with 100 candidates an example: '
-                                      '74 MB)')
+    data_bytes: int = _cap(256 * MIB, 'one data file: CSV, TSV, world log, released outputs, JSON artifacts '
+                                      '(table.json, meta.json), and the unpacked bytes of a gzipped one '
+                                      '(outputs.jsonl.gz, listener labels) (ED train.csv: 16 MB; a ranker\'s '
+                                      'world log of ED test with 100 candidates an example: 74 MB)')
     dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (every token of ED train with its count: "
                                       '55,000 lines, 0.6 MB)')
     checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model, the MiniLM ranker '
@@ -41,8 +42,9 @@ class FileCaps:
                                        'hundred characters)')
     archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest entry: '
                                        'about 0.3 GB, estimated as above)')
-    archive_ratio: int = _cap(100, "how many times its own size an archive may unpack to (model weights "
-                                   "barely compress: under 2; a bomb of zeros: over 1,000)")
+    archive_ratio: int = _cap(100, "how many times its own size (counted from at least 1 MiB) an archive or a "
+                                   "gzipped file may unpack to (model weights barely compress: under 2; a bomb "
+                                   "of zeros: over 1,000)")
     archive_members: int = _cap(10_000, 'files and folders in one archive (a model archive: under 20)')
     archive_depth: int = _cap(16, "folder nesting of an archive's members (a model archive: 2)")
     disk_headroom_bytes: int = _cap(256 * MIB, 'free disk left after unpacking an archive')

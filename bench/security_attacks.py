@@ -222,6 +222,52 @@ def ed_nul(d, ed_dir):
             os.path.join(d, 'dp')], None
 
 
+def ed_quoting(d, ed_dir):
+    """The real first 200 lines of each split, one train row rewritten as a CSV writer writes a
+    field holding a comma and a line break (a quoting no ED release has)."""
+    folder = os.path.join(d, 'ed')
+    os.makedirs(folder)
+    for split in ('train', 'valid', 'test'):
+        with open(os.path.join(ed_dir, f'{split}.csv'), 'rb') as src:
+            lines = [src.readline() for _ in range(200)]
+        if split == 'train':
+            head, _, tail = lines[5].rpartition(b',,')[0].rpartition(b',')
+            lines[5] = head + b',"' + tail[:10] + b', and\n' + tail[10:] + b'",,\n'
+        with open(os.path.join(folder, f'{split}.csv'), 'wb') as f:
+            f.writelines(lines)
+    return [PARLAI, 'display_data', '-t', 'empathy_ed_clean', '--ed-datapath', folder, '--datapath',
+            os.path.join(d, 'dp')], None
+
+
+def _reader(code):
+    return [sys.executable, '-c', 'import sys\nfrom parlai_empathy import evidence\ntry:\n    ' + code +
+            '\nexcept ValueError as err:\n    sys.exit(str(err))'], None
+
+
+def outputs_bomb(d):
+    """outputs.jsonl.gz of 1 GiB of valid short rows, packed into about 2.5 MB."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    rows = (b'{"id": "x", "reply": "' + b'0' * 1000 + b'"}\n') * (1 << 14)
+    with open(os.path.join(d, 'outputs.jsonl.gz'), 'wb') as f:
+        for _ in range(64):
+            f.write(packer.compress(rows))
+        f.write(packer.flush())
+    return _reader("print(len(evidence.read_outputs('outputs.jsonl.gz')))")
+
+
+def fifo_table(d):
+    os.mkfifo(os.path.join(d, 'table.json'))
+    return _reader("evidence.read_json('table.json')")
+
+
+def deep_table(d):
+    with open(os.path.join(d, 'table.json'), 'wb') as f:
+        f.write(b'{"reproduce": ' + b'[' * 200_000 + b']' * 200_000 + b'}\n')
+    return _reader("evidence.read_json('table.json')")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='bench/results/security_attacks.json')
@@ -229,7 +275,13 @@ def main():
                                                            '../shared/data/empatheticdialogues'))
     args = parser.parse_args()
     attacks = ATTACKS + [(5, 'ED CSV with a NUL byte; parlai display_data -t empathy_ed_clean',
-                          lambda d: ed_nul(d, args.ed_dir))]
+                          lambda d: ed_nul(d, args.ed_dir)),
+                         (5, 'ED CSV with a CSV-quoted field over two lines; parlai display_data -t '
+                             'empathy_ed_clean', lambda d: ed_quoting(d, args.ed_dir)),
+                         (2, 'outputs.jsonl.gz of ~2.5 MB unpacking to 1 GiB of rows; evidence.read_outputs',
+                          outputs_bomb),
+                         (2, 'table.json is a FIFO; evidence.read_json', fifo_table),
+                         (4, '200,000-deep table.json; evidence.read_json', deep_table)]
     rows = []
     for klass, name, make in attacks:
         scratch = tempfile.mkdtemp(prefix='attack-')

@@ -448,7 +448,7 @@ BOMB_WORDS = ': unpacks to over 100 (PARLAI_EMPATHY_CAP_ARCHIVE_RATIO) times its
 def test_a_rows_outputs_file_is_read_within_the_caps(tmp_path):
     """``outputs.jsonl.gz`` (evidence, the leaderboard's comparisons, the rating build): a FIFO,
     /dev/zero, a gzip bomb, deep JSON and a NUL byte each end in one line naming the file."""
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
     from parlai_empathy.humaneval.inputs import InputError, read_outputs
     from parlai_empathy.leaderboard.rows import read_entry_rows
 
@@ -463,8 +463,8 @@ def test_a_rows_outputs_file_is_read_within_the_caps(tmp_path):
 
 
 def test_a_table_json_or_meta_json_is_read_within_the_caps(tmp_path):
-    from parlai_empathy import reproduce
-    from parlai_empathy.evidence import read_json
+    from parlai_empathy.evidence import reproduce
+    from parlai_empathy.evidence.artifacts import read_json
 
     made = _hostile_files(tmp_path, 'table.json')
     words = dict(HOSTILE_WORDS, bomb=': 2,1')  # not gzip: 2 MB of packed bytes are no JSON

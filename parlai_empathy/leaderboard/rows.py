@@ -51,7 +51,7 @@ def row_curve(project_dir: str, row: Dict) -> List[Dict]:
 
 def read_entry_rows(path: str) -> List[Dict]:
     """The per-example rows of an entry to compare: a row's folder (its ``outputs.jsonl.gz``) or
-    such a file, read by :func:`parlai_empathy.evidence.read_outputs` (the bounded reader) and
+    such a file, read by :func:`parlai_empathy.evidence.artifacts.read_outputs` (the bounded reader) and
     checked field by field (:func:`parlai_empathy.metrics.bootstrap.check_rows`)."""
     from parlai_empathy.metrics.bootstrap import check_rows
 

@@ -6,24 +6,35 @@ still a dependency). The models are plain PyTorch: they import nothing of ParlAI
 """
 import ast
 import os
+import re
 
 import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'parlai_empathy')
 
-LAYERS = [
-    # foundations: nothing of ours, or only each other's kind
-    {'parlai_empathy', 'files'},  # files a user hands us, read within the documented caps
-    {'integration'},  # how the package fits ParlAI: shims, start-up hook, safe loading, commands' base
-    {'data'},
-    {'models'},
-    {'metrics'},
-    {'evidence'},  # a row's evidence, the steps that regenerate it, its plots
-    {'emotions'},  # classifiers' files, tagging caches, listener labels (written as evidence)
-    {'agents', 'tasks'},  # what ParlAI loads: -m empathy/<name>, -t empathy_<name>
-    {'leaderboard'},
-    {'serving', 'humaneval'},  # what serves people: chat, zoo, packages; human evaluation
-]
+ARCHITECTURE = os.path.join(os.path.dirname(PACKAGE), 'docs', 'architecture.md')
+TABLE_START = 'parlai_empathy, highest first'
+
+
+def read_layers(path=ARCHITECTURE):
+    """The layer table of ``docs/architecture.md`` (its one copy), lowest layer first: each row of
+    its ``parlai_empathy`` part names the layer's modules and subpackages (``leaderboard/``), comma
+    separated, before two spaces and the description; ``__init__`` is the package's own."""
+    lines = open(path, encoding='utf-8').read().splitlines()
+    start = lines.index(TABLE_START) + 1
+    layers = []
+    for number, line in enumerate(lines[start:], start + 1):
+        if line.startswith('```'):
+            return layers[::-1]
+        names = re.split(r'\s{2,}', line.strip(), maxsplit=1)[0]
+        layer = {name.strip().rstrip('/') for name in names.split(',')}
+        bad = sorted(name for name in layer if not re.fullmatch(r'[a-z_]+', name))
+        assert not bad, f'{path}, line {number}: not a module or subpackage name: {bad}'
+        layers.append({'parlai_empathy' if name == '__init__' else name for name in layer})
+    raise AssertionError(f'{path}: the layer table after {TABLE_START!r} has no closing ```')
+
+
+LAYERS = read_layers()
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 
@@ -74,7 +85,12 @@ def _graph():
 
 
 def test_every_part_of_the_package_has_a_layer():
-    assert not {_layer(m) for m in MODULES} - set(RANK), 'add the new module to LAYERS'
+    assert not {_layer(m) for m in MODULES} - set(RANK), 'add the new module to the layer table of docs/architecture.md'
+
+
+def test_the_layer_table_names_only_what_exists():
+    """A row left behind after a module moved would keep a layer for nothing."""
+    assert not set(RANK) - {_layer(m) for m in MODULES}, 'remove it from the layer table of docs/architecture.md'
 
 
 def test_imports_point_downward():

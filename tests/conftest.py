@@ -43,6 +43,7 @@ FIXTURE_MARKS = {'run_parlai': 'cli', 'browser': 'browser'}
 TABLE_MARKS = {
     # the parlai command (or `python -m parlai`) runs in a fixture every test of the file needs:
     # tiny trained models (tiny_models), a tiny ranker, ParlAI world logs (humaneval_helpers)
+    'test_agents_moel.py': ('cli',),
     'test_bert_ranker_cli.py': ('cli',),
     'test_chat.py': ('cli',),
     'test_ethreed_cli.py': ('cli', 'slow'),
@@ -92,7 +93,12 @@ TABLE_MARKS = {
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(config, items):
     modules = {}
+    table_marks = set(FIXTURE_MARKS.values()) | {mark for marks in TABLE_MARKS.values() for mark in marks}
     for item in items:
+        in_file = sorted({mark.name for mark in item.iter_markers()} & table_marks)
+        if in_file:  # the table is the one place: a mark set in a file would be a second
+            raise pytest.UsageError(f'{item.nodeid}: marked {", ".join(in_file)} in its file; '
+                                    'tests/conftest.py TABLE_MARKS assigns these marks')
         names = set(getattr(item, 'fixturenames', ()))
         marks = {mark for fixture, mark in FIXTURE_MARKS.items() if fixture in names}
         test = getattr(item, 'originalname', item.name)

@@ -11,7 +11,6 @@ import shutil
 
 import pytest
 
-pytestmark = pytest.mark.cli  # every test here runs the parlai command (the module fixture too)
 TINY = ['--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32]
 
 

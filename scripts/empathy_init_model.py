@@ -11,7 +11,7 @@ from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
 from parlai_empathy.integration.commands import EmpathyScript
-from parlai_empathy.integration.safe_loading import TRUST_FLAG, add_trust_flag, empathy_agents, our_agent
+from parlai_empathy.integration.safe_loading import TRUST_FLAG, add_trust_flag, decide_agent, empathy_agents
 
 
 @register_script('empathy_init_model')
@@ -28,7 +28,7 @@ class EmpathyInitModel(EmpathyScript):
             if os.path.exists(existing):
                 raise FileExistsError(f'{existing} exists; empathy_init_model never overwrites a model')
         init_model, model = self.opt.get('init_model'), self.opt.get('model')
-        if init_model and not our_agent(model) and not self.opt.get('trust_model_file'):
+        if init_model and not decide_agent(model, self.opt.get('trust_model_file')).trusted:
             # the agent -m names opens --init-model: a stock ParlAI agent unpickles all of it
             raise SystemExit(
                 f'--init-model {init_model} was not opened: -m {model!r} is not an agent of parlai-empathy '

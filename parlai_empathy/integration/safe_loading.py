@@ -31,6 +31,7 @@ import os
 import re
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from parlai_empathy.files.bounded import FileRefused, loads_json, open_regular, read_bytes
@@ -380,14 +381,59 @@ def zoo_model_path(model_file: str, datapath: Optional[str] = None) -> str:
     return os.path.join(datapath, 'models', model_file[len('zoo:'):])
 
 
-def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[str] = None,
-                      advice: Optional[str] = None) -> str:
-    """The agent that opening ``model_file`` would run, from the ``.opt`` beside it (read as JSON:
-    nothing it names is imported, ParlAI is not needed). Unless ``trust``, refuses
-    (:class:`UntrustedModelFile`) an agent that is not the project's. ``zoo:`` paths are looked up
-    where they are installed (``datapath``: ParlAI's ``--datapath``). A missing or broken ``.opt``
-    is a :class:`ModelFileError` naming the file (and line). ``advice`` replaces the sentence that
-    names ``--trust-model-file``, for a command where it does not apply."""
+KINDS = ('ranker', 'generator', 'classifier')
+
+
+@dataclass(frozen=True)
+class AgentDecision:
+    """What opening a model folder (or ``-m``) would run, decided once by :func:`decide_agent`."""
+
+    model: str  # the agent as named (a ``.opt``'s ``model`` or ``-m``)
+    ours: Optional[str]  # ``empathy/<name>`` when it is one of the project's agents, else None
+    trusted: bool  # may be opened: it is ours, or the user passed --trust-model-file
+
+    @property
+    def kind(self) -> str:
+        """'ranker', 'generator' or 'classifier' (:func:`agent_kind`); imports the agent, so only
+        for a trusted one."""
+        if not self.trusted:
+            raise UntrustedModelFile(f'the kind of {self.model!r} is not looked up: it is not trusted')
+        return agent_kind(self.model)
+
+
+def decide_agent(model: Any, trust: bool = False) -> AgentDecision:
+    """The one decision on an agent a model folder names (read without importing it): it may be
+    opened when it is one of the project's (:func:`our_agent`) or the user trusts the file.
+    Every command that opens, installs or packs a model folder asks here."""
+    ours = our_agent(model)
+    return AgentDecision(model=model, ours=ours, trusted=bool(trust) or ours is not None)
+
+
+def agent_kind(model: str) -> str:
+    """The one decision on what kind of agent ``model`` is, from the ParlAI class it loads:
+    'ranker' (a ``TorchRankerAgent``), 'generator' (``TorchGeneratorAgent``) or 'classifier'
+    (``TorchClassifierAgent``); a ``ValueError`` for anything else. Imports the agent's module:
+    call it only after :func:`decide_agent` trusted it."""
+    from parlai.core.loader import load_agent_module
+    from parlai.core.torch_classifier_agent import TorchClassifierAgent
+    from parlai.core.torch_generator_agent import TorchGeneratorAgent
+    from parlai.core.torch_ranker_agent import TorchRankerAgent
+
+    agent_class = load_agent_module(model)
+    for kind, base in zip(KINDS, (TorchRankerAgent, TorchGeneratorAgent, TorchClassifierAgent)):
+        if isinstance(agent_class, type) and issubclass(agent_class, base):
+            return kind
+    raise ValueError(f'{model} is neither a response ranker, a response generator nor an emotion classifier')
+
+
+def model_folder(model_file: str, trust: bool = False, datapath: Optional[str] = None,
+                 advice: Optional[str] = None) -> AgentDecision:
+    """:func:`decide_agent` for the agent that opening ``model_file`` would run, from the ``.opt``
+    beside it (read as JSON: nothing it names is imported, ParlAI is not needed). An agent it does
+    not trust is refused (:class:`UntrustedModelFile`). ``zoo:`` paths are looked up where they
+    are installed (``datapath``: ParlAI's ``--datapath``). A missing or broken ``.opt`` is a
+    :class:`ModelFileError` naming the file (and line). ``advice`` replaces the sentence that names
+    ``--trust-model-file``, for a command where it does not apply."""
     path = zoo_model_path(str(model_file), datapath)
     opt_path = path + '.opt'
     if not os.path.lexists(opt_path):
@@ -395,9 +441,16 @@ def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[s
         raise ModelFileError(f'{opt_path}: no such options file beside the model file{where}; it says which '
                              'agent opens the model')
     model, line = read_opt_file(opt_path)
-    if trust or our_agent(model):
-        return model
-    raise UntrustedModelFile(untrusted_message(opt_path, line, model, f'{path} was not opened', advice))
+    decision = decide_agent(model, trust)
+    if not decision.trusted:
+        raise UntrustedModelFile(untrusted_message(opt_path, line, model, f'{path} was not opened', advice))
+    return decision
+
+
+def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[str] = None,
+                      advice: Optional[str] = None) -> str:
+    """The agent :func:`model_folder` accepts for ``model_file`` (its refusals raised as there)."""
+    return model_folder(model_file, trust, datapath, advice).model
 
 
 def add_trust_flag(parser, opt_in: bool = True):

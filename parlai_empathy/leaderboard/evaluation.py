@@ -51,26 +51,14 @@ def attach_entry_args(entries: List[Entry], specs: Optional[List[str]]) -> List[
 
 
 def model_kind(model_file: str, trust: bool = False) -> str:
-    """'ranker', 'generator' or 'classifier', from the agent class the model file was trained with.
-    Its agent is imported (and the file later opened by it) only if it is one of ours or ``trust``
-    (:func:`parlai_empathy.integration.safe_loading.check_model_trust`)."""
-    from parlai.core.loader import load_agent_module
-    from parlai.core.torch_classifier_agent import TorchClassifierAgent
-    from parlai.core.torch_generator_agent import TorchGeneratorAgent
-    from parlai.core.torch_ranker_agent import TorchRankerAgent
+    """'ranker', 'generator' or 'classifier': the kind :func:`parlai_empathy.integration.safe_loading.model_folder`
+    decides for the model file, which it opens only if its agent is ours or ``trust``."""
+    from parlai_empathy.integration.safe_loading import model_folder
 
-    from parlai_empathy.integration.safe_loading import check_model_trust
-
-    model = check_model_trust(model_file, trust)
-    agent_class = load_agent_module(model)
-    if issubclass(agent_class, TorchRankerAgent):
-        return 'ranker'
-    if issubclass(agent_class, TorchGeneratorAgent):
-        return 'generator'
-    if issubclass(agent_class, TorchClassifierAgent):
-        return 'classifier'
-    raise ValueError(f'{model_file}: {model} is neither a response generator, a response ranker nor an '
-                     'emotion classifier, so it has no place on the leaderboard')
+    try:
+        return model_folder(model_file, trust).kind
+    except ValueError as err:
+        raise ValueError(f'{model_file}: {err}, so it has no place on the leaderboard') from None
 
 
 def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],

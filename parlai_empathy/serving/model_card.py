@@ -9,6 +9,8 @@ import datetime
 import os
 from typing import Dict, List, Optional
 
+from parlai_empathy.safe_loading import agent_kind
+
 PAPERS = {
     'empathy/bert_ranker': ('BERT bi-encoder retrieval model (Rashkin et al., 2019)',
                             'Hannah Rashkin, Eric Michael Smith, Margaret Li, Y-Lan Boureau. "Towards '
@@ -38,10 +40,6 @@ def count_parameters(model_file: str) -> int:
 
     weights = load_checkpoint(model_file)['model']
     return int(sum(t.numel() for t in weights.values() if hasattr(t, 'numel')))
-
-
-def _kind(agent: str) -> str:
-    return {'empathy/bert_ranker': 'ranker', 'empathy/emotion_classifier': 'classifier'}.get(agent, 'generator')
 
 
 def _project_row(projects_dir: Optional[str], project: Optional[str], row: Optional[str]):
@@ -169,7 +167,7 @@ def render(name: str, version: str, agent: str, opt: Dict, sample: Dict, paramet
            row: Optional[str] = None, projects_dir: Optional[str] = 'projects',
            description: str = '') -> str:
     title, paper = PAPERS[agent]
-    kind = _kind(agent)
+    kind = agent_kind(agent)
     spec, table_row = _project_row(projects_dir, project, row)
     ours = _ours(results, row or name, project)
     zoo = f'zoo:empathy/{name}/model'

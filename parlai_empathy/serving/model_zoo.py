@@ -43,8 +43,8 @@ from parlai_empathy.files.caps import caps
 from parlai_empathy.integration.safe_loading import (
     TRUST_FLAG,
     ModelFileError,
+    decide_agent,
     empathy_agents,
-    our_agent,
     read_opt_agent,
     read_opt_file,
     untrusted_message,
@@ -187,7 +187,7 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
         for field in ('file', 'card'):
             if os.path.basename(fields[field]) != fields[field] or fields[field] in ('.', '..'):
                 raise bad(field, f'must be a plain file name, not a path (got {fields[field]!r})')
-        if our_agent(fields['agent']) != fields['agent']:
+        if decide_agent(fields['agent']).ours != fields['agent']:
             raise bad('agent', f'{fields["agent"]!r} is not an agent of parlai-empathy (one of '
                       f'{", ".join(empathy_agents())}): the zoo installs those only')
         if not fields['file'].endswith('.tar.gz'):
@@ -246,9 +246,10 @@ def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], ar
         model, line = read_opt_agent(tar.extractfile(found[-1]).read(cap + 1), where)
     except ModelFileError as err:
         raise ZooError(f'{err}; nothing was installed') from None
-    if our_agent(model) is None:
+    decision = decide_agent(model)  # the zoo never takes --trust-model-file
+    if not decision.trusted:
         raise ZooError(untrusted_message(where, line, model, 'nothing was unpacked or installed', ZOO_ADVICE))
-    if our_agent(model) != agent:
+    if decision.ours != agent:
         raise ZooError(f'{where}, line {line}: field "model" names {model!r}, but the manifest entry says '
                        f'{agent!r}: not the archive of that entry; nothing was installed')
 
@@ -382,9 +383,10 @@ def check_installed_agent(entry: ZooEntry, folder: str) -> None:
         model, line = read_opt_file(opt_path)
     except ModelFileError as err:
         raise ZooError(f'{entry.zoo_path} is installed in {folder}, but: {err}') from None
-    if our_agent(model) is None:
+    decision = decide_agent(model)
+    if not decision.trusted:
         raise ZooError(untrusted_message(opt_path, line, model, f'{entry.zoo_path} was not opened', ZOO_ADVICE))
-    if our_agent(model) != entry.agent:
+    if decision.ours != entry.agent:
         raise ZooError(f'{opt_path}, line {line}: field "model" names {model!r}, but the manifest entry '
                        f'{entry.name!r} is {entry.agent!r}: {folder} holds another model; remove it to install '
                        f'{entry.zoo_path}')

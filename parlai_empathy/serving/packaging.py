@@ -37,7 +37,7 @@ from parlai_empathy.integration.safe_loading import (
     ModelFileError,
     check_model_trust,
     load_checkpoint,
-    our_agent,
+    model_folder,
 )
 
 SAMPLE_MESSAGE = 'I finally got the job I wanted after months of trying!'
@@ -66,7 +66,7 @@ def agent_name(model_file: str) -> str:
     """``empathy/<module>`` of the agent ``model_file.opt`` names, whichever way ``-m`` named it;
     a :class:`PackagingError` for a file of any other agent or a missing or broken ``.opt``."""
     try:
-        return our_agent(check_model_trust(model_file, advice=NO_OPT_IN_ADVICE))
+        return model_folder(model_file, advice=NO_OPT_IN_ADVICE).ours
     except ModelFileError as err:
         raise PackagingError(str(err)) from None
 

@@ -24,9 +24,32 @@ def _train(run_parlai, tmp_path, model, extra=()):
     return model_file, done.stdout + done.stderr
 
 
+def _final_valid(tmp_path):
+    import json
+
+    return json.loads((tmp_path / 'model.trainstats').read_text())['final_valid_report']
+
+
+def _emotion_figures_agree(report, top_k):
+    """The emotion classifier's figures of a run: accuracies of the valid examples, the top-k one
+    at least the top-1 one, and a positive finite classification loss."""
+    exs = report['exs']
+    assert exs > 0
+    for key in ('emo_acc', f'emo_acc@{top_k}'):
+        assert 0 <= report[key] <= 1 and (report[key] * exs) == pytest.approx(round(report[key] * exs)), key
+    assert report['emo_acc'] <= report[f'emo_acc@{top_k}']
+    assert 0 < report['loss_cls'] < float('inf')
+
+
 def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
+    import re
+
+    from parlai_empathy.data.emotions import polarity
+
     model_file, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
-    assert 'emo_acc@5' in log and 'loss_cls' in log and 'GloVe init' in log
+    _emotion_figures_agree(_final_valid(tmp_path), 5)
+    found = re.search(r'GloVe init: ([0-9.]+)% of (\d+) words found', log)
+    assert found and 0 < float(found.group(1)) <= 100, log[-3000:]
     assert os.path.isfile(model_file)
 
     script = tmp_path / 'chat.py'
@@ -49,16 +72,40 @@ def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
     done = run_parlai('python', script, model_file)
     replies = [line.split() for line in done.stdout.splitlines() if line.startswith('REPLY')]
     assert len(replies) == 3  # a normal, an empty and a very long message all get answers
-    for _, _emotion, polarity, has_text, passes, same in replies:
-        assert polarity in ('positive', 'negative') and has_text == 'True'
+    for _, emotion, shown_polarity, has_text, passes, same in replies:
+        # at inference mimicry follows the polarity of the emotion the classifier predicted
+        assert shown_polarity == polarity(emotion) and has_text == 'True'
         # the reply's emotion is read off the generation's own encoder pass: one pass per reply
         assert passes == '1' and same == 'True'
 
 
-@pytest.mark.parametrize('switch', ['--mimicry', '--emotion-grouping', '--stochastic'])
+ABLATIONS = {  # option -> (mimicry, grouping, stochastic) of the model built from the saved file
+    '--mimicry': (False, True, True),
+    '--emotion-grouping': (True, False, True),
+    '--stochastic': (True, True, False),
+}
+
+
+@pytest.mark.parametrize('switch', sorted(ABLATIONS))
 def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
-    _, log = _train(run_parlai, tmp_path, 'empathy/mime', TINY + [switch, 'false', '--glove-init', 'false'])
-    assert 'emo_acc' in log
+    model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY + [switch, 'false', '--glove-init', 'false'])
+    _emotion_figures_agree(_final_valid(tmp_path), 5)
+    script = tmp_path / 'parts.py'
+    script.write_text(
+        'import sys\n'
+        'from parlai.core.agents import create_agent_from_model_file\n'
+        'model = create_agent_from_model_file(sys.argv[1]).model\n'
+        'names = [n for n, _ in model.named_parameters()]\n'
+        "print('PARTS', model.encoder.mimicry, model.encoder.grouping, model.encoder.stochastic,"
+        " any('posterior' in n for n in names), any('fusion' in n for n in names),"
+        " model.encoder.sampler.n_groups)\n"
+    )
+    done = run_parlai('python', script, model_file)
+    parts = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith('PARTS')]
+    mimicry, grouping, stochastic = ABLATIONS[switch]
+    # without sampling there is no posterior network; without grouping one group and no fusion
+    assert parts == [[str(mimicry), str(grouping), str(stochastic), str(stochastic), str(grouping),
+                      '2' if grouping else '1']], done.stdout[-3000:]
 
 
 @pytest.mark.parametrize('extra, saved', [([], 0.01), (['--glove-fill-std', 'glove'], 'glove')])
@@ -324,8 +371,8 @@ def test_training_flushes_subnormal_moments_every_100_updates(run_parlai, tmp_pa
 
 
 def test_multitask_transformer_trains(run_parlai, tmp_path):
-    _, log = _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
-    assert 'emo_acc@2' in log and 'loss_cls' in log
+    _train(run_parlai, tmp_path, 'empathy/multitask_transformer', TINY[:6])
+    _emotion_figures_agree(_final_valid(tmp_path), 2)
 
 
 def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
@@ -345,10 +392,11 @@ def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
     # the empty turn is answered without the model, so without fields
     assert len(polarities) == len(emotions) == 2, done.stdout[-3000:]
     assert f'[Mime]: {EMPTY_INPUT_REPLY}' in done.stdout
-    assert set(polarities) <= {'positive', 'negative'}
-    from parlai_empathy.data.emotions import ED_EMOTIONS
+    from parlai_empathy.data.emotions import ED_EMOTIONS, polarity
 
     assert set(emotions) <= set(ED_EMOTIONS)
+    # each reply shows the polarity of its own predicted emotion (what mimicry followed)
+    assert polarities == [polarity(emotion) for emotion in emotions]
 
 
 def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):

@@ -74,17 +74,58 @@ def test_pattern_set_is_parametric(train_pairs):
     assert len(with_neutral) >= len(loose)
 
 
+def _pair_counts(pairs):
+    """{(speaker label, listener label): pairs showing it}, counted here without the module."""
+    counts = {}
+    for speaker, listener in zip(pairs['speaker_labels'], pairs['listener_labels']):
+        for key in {(a, b) for a in speaker for b in listener}:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def test_report_files(train_pairs, tmp_path):
-    figures = patterns.write_report(train_pairs, CLASSES, PatternParams(), str(tmp_path))
-    for name in ('summary.md', 'transitions.csv', 'patterns.csv', 'per_ed_emotion.csv', 'lift_matrix.csv',
-                 'heatmap_count.png', 'heatmap_rate.png', 'heatmap_lift.png'):
-        assert os.path.getsize(tmp_path / name) > 0, name
-    with open(tmp_path / 'heatmap_lift.png', 'rb') as f:
-        assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+    import pandas as pd
+
+    params = PatternParams()
+    figures = patterns.write_report(train_pairs, CLASSES, params, str(tmp_path))
+    counts = _pair_counts(train_pairs)
+    # transitions.csv: every (speaker, listener) with the count of pairs that show it
+    written = pd.read_csv(tmp_path / 'transitions.csv')
+    assert len(written) == len(CLASSES) ** 2
+    rows_written = list(zip(written['speaker'], written['listener'], written['count'], written['lift']))
+    assert {(a, b): n for a, b, n, _ in rows_written} == {
+        (a, b): counts.get((a, b), 0) for a in CLASSES for b in CLASSES}
+    # patterns.csv: exactly the transitions passing the thresholds, strongest lift first
+    chosen = pd.read_csv(tmp_path / 'patterns.csv')
+    expected = {(a, b) for a, b, n, lift in rows_written
+                if lift >= params.min_lift and n >= params.min_support and 'neutral' not in (a, b)}
+    assert set(zip(chosen.speaker, chosen.listener)) == expected and len(chosen) == figures['patterns']
+    assert list(chosen['lift']) == sorted(chosen['lift'], reverse=True)
+    # the lift matrix is the transitions' lift, speaker rows by listener columns
+    lift = pd.read_csv(tmp_path / 'lift_matrix.csv', index_col=0)
+    sad_caring = written.set_index(['speaker', 'listener']).loc[('sadness', 'caring')]
+    assert list(lift.index) == list(lift.columns) == CLASSES
+    assert lift.loc['sadness', 'caring'] == pytest.approx(sad_caring['lift'])
+    # per ED emotion: the group's own pair count and its transitions counted within the group
+    per_emotion = pd.read_csv(tmp_path / 'per_ed_emotion.csv')
+    devastated = train_pairs[train_pairs['ed_emotion'] == 'devastated']
+    rows = per_emotion[per_emotion['ed_emotion'] == 'devastated']
+    assert 1 <= len(rows) <= 3 and (rows['pairs'] == len(devastated)).all()
+    group_counts = _pair_counts(devastated)
+    assert list(rows['count']) == [group_counts[key] for key in zip(rows['speaker'], rows['listener'])]
+    # the summary's headline figures, recomputed from the pairs
+    with_pattern = [any((a, b) in expected for a in s for b in lst)
+                    for s, lst in zip(train_pairs['speaker_labels'], train_pairs['listener_labels'])]
+    assert figures['pairs_with_pattern'] == pytest.approx(sum(with_pattern) / len(train_pairs))
     summary = (tmp_path / 'summary.md').read_text()
-    assert 'sadness' in summary and f"**{figures['patterns']} transitions**" in summary
-    per_emotion = (tmp_path / 'per_ed_emotion.csv').read_text()
-    assert 'devastated' in per_emotion
+    assert f"{len(train_pairs)} turn pairs in {train_pairs['conv_id'].nunique()} conversations." in summary
+    assert f"**{len(expected)} transitions**; {sum(with_pattern) / len(train_pairs):.1%} of turn pairs" in summary
+    # each heatmap a PNG of the size it is drawn at (11 x 9 inches at 110 dpi)
+    for column in ('count', 'rate', 'lift'):
+        with open(tmp_path / f'heatmap_{column}.png', 'rb') as f:
+            head = f.read(24)
+        assert head[:8] == b'\x89PNG\r\n\x1a\n'
+        assert (int.from_bytes(head[16:20], 'big'), int.from_bytes(head[20:24], 'big')) == (1210, 990)
 
 
 def test_subsets_fractions_disjoint_pools_and_reproducible(train_pairs, tmp_path):
@@ -138,7 +179,11 @@ def test_patterns_teacher_serves_the_subset(rule_tags, ed_dir, tmp_path):
         convs.add(train.act()['conv_id'])
     assert convs == kept
     valid = teacher('valid')
-    assert valid.num_examples() == 5738 or valid.num_examples() > 5700  # the full clean split
+    # the full clean split: every Listener turn of the cleaned valid file, counted here from it
+    from parlai_empathy.data import ed_raw
+
+    conversations, _ = ed_raw.read_clean(os.path.join(ed_dir, 'valid.csv'))
+    assert valid.num_examples() == sum(len(c.utterances) // 2 for c in conversations)
 
 
 def test_two_reports_compared(train_pairs, tmp_path):
@@ -146,13 +191,32 @@ def test_two_reports_compared(train_pairs, tmp_path):
     import json
 
     old, new = tmp_path / 'old', tmp_path / 'new'
-    for folder, params in ((old, PatternParams()), (new, PatternParams(min_lift=1.5))):
+    # the stricter set's lift: the middle pattern's, so that the weaker half is dropped
+    lifts = patterns.select_patterns(patterns.transitions(train_pairs, CLASSES), PatternParams())['lift']
+    assert len(lifts) >= 2
+    for folder, params in ((old, PatternParams()), (new, PatternParams(min_lift=float(lifts.iloc[len(lifts) // 2])))):
         figures = patterns.write_report(train_pairs, CLASSES, params, str(folder))
         (folder / 'figures.json').write_text(json.dumps(figures))
     text = patterns.compare(str(old), str(new))
     before, after = json.loads((old / 'figures.json').read_text()), json.loads((new / 'figures.json').read_text())
     assert f'| patterns | {before["patterns"]} | {after["patterns"]} |' in text
-    assert '| 1 | ' in text and 'gone' in text  # a stricter lift drops transitions from the set
+    # the pattern sets' difference, from the two reports' patterns.csv
+    import pandas as pd
+
+    def chosen(folder):
+        frame = pd.read_csv(folder / 'patterns.csv')
+        return set(zip(frame.speaker, frame.listener))
+
+    gone, new_set = chosen(old) - chosen(new), chosen(new) - chosen(old)
+    assert gone and not new_set  # a stricter lift only drops transitions
+    assert f'Pattern set: {len(chosen(old) & chosen(new))} transitions in both, {len(gone)} gone, 0 new.' in text
+    assert '- gone: ' + ', '.join(f'{s} -> {t}' for s, t in sorted(gone)) in text.splitlines()
+    # rank 1 of the most frequent transitions: the largest non-neutral count, the same in both
+    counts = {k: v for k, v in _pair_counts(train_pairs).items() if 'neutral' not in k}
+    (speaker, listener), count = max(counts.items(), key=lambda item: item[1])
+    trans = pd.read_csv(old / 'transitions.csv').set_index(['speaker', 'listener'])
+    lift = f"{trans.loc[(speaker, listener), 'lift']:.2f}"
+    assert f'| 1 | {speaker} -> {listener} | {count} | {lift} | {speaker} -> {listener} | {count} | {lift} |' in text
 
 
 def test_min_lift_auto_is_the_lowest_grid_lift_leaving_43_percent_without(train_pairs, rule_tags, ed_dir, tmp_path):

@@ -42,7 +42,6 @@ What a client can make the server do is bounded, and no request gets a 5xx for w
   second at the same time gets 429).
 """
 import collections
-import html
 import json
 import secrets
 import threading
@@ -50,6 +49,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl
 
+import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -76,20 +76,11 @@ SECURITY_HEADERS = {
     'Referrer-Policy': 'no-referrer',
     'Cache-Control': 'no-store',
 }
-STYLE = """
-body{font-family:system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem;color:#222}
-h1{font-size:1.4rem;margin-bottom:.2rem}.model{color:#666;margin-top:0}
-.turn{padding:.6rem .8rem;border-radius:.6rem;margin:.5rem 0;max-width:85%;overflow-wrap:anywhere}
-.user{background:#dbeafe;margin-left:auto}.bot{background:#f1f5f9}
-.who{font-weight:600;margin-right:.3rem}
-.emotions{display:flex;flex-wrap:wrap;gap:.3rem;margin-top:.4rem}
-.emotion{font-size:.8rem;background:#fde68a;border-radius:1rem;padding:.1rem .6rem}
-.emotion.tracked{background:#fbcfe8}.emotion.planned{background:#bbf7d0}.emotion.listeners{background:#bfdbfe}
-form{display:flex;gap:.5rem;margin-top:1rem}input[type=text]{flex:1;padding:.5rem;font-size:1rem}
-button{padding:.5rem 1rem;font-size:1rem}.note{color:#92400e}.help{color:#666;font-size:.85rem}
-"""
-
-esc = html.escape
+# the page: an autoescaped Jinja2 template, as the rating pages are (every value shown is escaped
+# unless the template says otherwise, and it never does); a missing value is an error, not blank
+PAGE = jinja2.Environment(
+    loader=jinja2.PackageLoader('parlai_empathy', 'templates'), autoescape=True,
+    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True).get_template('chat.html')
 
 
 def emotion_badges(reply: Dict) -> List[tuple]:
@@ -373,29 +364,9 @@ def form_text(body: bytes) -> str:
 
 
 def render_page(title: str, turns: List[dict], note: str = '') -> str:
-    rows = []
-    for i, turn in enumerate(turns, 1):
-        reply = turn['reply']
-        badges = ''.join(f'<span class="{cls}" id="emotion-{i}-{n}">{esc(text)}</span>'
-                         for n, (cls, text) in enumerate(emotion_badges(reply), 1))
-        rows.append(f'<div class="turn user" id="user-{i}"><span class="who">You:</span>{esc(turn["user"])}</div>'
-                    f'<div class="turn bot" id="reply-{i}"><span class="who">Model:</span>'
-                    f'<span class="text">{esc(reply["text"])}</span>'
-                    + (f'<div class="emotions">{badges}</div>' if badges else '') + '</div>')
-    note_html = f'<p class="note" id="note">{esc(note)}</p>' if note else ''
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>Empathetic chat</title><style>{STYLE}</style></head><body><main>'
-        f'<h1>Empathetic chat</h1><p class="model" id="model">{esc(title)}</p>'
-        f'<section id="conversation">{"".join(rows)}</section>{note_html}'
-        '<form method="post" action="/say" id="chat-form" accept-charset="utf-8">'
-        '<input type="text" name="text" id="message" autocomplete="off" autofocus '
-        f'maxlength="{MAX_MESSAGE_CHARS}" placeholder="Tell the model how you feel...">'
-        '<button type="submit" id="send">Send</button></form>'
-        '<form method="post" action="/reset"><button type="submit" id="reset">New conversation</button></form>'
-        '<p class="help">The emotions are the model\'s guesses (32 EmpatheticDialogues labels).</p>'
-        '</main></body></html>')
+    shown_turns = [{'user': turn['user'], 'reply': turn['reply'], 'badges': emotion_badges(turn['reply'])}
+                   for turn in turns]
+    return PAGE.render(title=title, turns=shown_turns, note=note, max_chars=MAX_MESSAGE_CHARS)
 
 
 def _html(body: str, status: int = 200) -> HTMLResponse:

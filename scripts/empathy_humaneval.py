@@ -217,7 +217,7 @@ class HumanEvalMTurk(EmpathyScript):
 
 @register_script('empathy_humaneval_analyze')
 class HumanEvalAnalyze(EmpathyScript):
-    """Tables (mean ± SEM or win/lose/tie %), agreement (Fleiss/Cohen kappa) and plots."""
+    """Tables (mean ± SEM or win/lose/tie %), agreement (Krippendorff's alpha, Cohen's kappa) and plots."""
 
     @classmethod
     def setup_args(cls):

@@ -353,16 +353,45 @@ def test_weighted_cohen_kappa_for_likert_hand_worked():
     assert np.isnan(analysis.cohen_kappa(['A', 'A'], ['A', 'A']))  # chance agreement is total
 
 
-def test_fleiss_kappa_hand_worked():
-    # 4 items, 3 raters, 2 categories: counts (3,0), (0,3), (2,1), (1,2).
-    # P_i = 1, 1, 1/3, 1/3 -> P_bar = 2/3; p = (6/12, 6/12) -> P_e = 1/2.
-    # kappa = (2/3 - 1/2) / (1/2) = 1/3
-    assert analysis.fleiss_kappa([[3, 0], [0, 3], [2, 1], [1, 2]]) == pytest.approx(1 / 3)
-    # the worked example of Wikipedia's "Fleiss' kappa" page (10 items, 14 raters, 5
-    # categories; P_bar = 0.378, P_e = 0.213): kappa = 0.210
-    wiki = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-            [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
-    assert round(analysis.fleiss_kappa(wiki), 3) == 0.210
+def test_krippendorff_alpha_hand_worked():
+    # 3 units rated by 2, 2 and 3 raters (values 1..3); a 4th unit rated once adds nothing.
+    # Coincidences (a pair of values in a unit of m values counts 1/(m - 1)): o11 = 2 (unit 1),
+    # o13 = o31 = 1 (unit 2), o33 = o23 = o32 = 1 (unit 3); n = 7, n1 = 3, n2 = 1, n3 = 3.
+    # nominal: 1 - (n - 1) * 4 / (2 * (3*1 + 3*3 + 1*3)) = 1 - 24/30 = 0.2
+    # interval (squared differences): observed 4 + 4 + 1 + 1 = 10, expected 2 * (3*1*1 + 3*3*4
+    # + 1*3*1) = 84 -> 1 - 6 * 10 / 84 = 2/7
+    ratings = [('a', 'u1', 1), ('b', 'u1', 1),
+               ('a', 'u2', 1), ('c', 'u2', 3),
+               ('a', 'u3', 2), ('b', 'u3', 3), ('c', 'u3', 3),
+               ('a', 'u4', 2)]
+    assert analysis.krippendorff_alpha(ratings) == pytest.approx(0.2)
+    assert analysis.krippendorff_alpha(ratings, 'interval') == pytest.approx(2 / 7)
+    # Krippendorff's own worked example ("Computing Krippendorff's Alpha-Reliability", 2011):
+    # 4 observers, 12 units, missing values; nominal 0.743, interval 0.849
+    table = {'A': [1, 2, 3, 3, 2, 1, 4, 1, 2, None, None, None],
+             'B': [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, None, 3],
+             'C': [None, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, None],
+             'D': [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, None]}
+    paper = [(rater, unit, v) for rater, values in table.items() for unit, v in enumerate(values) if v is not None]
+    assert round(analysis.krippendorff_alpha(paper), 3) == 0.743
+    assert round(analysis.krippendorff_alpha(paper, 'interval'), 3) == 0.849
+    # nothing to compare, or one label only: no disagreement is expected
+    assert np.isnan(analysis.krippendorff_alpha([('a', 'u', 1), ('b', 'v', 2)]))
+    assert np.isnan(analysis.krippendorff_alpha([('a', 'u', 1), ('b', 'u', 1)]))
+
+
+def test_agreement_counts_every_rater_of_a_unit():
+    """Units with differing numbers of raters all count, with all their raters (an A/B task whose
+    pairings got a fourth vote): the hand-worked nominal case above, as a rating frame."""
+    rows = [('a', 'u1', 'A'), ('b', 'u1', 'A'),
+            ('a', 'u2', 'A'), ('c', 'u2', 'B'),
+            ('a', 'u3', 'tie'), ('b', 'u3', 'B'), ('c', 'u3', 'B'),
+            ('a', 'u4', 'tie')]
+    frame = pd.DataFrame([{'aspect': 'overall', 'worker_id': w, 'unit_id': u, 'winner': x, 'answer_id': i}
+                          for i, (w, u, x) in enumerate(rows)])
+    row = analysis.agreement(frame, 'winner', **analysis.AB_KAPPA).iloc[0]
+    assert (row['units'], row['ratings'], row['alpha_level']) == (3, 7, 'nominal')
+    assert row['krippendorff_alpha'] == pytest.approx(0.2)
 
 
 # -- DB rules and analysis end to end (no web) -----------------------------------------------
@@ -501,7 +530,11 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
     assert '| Model | Empathy | Relevance | Fluency | ratings |' in md
     assert open(out['plot'], 'rb').read(4) == b'\x89PNG'
     kappa = pd.read_csv(out['agreement']).set_index('aspect')
-    assert kappa.loc['fluency', 'raters_per_unit'] == 2
+    # every unit rated twice; relevance follows the model alone (both raters agree), fluency is
+    # always 4 (no disagreement to expect: no alpha)
+    assert (kappa['ratings'] == 2 * kappa['units']).all() and set(kappa['alpha_level']) == {'interval'}
+    assert kappa.loc['relevance', 'krippendorff_alpha'] == pytest.approx(1.0)
+    assert np.isnan(kappa.loc['fluency', 'krippendorff_alpha'])
     assert set(kappa['cohen_weights']) == {'quadratic'}  # Likert ratings are ordinal
 
 

@@ -24,17 +24,24 @@ ASPECT_TITLES = {'empathy': 'Empathy', 'relevance': 'Relevance', 'fluency': 'Flu
 
 
 # -- agreement ------------------------------------------------------------------------------
-def fleiss_kappa(counts) -> float:
-    """Fleiss' kappa from an items x categories matrix of rater counts (same raters per item)."""
-    counts = np.asarray(counts, dtype=float)
-    n_raters = counts.sum(axis=1)
-    if counts.shape[0] == 0 or not np.all(n_raters == n_raters[0]) or n_raters[0] < 2:
-        raise ValueError('Fleiss kappa needs >= 1 item and the same number (>= 2) of raters each')
-    n = n_raters[0]
-    p_item = ((counts * (counts - 1)).sum(axis=1)) / (n * (n - 1))
-    p_cat = counts.sum(axis=0) / counts.sum()
-    p_bar, p_e = p_item.mean(), (p_cat ** 2).sum()
-    return float('nan') if p_e == 1 else float((p_bar - p_e) / (1 - p_e))
+def krippendorff_alpha(ratings: Sequence[Tuple[str, str, object]], level: str = 'nominal') -> float:
+    """Krippendorff's alpha of ``(rater, unit, label)`` ratings, with NLTK's implementation
+    (``nltk.metrics.agreement.AnnotationTask``, checked against Krippendorff's own worked example):
+    any number of raters per unit, a unit rated once adds nothing. ``level``: 'nominal' (every
+    disagreement counts the same: A/B choices) or 'interval' (squared differences of the labels:
+    Likert ratings, as quadratic weights do for Cohen's kappa). NaN when nothing can be compared
+    or every rating has one label (no disagreement is expected)."""
+    from nltk.metrics.agreement import AnnotationTask
+    from nltk.metrics.distance import binary_distance, interval_distance
+
+    distances = {'nominal': binary_distance, 'interval': interval_distance}
+    if level not in distances:
+        raise ValueError(f'level must be one of {sorted(distances)}, not {level!r}')
+    units = Counter(unit for _, unit, _ in ratings)
+    pairable = [(str(rater), str(unit), label) for rater, unit, label in ratings if units[unit] >= 2]
+    if not pairable or len({label for _, _, label in pairable}) < 2:
+        return float('nan')
+    return float(AnnotationTask(pairable, distance=distances[level]).alpha())
 
 
 def cohen_kappa(a: Sequence, b: Sequence, weights: Optional[str] = None,
@@ -53,35 +60,32 @@ def cohen_kappa(a: Sequence, b: Sequence, weights: Optional[str] = None,
         return float(cohen_kappa_score(a, b, labels=labels, weights=weights))
 
 
-# How each task's labels are compared: Likert ratings are ordinal, A/B winners nominal.
+# How each task's labels are compared: Likert ratings are ordinal (squared differences), A/B
+# winners nominal; ``level`` for Krippendorff's alpha, the rest for Cohen's kappa.
 LIKERT_KAPPA = {'weights': 'quadratic', 'labels': sorted(sampling.LIKERT_RATINGS)}
 AB_KAPPA = {'weights': None, 'labels': None}
+LEVELS = {None: 'nominal', 'linear': 'interval', 'quadratic': 'interval'}  # Cohen's weights -> alpha's level
 
 
 def agreement(df: pd.DataFrame, label: str, min_common: int = 5, weights: Optional[str] = None,
               labels: Optional[Sequence] = None) -> pd.DataFrame:
-    """Per aspect: Fleiss' kappa over units (first k raters each, k = most common rater count)
-    and the mean Cohen's kappa (``weights``: see :func:`cohen_kappa`) over worker pairs sharing
-    >= ``min_common`` units."""
+    """Per aspect: Krippendorff's alpha over every unit rated at least twice, whatever the number
+    of raters (interval for quadratic ``weights``, else nominal), and the mean Cohen's kappa
+    (``weights``: see :func:`cohen_kappa`) over worker pairs sharing >= ``min_common`` units."""
     out = []
     for aspect, sub in df.groupby('aspect'):
-        sub = sub.sort_values('answer_id')
-        per_unit = sub.groupby('unit_id')[label].apply(list)
-        k = int(per_unit.map(len).mode().max()) if len(per_unit) else 0
-        full = per_unit[per_unit.map(len) >= k].map(lambda v, k=k: v[:k])
-        fleiss = float('nan')
-        if k >= 2 and len(full):
-            cats = sorted({x for v in full for x in v}, key=str)
-            fleiss = fleiss_kappa([[v.count(c) for c in cats] for v in full])
+        per_unit = sub.groupby('unit_id')[label].count()
+        rated = sub[sub['unit_id'].isin(per_unit[per_unit >= 2].index)]
+        alpha = krippendorff_alpha(list(zip(rated['worker_id'], rated['unit_id'], rated[label])), LEVELS[weights])
         wide = sub.pivot_table(index='unit_id', columns='worker_id', values=label, aggfunc='first')
         pair_kappas = []
         for w1, w2 in itertools.combinations(wide.columns, 2):
             both = wide[[w1, w2]].dropna()
             if len(both) >= min_common:
                 pair_kappas.append(cohen_kappa(list(both[w1]), list(both[w2]), weights, labels))
-        out.append({'aspect': aspect, 'raters_per_unit': k, 'units': len(full),
-                    'fleiss_kappa': fleiss, 'worker_pairs': len(pair_kappas),
-                    'mean_cohen_kappa': _finite_mean(pair_kappas),
+        out.append({'aspect': aspect, 'units': int((per_unit >= 2).sum()), 'ratings': len(rated),
+                    'krippendorff_alpha': alpha, 'alpha_level': LEVELS[weights],
+                    'worker_pairs': len(pair_kappas), 'mean_cohen_kappa': _finite_mean(pair_kappas),
                     'cohen_weights': weights or 'none'})
     return pd.DataFrame(out)
 

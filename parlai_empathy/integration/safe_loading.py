@@ -423,7 +423,7 @@ def agent_kind(model: str) -> str:
     for kind, base in zip(KINDS, (TorchRankerAgent, TorchGeneratorAgent, TorchClassifierAgent)):
         if isinstance(agent_class, type) and issubclass(agent_class, base):
             return kind
-    raise ValueError(f'{model} is neither a response ranker, a response generator nor an emotion classifier')
+    raise ValueError(f'{model} is neither a response generator, a response ranker nor an emotion classifier')
 
 
 def model_folder(model_file: str, trust: bool = False, datapath: Optional[str] = None,

@@ -91,7 +91,7 @@ setup(
         'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
                            # ETHREED's default listener labels (--listener-emotions ed32-utterance)
                            'data/listener_labels/*/labels.csv.gz', 'data/listener_labels/*/meta.json',
-                           'humaneval/templates/*.html', 'templates/*.html',  # the web chat's page
+                           'humaneval/templates/*.html', 'serving/templates/*.html',  # the web chat's page
                            # the crowd pages' sources (built with npm at make install-crowd)
                            'humaneval/crowd/webapp/*.json', 'humaneval/crowd/webapp/*.mjs',
                            'humaneval/crowd/webapp/*.html', 'humaneval/crowd/webapp/*.js',

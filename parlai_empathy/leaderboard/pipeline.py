@@ -12,10 +12,10 @@ import shlex
 import time
 from typing import Callable, List, Optional, Sequence
 
+from parlai_empathy.integration.safe_loading import ModelFileError, check_model_trust
 from parlai_empathy.leaderboard import artifacts, board, evaluation, readme_tables, rows
 from parlai_empathy.leaderboard.human import HumanEvalError, attach_acute
 from parlai_empathy.leaderboard.records import EntryResult
-from parlai_empathy.safe_loading import ModelFileError, check_model_trust
 
 COMMAND = 'empathy_leaderboard'
 

@@ -79,7 +79,7 @@ SECURITY_HEADERS = {
 # the page: an autoescaped Jinja2 template, as the rating pages are (every value shown is escaped
 # unless the template says otherwise, and it never does); a missing value is an error, not blank
 PAGE = jinja2.Environment(
-    loader=jinja2.PackageLoader('parlai_empathy', 'templates'), autoescape=True,
+    loader=jinja2.PackageLoader('parlai_empathy.serving', 'templates'), autoescape=True,
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True).get_template('chat.html')
 
 

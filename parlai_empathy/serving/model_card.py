@@ -9,7 +9,7 @@ import datetime
 import os
 from typing import Dict, List, Optional
 
-from parlai_empathy.safe_loading import agent_kind
+from parlai_empathy.integration.safe_loading import agent_kind
 
 PAPERS = {
     'empathy/bert_ranker': ('BERT bi-encoder retrieval model (Rashkin et al., 2019)',

@@ -333,12 +333,24 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         return None
 
     def _treesearch_factory(self, device, verbose=False):
-        search = super()._treesearch_factory(device, verbose)
-        if self.opt.get('inference') == 'beam' and self.opt['beam_stop'] == 'top':
-            from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
+        if self.opt.get('inference') != 'beam' or self.opt['beam_stop'] != 'top':
+            return super()._treesearch_factory(device, verbose)
+        from parlai_empathy.agents.reference_beam import ReferenceBeamSearch
 
-            search.__class__ = ReferenceBeamSearch  # the same settings, the reference's rule
-        return search
+        # the settings ParlAI 1.7.2's factory gives its BeamSearch; the reference's stopping rule
+        return ReferenceBeamSearch(
+            self.opt.get('beam_size', 1),
+            min_length=self.beam_min_length,
+            block_ngram=self.beam_block_ngram,
+            context_block_ngram=self.beam_context_block_ngram,
+            length_penalty=self.opt.get('beam_length_penalty', 0.65),
+            padding_token=self.NULL_IDX,
+            bos_token=self.START_IDX,
+            eos_token=self.END_IDX,
+            device=device,
+            verbose=verbose,
+            gpu_beam_blocking=self.opt.get('gpu_beam_blocking', False),
+        )
 
     def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
         return super()._generate(batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts),

@@ -242,7 +242,11 @@ class MimeEncoder(nn.Module):
                                            dropout=size.dropout, reference_tags=reference_tags)
         self.context_encoder = size.encoder(input_dim=words.d_model)
         # 2. user-emotion classification: s = E_E W_E c
-        self.emotion_embedding = nn.Parameter(torch.randn(NUM_EMOTIONS, d_model) * d_model ** -0.5)
+        # its values come from Mime.init_weights (xavier-uniform, as every weight matrix); the draw
+        # below only keeps the random stream where seeded runs had it, so the layers built after
+        # this one start from the same weights as in the recorded runs
+        self.emotion_embedding = nn.Parameter(torch.empty(NUM_EMOTIONS, d_model))
+        torch.randn(NUM_EMOTIONS, d_model)
         self.classifier_proj = nn.Linear(d_model, d_model, bias=False)  # W_E
         self.register_buffer('is_positive', torch.tensor(is_positive_by_id()), persistent=False)
         # 3-4. grouping and stochastic sampling

@@ -56,12 +56,12 @@ def applicable_search(agent, beam_size: int, device, prefix_tokens) -> Optional[
 
 
 @torch.no_grad()
-def batched_greedy(agent, batch, search, max_ts: int):
-    """``(beam_preds_scores, searches)`` as ``TorchGeneratorAgent._generate`` returns them."""
+def batched_greedy(agent, batch, search, max_ts: int, encoder_states):
+    """``(beam_preds_scores, searches)`` as ``TorchGeneratorAgent._generate`` returns them, from the
+    batch's ``encoder_states`` (``model.encoder(*agent._encoder_input(batch))``)."""
     model = agent.model
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
-    encoder_states = model.encoder(*agent._encoder_input(batch))
     device = batch.text_vec.device
     bsz = batch.batchsize
     eos, bos, min_length = search.eos, search.bos, search.min_length

@@ -312,6 +312,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
                                                      prev_enc=encoder_states, loss_smoothing=smoothing)
             extra, parts = self.core_model.extra_losses(encoder_states, gold) if gold is not None else (0, {})
+        if not training:
+            self.keep_readout(encoder_states)
         record_response_metrics(self, response)
         loss = self.core_model.response_weight * (response.smoothed if training else response.nll.sum())
         if gold is not None:

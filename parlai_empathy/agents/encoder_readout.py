@@ -1,9 +1,12 @@
 """The base of the project's generators: replies carry what the encoder predicted.
 
 MIME, Multi-TR and ETHREED answer with the emotions their encoder read off the context (the
-user's emotion, the mimicry polarity, the listener's planned emotion). Those come from the same
-encoder pass that produced the reply: a forward hook keeps the encoder's report (its states'
-``aux``, a typed ``ModelOutput``), so evaluation and interactive chat never encode a batch twice.
+user's emotion, the mimicry polarity, the listener's planned emotion). Their encoder returns them
+typed, beside the decoder memory (``EncoderStates.aux``, a ``ModelOutput`` of the model); the agent
+keeps the report of its last pass over the batch (:meth:`EncoderReadoutAgent.keep_readout`): the
+loss's, then the generation's, which made the reply. Where ParlAI's own search loop generates
+(beam search, blocking, ``--beam-stop top``) it encodes the batch itself and returns no states, so
+the agent makes that pass once more, just before, from the same random state.
 
 Replies are plain text (:mod:`parlai_empathy.agents.detokenize`), as the rankers' are.
 
@@ -16,13 +19,8 @@ It also holds what every generator shares about *training* like its reference:
   the CPU, which passes over the vocabulary-sized embedding and output matrices about ten times a
   step. The multi-tensor step does the same arithmetic in the same order, so the weights are
   identical to the bit (``tests/test_agents_mime.py``); alone it saves about a tenth of the
-  optimizer's time, the heap below most of the rest (``bench/mime_step_profile.py``). PyTorch's
+  optimizer's time (``bench/mime_step_profile.py``). PyTorch's
   fused CPU kernel is faster still but rounds differently, so it is not used.
-* Large tensors stay on the heap while training on the CPU (:func:`keep_large_tensors_on_heap`):
-  glibc hands every allocation above 128 KiB to ``mmap`` and gives it back on ``free``, so each
-  step's vocabulary-sized temporaries (the embedding's gradient, Adam's square roots) land on
-  fresh pages that the kernel faults in and zeroes, several times a step. Where the weights live
-  in memory does not change a bit of them.
 * Subnormal moments are flushed (:func:`flush_subnormal_moments`, every 100 updates on the CPU):
   the Adam moments of rarely seen words decay into float32's subnormal range and stay there, where
   the CPU computes slowly; setting them to zero changes no weight.
@@ -30,7 +28,6 @@ It also holds what every generator shares about *training* like its reference:
   What such a model had is each agent's one migration table (``OPT_MIGRATIONS``), applied where a
   saved model's options are read: :meth:`EncoderReadoutAgent.upgrade_opt`.
 """
-import ctypes
 import os
 
 import parlai.utils.logging as logging
@@ -68,31 +65,6 @@ def set_amsgrad(optimizer, amsgrad):
             state = optimizer.state.get(param)
             if state and 'exp_avg_sq' in state and 'max_exp_avg_sq' not in state:
                 state['max_exp_avg_sq'] = state['exp_avg_sq'].clone()
-
-
-# glibc's mallopt(3) parameters (malloc.h), and the thresholds asked for: allocations below 1 GiB
-# come from the heap, and freed memory is kept for the next step rather than trimmed
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_UP_TO, KEEP_FREED = 1 << 30, (1 << 31) - 1
-# glibc releases before 2.35 refuse a threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit)
-HEAP_UP_TO_OLD_GLIBC = 32 << 20
-MALLOC_ENV = ('MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_', 'GLIBC_TUNABLES')
-
-
-def keep_large_tensors_on_heap() -> bool:
-    """Keep allocations below 1 GiB on glibc's heap and freed memory in the process (see the module
-    docstring). Process-wide and idempotent; nothing happens without glibc or when the user set
-    malloc's thresholds in the environment. True when the thresholds were set."""
-    if any(name in os.environ for name in MALLOC_ENV):
-        return False
-    try:
-        mallopt = ctypes.CDLL('libc.so.6').mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if not (mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO) or mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO_OLD_GLIBC)):
-        return False
-    return bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED))
 
 
 # Adam's moments of a row whose gradient stays zero (a word absent from the batches) shrink by
@@ -161,21 +133,11 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         return parser
 
     def __init__(self, opt, shared=None):
-        # one holder for an agent and its shared copies: they share the model, and its hook
-        self._readout = shared['encoder_readout'] if shared is not None else {}
+        # the encoder's report on the batch being evaluated (see eval_step); this agent's own
+        self._reply_readout = None
         super().__init__(opt, shared)
         if shared is None:
             warn_world_logs_without_replies(self.opt)
-        if shared is None and self.model is not None:
-            readout = self._readout
-            self.core_model.encoder.register_forward_hook(
-                lambda module, inputs, states: readout.__setitem__('aux', states.aux)
-            )
-
-    def share(self):
-        shared = super().share()
-        shared['encoder_readout'] = self._readout
-        return shared
 
     # ----- options added after models were saved without them ----------------------------
     def _model_exists(self):
@@ -213,8 +175,6 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
             optimizer = getattr(self.optimizer, 'optimizer', self.optimizer)
             set_amsgrad(optimizer, amsgrad)
             set_foreach(optimizer)
-        if not self.use_cuda:
-            keep_large_tensors_on_heap()
         return failed
 
     def update_params(self):
@@ -233,31 +193,41 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
         """The model itself, also when multiprocessing_train wraps it in DDP."""
         return getattr(self.model, 'module', self.model)
 
-    def encoder_readout(self, batch):
-        """The report (``aux``) of the encoder pass just made on ``batch``; encoded now if none was."""
-        aux = self._readout.pop('aux', None)
-        if aux is None or aux.batch_size != batch.text_vec.size(0):
-            with torch.no_grad():
-                aux = self.core_model.encoder(*self._encoder_input(batch)).aux
-        return aux
+    def keep_readout(self, encoder_states):
+        """Called with the encoder states of each pass over the batch in evaluation (the loss's,
+        then the generation's): the last one's report is what the replies carry."""
+        self._reply_readout = encoder_states.aux
 
     def eval_step(self, batch):
-        self._readout.pop('aux', None)  # nothing from an earlier batch
+        self._reply_readout = None  # nothing from an earlier batch
         output = super().eval_step(batch)
         if output is None or batch.text_vec is None:
             return output
-        self.add_readout_fields(output, self.encoder_readout(batch))
+        if self._reply_readout is None:  # neither scored nor generated: encoded for the fields alone
+            with torch.no_grad():
+                self.keep_readout(self.core_model.encoder(*self._encoder_input(batch)))
+        self.add_readout_fields(output, self._reply_readout)
         return output
 
     def add_readout_fields(self, output, aux):
         raise NotImplementedError
 
     def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
+        if batch.text_vec is None:
+            return super()._generate(batch, beam_size, max_ts, prefix_tokens=prefix_tokens)
+        device = batch.text_vec.device
         # one hypothesis per example: the whole batch's search at once (same replies and scores)
-        if batch.text_vec is not None:
-            search = applicable_search(self, beam_size, batch.text_vec.device, prefix_tokens)
-            if search is not None:
-                return batched_greedy(self, batch, search, max_ts)
+        search = applicable_search(self, beam_size, device, prefix_tokens)
+        if search is not None:
+            with torch.no_grad():
+                encoder_states = self.core_model.encoder(*self._encoder_input(batch))
+            self.keep_readout(encoder_states)
+            return batched_greedy(self, batch, search, max_ts, encoder_states)
+        # ParlAI's loop encodes the batch itself and keeps the states to itself: the replies'
+        # report comes from the same pass made just before, from the same random state (ETHREED's
+        # encoder samples), so both passes read the same and the loop draws what it drew alone
+        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []):
+            self.keep_readout(self.core_model.encoder(*self._encoder_input(batch)))
         return super()._generate(batch, beam_size, max_ts, prefix_tokens=prefix_tokens)
 
     def _v2t(self, vec):

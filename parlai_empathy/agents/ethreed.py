@@ -439,6 +439,8 @@ class EthreedAgent(EncoderReadoutAgent):
         targets = batch.label_ext if batch.get('label_ext') is not None else batch.label_vec
         response, _, encoder_states = self.model(*self._model_input(batch), ys=targets,
                                                  loss_smoothing=0.0)
+        if not self.model.training:
+            self.keep_readout(encoder_states)
         record_response_metrics(self, response)
         l3 = (response.nll / response.tokens.clamp(min=1)).mean()
         extra, parts = self.core_model.extra_losses(encoder_states, batch.answered_labels,

@@ -41,9 +41,6 @@ class MimeAgent(EmotionGeneratorAgent):
             batch.text_vec, batch.get('speaker_vec'), gold)
         response, _, _ = self.model(batch.text_vec, ys=batch.label_vec, prev_enc=gold_states, loss_smoothing=0.0)
         record_response_metrics(self, response, suffix='_gold')
-        # the reply's emotion fields read this batch's predicted-polarity pass, which runs no
-        # encoder forward (the hook's source), so it is handed to the readout here
-        self._readout['aux'] = predicted_states.aux
         return predicted_states
 
     def build_model(self):

@@ -9,8 +9,9 @@
 * option values ``model_dir:<relative path>`` (written by ``parlai empathy_package_model`` for
   the files it packs beside the weights: candidate pool, encoder, classifier) are resolved
   against the model file's folder, so a packaged model works wherever it is unpacked;
-* in ``parlai interactive``, a line of invalid UTF-8 reaches the agent with U+FFFD in place of
-  the bad bytes instead of crashing ParlAI's prompt;
+* a message holding undecodable bytes as Python's stdin delivers them under the C.UTF-8 locale
+  or UTF-8 mode (``parlai interactive``: lone surrogates, which HuggingFace tokenizers refuse with
+  a TypeError) is observed with U+FFFD in their place (:func:`undecodable_as_replacement`);
 * in chat (``interactive_mode``: ``parlai interactive``, ``parlai empathy_chat``), an empty or
   blank message is answered with :data:`EMPTY_INPUT_REPLY` without running the model, and leaves
   no trace in the dialogue history (a message with a label, as in evaluation, is scored as usual);
@@ -20,13 +21,13 @@
   over the old one: ParlAI writes the ``.opt`` and ``.dict`` in place, so a run killed in the
   middle of a checkpoint left an empty ``model.checkpoint.opt`` (or a half dictionary) and could
   not resume; the temporary file such a kill leaves is removed by the next save;
-* built by ``parlai train_model``'s loop, the agent gives that loop the project's training
-  behaviour (:mod:`parlai_empathy.agents.training_loop`; a stock agent's loop is left alone).
+* ``parlai train_model`` trains it with the loop its class names (:meth:`SafeAgentMixin.train_loop`:
+  :class:`~parlai_empathy.agents.training_loop.EmpathyTrainLoop`; a stock agent trains with
+  ParlAI's own loop).
 """
 import os
-import sys
+import re
 
-from parlai_empathy.agents import training_loop
 from parlai_empathy.files.cache_lock import atomic_save_as, remove_dead_temporaries
 from parlai_empathy.integration.safe_loading import ModelFileError, ModelFileExit, describe_mismatch, load_checkpoint
 
@@ -46,16 +47,20 @@ def resolve_model_dir_paths(opt) -> None:
                                     value[len(MODEL_DIR_PREFIX):])
 
 
-def tolerate_undecodable_stdin() -> None:
-    """Interactive input with invalid UTF-8 must reach the agent (as U+FFFD), not crash input()."""
-    stdin = sys.stdin
-    # under the C / C.UTF-8 locale Python reads stdin with surrogateescape: the bad bytes would
-    # reach the agent as lone surrogates, which HuggingFace tokenizers refuse (a TypeError)
-    if hasattr(stdin, 'reconfigure') and getattr(stdin, 'errors', 'strict') in ('strict', 'surrogateescape'):
-        try:
-            stdin.reconfigure(errors='replace')
-        except (ValueError, OSError):  # pragma: no cover - detached or unusual stdin
-            pass
+_SURROGATE = re.compile('[\ud800-\udfff]')
+
+
+def undecodable_as_replacement(text: str) -> str:
+    """``text`` with U+FFFD where it holds undecodable bytes as lone surrogates: one per invalid
+    sequence of the bytes that Python's ``surrogateescape`` (stdin under the C.UTF-8 locale or in
+    UTF-8 mode) turned into surrogates, as decoding with ``errors='replace'`` gives, and one for any
+    other lone surrogate. HuggingFace tokenizers refuse lone surrogates (a TypeError)."""
+    if not _SURROGATE.search(text):
+        return text
+    try:
+        return text.encode('utf-8', 'surrogateescape').decode('utf-8', 'replace')
+    except UnicodeEncodeError:  # a surrogate that no byte became
+        return _SURROGATE.sub('\ufffd', text)
 
 
 def is_blank_chat_message(opt, observation) -> bool:
@@ -101,10 +106,15 @@ class SafeAgentMixin:
         if shared is None:
             resolve_model_dir_paths(opt)
             check_dictionary(opt)
-            if opt.get('interactive_mode'):
-                tolerate_undecodable_stdin()
-            training_loop.attach(opt)  # before the model is built: --seed fixes its weights
         return super().__new__(cls)
+
+    @classmethod
+    def train_loop(cls):
+        """The loop ``parlai train_model`` trains the agent with (see
+        :mod:`parlai_empathy.agents.training_loop`)."""
+        from parlai_empathy.agents.training_loop import EmpathyTrainLoop
+
+        return EmpathyTrainLoop
 
     @classmethod
     def upgrade_opt(cls, opt_from_disk):
@@ -123,6 +133,12 @@ class SafeAgentMixin:
                 f'{where}: {field}; a .opt edited by hand or cut short? (ParlAI cannot upgrade it)')) from None
 
     def observe(self, observation):
+        text = observation.get('text') if observation is not None else None
+        if isinstance(text, str) and _SURROGATE.search(text):
+            from parlai.core.message import Message
+
+            observation = Message(observation)
+            observation.force_set('text', undecodable_as_replacement(text))
         if is_blank_chat_message(self.opt, observation):
             # kept out of the history: the model never sees the empty turn, nor its answer
             from parlai.core.message import Message

@@ -1,85 +1,172 @@
-"""How a ``parlai train_model`` run of one of the project's agents differs from ParlAI 1.7.2's loop.
+"""How ``parlai train_model`` trains one of the project's agents: ParlAI 1.7.2's loop, with changes.
 
-The project's rows rely on a few changes to ParlAI's ``TrainLoop``. They apply to a loop that
-trains one of our agents, and to nothing else: when such an agent is built by a ``TrainLoop``
-(:class:`~parlai_empathy.agents.safety.SafeAgentMixin` calls :func:`attach`), that one loop
-object gets its own ``validate``, ``_get_time`` and ``train_steps``, which call ParlAI's. The
-``TrainLoop`` class and ``parlai.scripts.train_model`` are never modified, so a stock agent, in the
-same process or not, trains exactly as upstream ParlAI does.
+Where it happens: every agent of ours names the loop that trains it
+(:meth:`~parlai_empathy.agents.safety.SafeAgentMixin.train_loop`: :class:`EmpathyTrainLoop`, a
+subclass of ParlAI's ``TrainLoop``), and the command ``parlai train_model`` is :class:`TrainModel`
+below, ParlAI's command with one difference: it builds the loop the agent's class names, and
+ParlAI's own ``TrainLoop`` for any other agent. The package's script module
+``scripts/empathy_train_model.py`` registers it under ParlAI's names (``train_model``, ``tm``,
+``train``) through ParlAI's script registry; no class of ParlAI is changed, so a stock agent, in the
+same process or not, trains exactly as upstream ParlAI does. ParlAI's other ways to train
+(``python -m parlai.scripts.train_model``, ``multiprocessing_train``) build ParlAI's loop as they
+always did.
 
-The changes, and why:
+The changes (methods of :class:`EmpathyTrainLoop`), and the upstream behaviour each corrects:
 
-* ``--seed`` is set before the model is built. ParlAI seeds after its ``TrainLoop`` has built the
-  agent, so two runs with the same seed started from different weights.
-* Resuming from a ``.trainstats`` restores the update count of the last validation too. ParlAI
-  restores its epoch but not its update count, so a run resumed with ``-vstep N`` validated at its
-  first update and then every N from there: a whole extra validation per restart, and a learning
-  curve off its grid.
+* ``--seed`` is set before the model is built (``__init__``). ParlAI seeds after its ``TrainLoop``
+  has built the agent, so two runs with the same seed started from different weights.
+* Resuming from a ``.trainstats`` restores the update count of the last validation too
+  (``__init__``). ParlAI restores its epoch but not its update count, so a run resumed with
+  ``-vstep N`` validated at its first update and then every N from there: a whole extra validation
+  per restart, and a learning curve off its grid.
 * The end of a fixed schedule (``--num-epochs``, ``--max-train-steps``, the linear learning-rate
-  schedule's last update) is validated. ParlAI checks its update budget before its validation
-  schedule, so the schedule's last stretch was trained and thrown away.
-* ``--count-validations-after N`` (an option of our generators): a validation at or before N
-  updates runs as usual (logged, the model saved) but then forgets the best valid figure and the
-  impatience, as the MIME reference's training loop does before 10,000 updates.
+  schedule's last update) is validated (``_get_time``, and the training world's ``parley`` for the
+  linear schedule: :class:`_ScheduleEndWorld`). ParlAI checks its update budget before its
+  validation schedule, so the schedule's last stretch was trained and thrown away.
+* ``--count-validations-after N`` (an option of our generators; ``validate``): a validation at or
+  before N updates runs as usual (logged, the model saved) but then forgets the best valid figure
+  and the impatience, as the MIME reference's training loop does before 10,000 updates.
 * A run resumed under another ``--validation-metric`` than it was saved with gets its best figure
-  and impatience recomputed from its earlier validations under the new metric (ParlAI compares
-  the new metric with the old one's best).
+  and impatience recomputed from its earlier validations under the new metric (``__init__``;
+  ParlAI compares the new metric with the old one's best).
 * A run killed after a validation saved a new best model file but before its next
   ``.checkpoint`` resumes with the model file's best, not the checkpoint's older one (the first
   repeated validation that beat the older figure would overwrite the better model file).
 * A resumed run that never beats its best after resuming does not end by saving its last weights
   over the best model file, and its final valid and test reports are of the best model file, not
   of the last checkpoint.
-* The ``.trainstats`` file is written to a temporary name and renamed over the old one. ParlAI
-  writes it in place, so a run killed while saving left a truncated ``.checkpoint.trainstats``,
-  and the resumed run stopped on a JSON error (the agent saves its own files the same way:
-  :meth:`~parlai_empathy.agents.safety.SafeAgentMixin.save`).
+* The ``.trainstats`` file is written to a temporary name and renamed over the old one
+  (``_save_train_stats``). ParlAI writes it in place, so a run killed while saving left a truncated
+  ``.checkpoint.trainstats``, and the resumed run stopped on a JSON error (the agent saves its own
+  files the same way: :meth:`~parlai_empathy.agents.safety.SafeAgentMixin.save`).
 """
 import json
+import logging as std_logging
 import os
-import sys
-import types
-from typing import Optional
+
+import numpy as np
+from parlai.core.exceptions import StopTrainException
+from parlai.core.loader import load_agent_module
+from parlai.scripts import train_model as parlai_train_model
+from parlai.utils import logging
 
 from parlai_empathy.files.cache_lock import move_into_place, temporary_name
-from parlai_empathy.integration.compat import _ModuleView
 
 
-def attach(opt) -> None:
-    """Called as one of our agents is built (before its ``__init__``): if a ``TrainLoop`` is
-    building it, that loop gets the changes above. Idempotent; nothing happens outside training
-    (evaluation, chat, the final reload of the best model after training)."""
-    loop = _loop_building_an_agent()
-    if loop is None or getattr(loop, '_empathy_loop', False):
-        return
-    from parlai.scripts import train_model as module
+class EmpathyTrainLoop(parlai_train_model.TrainLoop):
+    """ParlAI's ``TrainLoop`` with the changes listed in the module docstring; each method calls
+    ParlAI's and adds what is described there."""
 
-    loop._empathy_loop = True
-    if opt.get('seed') is not None:
-        module.set_seed(opt['seed'])  # before the model is built: --seed fixes the initial weights too
-    loop.validate = types.MethodType(_validate, loop)
-    loop._get_time = types.MethodType(_get_time, loop)
-    loop.train_steps = types.MethodType(_train_steps, loop)
-    loop._save_train_stats = types.MethodType(_save_train_stats, loop)
+    def __init__(self, opt):
+        if opt.get('seed') is not None:
+            parlai_train_model.set_seed(opt['seed'])  # before the agent builds its model
+        super().__init__(opt)
+        self._schedule_end_validated = False
+        _resume_bookkeeping(self)
+        self.world = _ScheduleEndWorld(self.world, self)
+
+    def validate(self):
+        after = self.opt.get('count_validations_after') or 0
+        if self._train_steps > after:
+            return super().validate()
+        # not counted: ParlAI compares it with nothing (best_valid is None), so it would announce
+        # a "new best" and save "the best valid model"; it logs what happens instead
+        hidden = _HideLines(_HIDDEN_WHEN_UNCOUNTED)
+        logging.logger.addFilter(hidden)
+        try:
+            super().validate()
+        finally:
+            logging.logger.removeFilter(hidden)
+        metric = self.opt.get('validation_metric')
+        value = _metric_value(self.valid_reports[-1].get(metric)) if self.valid_reports else None
+        figure = f'{metric} {value:.4g}' if isinstance(value, (int, float)) else str(metric)
+        saved = f'; its weights are saved to {self.opt["model_file"]} until a counted validation ' \
+            'replaces them' if self.opt.get('model_file') else ''
+        logging.info(f'validation at {self._train_steps} updates not counted for the best model or '
+                     f'patience (--count-validations-after {after}): {figure}{saved}')
+        # the next validation is compared with nothing (so it saves the model), as the reference's
+        # first counted one is; patience starts from 0
+        self.best_valid, self.impatience = None, 0
+        return False
+
+    def _get_time(self, world):
+        times = super()._get_time(world)
+        # ParlAI counts the examples right after this call; the validation below records them, and
+        # at a run's first update (--max-train-steps 1) they did not exist yet (AttributeError)
+        self._total_exs = int(np.round(self._total_epochs * world.num_examples()))
+        _validate_the_schedule_end(self)
+        return times
+
+    def _save_train_stats(self, suffix=None):
+        model_file = self.opt.get('model_file')
+        if not model_file:
+            return super()._save_train_stats(suffix)
+        final = f'{model_file}{suffix or ""}.trainstats'
+        # ParlAI names the file model_file + suffix + '.trainstats'; a suffix of ours makes it temporary
+        partial_suffix = temporary_name(suffix or '')
+        super()._save_train_stats(partial_suffix)
+        written = f'{model_file}{partial_suffix}.trainstats'
+        if os.path.exists(written):  # a non-primary worker writes nothing
+            move_into_place(written, final)
 
 
-def _loop_building_an_agent() -> Optional[object]:
-    """The ``TrainLoop`` whose ``__init__`` is on the call stack, if any (it creates the agent)."""
-    module = sys.modules.get('parlai.scripts.train_model')
-    if module is None:
-        return None
-    init_code = module.TrainLoop.__init__.__code__
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is init_code:
-            return frame.f_locals.get('self')
-        frame = frame.f_back
-    return None
+class _ScheduleEndWorld:
+    """The loop's training world, unchanged but for ``parley``: a schedule can also end by an
+    exception out of it. The linear learning-rate schedule raises "End of Linear LR Schedule"
+    after its last update, which leaves ParlAI's loop before ``_get_time`` (and so before the
+    check there); that end is validated before the exception goes on to end the loop."""
+
+    def __init__(self, world, loop):
+        self._world, self._loop = world, loop
+
+    def __getattr__(self, name):
+        return getattr(self._world, name)
+
+    def __enter__(self):
+        self._world.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._world.__exit__(*exc)
+
+    def parley(self):
+        try:
+            return self._world.parley()
+        except StopTrainException as err:
+            if 'End of Linear LR Schedule' in str(err):  # validated now: the loop tears down next
+                self._world.reset_metrics()
+                _validate_the_schedule_end(self._loop, ended=True)
+            raise
 
 
-def _after_init(loop, module):
-    """What the loop's ``__init__`` would do after loading its ``.trainstats``; run once, before the
-    first update (the agent is built in the middle of ``__init__``, before that file is read)."""
+def loop_class(opt):
+    """The loop ``parlai train_model`` builds for ``opt``: the one the agent's class names
+    (``train_loop``), ParlAI's ``TrainLoop`` for an agent that names none."""
+    model = opt.get('model')
+    if not model and opt.get('model_file'):
+        from parlai_empathy.integration.model_opt import read_model_opt
+
+        try:
+            model = read_model_opt(opt['model_file']).get('model')
+        except FileNotFoundError:
+            model = None
+    agent_class = load_agent_module(model) if model else None
+    named = getattr(agent_class, 'train_loop', None)
+    return named() if named is not None else parlai_train_model.TrainLoop
+
+
+class TrainModel(parlai_train_model.TrainModel):
+    """``parlai train_model``: ParlAI's command, training with the loop the agent names."""
+
+    def run(self):
+        self.train_loop = loop_class(self.opt)(self.opt)
+        if self.opt['seed'] is not None:
+            parlai_train_model.set_seed(self.opt['seed'])
+        return self.train_loop.train()
+
+
+def _resume_bookkeeping(loop):
+    """What the loop's ``__init__`` does after loading its ``.trainstats``, and ParlAI's does not."""
     resumed = _resumed_from_checkpoint(loop)
     # ParlAI sets last_valid_epoch from the last valid report and leaves _last_valid_steps at 0;
     # -vstep N validates at multiples of N, so the grid goes on from the last multiple (a
@@ -88,113 +175,30 @@ def _after_init(loop, module):
         last = loop.valid_reports[-1]['train_steps']
         every = loop.val_every_n_steps
         loop._last_valid_steps = last if every == float('inf') else int(last // every * every)
-    _restore_best_under_current_metric(loop, module.logging)
+    _restore_best_under_current_metric(loop)
     if resumed:
-        _keep_best_saved_after_checkpoint(loop, module.logging)
+        _keep_best_saved_after_checkpoint(loop)
         _model_file_holds_the_best(loop)
         _final_reports_on_the_model_file(loop)
-
-
-def _validate(self):
-    from parlai.scripts import train_model as module
-
-    real_validate = type(self).validate
-    after = self.opt.get('count_validations_after') or 0
-    if self._train_steps > after:
-        return real_validate(self)
-    # not counted: ParlAI compares it with nothing (best_valid is None), so it would announce
-    # a "new best" and save "the best valid model"; it logs what happens instead
-    real_logging = module.logging
-    module.logging = _UncountedValidationLog(real_logging)
-    try:
-        real_validate(self)
-    finally:
-        module.logging = real_logging
-    metric = self.opt.get('validation_metric')
-    value = _metric_value(self.valid_reports[-1].get(metric)) if self.valid_reports else None
-    figure = f'{metric} {value:.4g}' if isinstance(value, (int, float)) else str(metric)
-    saved = f'; its weights are saved to {self.opt["model_file"]} until a counted validation ' \
-        'replaces them' if self.opt.get('model_file') else ''
-    real_logging.info(f'validation at {self._train_steps} updates not counted for the best model or '
-                      f'patience (--count-validations-after {after}): {figure}{saved}')
-    # the next validation is compared with nothing (so it saves the model), as the reference's
-    # first counted one is; patience starts from 0
-    self.best_valid, self.impatience = None, 0
-    return False
-
-
-def _get_time(self, world):
-    from parlai.scripts import train_model as module
-
-    times = type(self)._get_time(self, world)
-    # ParlAI counts the examples right after this call; the validation below records them, and
-    # at a run's first update (--max-train-steps 1) they did not exist yet (AttributeError)
-    self._total_exs = int(module.np.round(self._total_epochs * world.num_examples()))
-    _validate_the_schedule_end(self, module.logging, module.StopTrainException)
-    return times
-
-
-def _save_train_stats(self, suffix=None):
-    real_save = type(self)._save_train_stats
-    model_file = self.opt.get('model_file')
-    if not model_file:
-        return real_save(self, suffix)
-    final = f'{model_file}{suffix or ""}.trainstats'
-    # ParlAI names the file model_file + suffix + '.trainstats'; a suffix of ours makes it temporary
-    partial_suffix = temporary_name(suffix or '')
-    real_save(self, partial_suffix)
-    written = f'{model_file}{partial_suffix}.trainstats'
-    if os.path.exists(written):  # a non-primary worker writes nothing
-        move_into_place(written, final)
-
-
-def _train_steps(self):
-    from parlai.scripts import train_model as module
-
-    if not getattr(self, '_empathy_after_init', False):
-        self._empathy_after_init = True
-        _after_init(self, module)
-    # a schedule can also end by an exception out of world.parley(): the linear learning-rate
-    # schedule raises "End of Linear LR Schedule" after its last update, which leaves the loop
-    # before _get_time (and so before the check there)
-    world = self.world  # train_steps deletes self.world when it is done
-    real_parley = world.parley
-
-    def parley():
-        try:
-            return real_parley()
-        except module.StopTrainException as err:
-            if 'End of Linear LR Schedule' in str(err):  # validated now: the loop tears down next
-                world.reset_metrics()
-                _validate_the_schedule_end(self, module.logging, module.StopTrainException, ended=True)
-            raise
-
-    world.parley = parley
-    try:
-        yield from type(self).train_steps(self)
-    finally:
-        world.parley = real_parley
 
 
 _HIDDEN_WHEN_UNCOUNTED = ('new best ', 'saving best valid model', 'task solved!')
 
 
-class _UncountedValidationLog(_ModuleView):
-    """``parlai.utils.logging`` for ``train_model`` during a validation that is not counted
-    (``--count-validations-after``): without ParlAI's lines that announce a new best, the saving of
-    the best model and a solved task, which would contradict the line logged instead."""
+class _HideLines(std_logging.Filter):
+    """On ParlAI's logger during a validation that is not counted (``--count-validations-after``):
+    drops ParlAI's lines that announce a new best, the saving of the best model and a solved task,
+    which would contradict the line logged instead."""
 
-    def __init__(self, logging):
-        def quiet(log):
-            def filtered(msg, *args, **kwargs):
-                if not str(msg).startswith(_HIDDEN_WHEN_UNCOUNTED):
-                    log(msg, *args, **kwargs)
-            return filtered
+    def __init__(self, prefixes):
+        super().__init__()
+        self.prefixes = prefixes
 
-        super().__init__(logging, success=quiet(logging.success), info=quiet(logging.info))
+    def filter(self, record):
+        return not str(record.msg).startswith(self.prefixes)
 
 
-def _validate_the_schedule_end(loop, logging, stop_exception, ended=False):
+def _validate_the_schedule_end(loop, ended=False):
     """ParlAI checks its update budget (``--num-epochs``, ``--max-train-steps``) before its
     validation schedule, so the last stretch of a fixed schedule is never validated and cannot
     become the model: with ``-veps 1 --num-epochs 7`` (ETHREED's reference schedule, whose
@@ -205,19 +209,19 @@ def _validate_the_schedule_end(loop, logging, stop_exception, ended=False):
     # ``ended``: the learning-rate schedule stopped training in the middle of a parley, whose
     # update was made but not counted
     updates = loop._train_steps + (1 if ended else 0)
-    if getattr(loop, '_empathy_schedule_end_validated', False) or updates <= loop._last_valid_steps:
+    if loop._schedule_end_validated or updates <= loop._last_valid_steps:
         return
     if not ended and loop._total_epochs < loop.max_num_epochs and updates < loop.max_train_steps:
         return
     inf = float('inf')
     if (loop.val_every_n_epochs, loop.val_every_n_steps, loop.val_every_n_secs) == (inf, inf, inf):
         return
-    loop._empathy_schedule_end_validated = True
+    loop._schedule_end_validated = True
     loop._train_steps = updates
     logging.info(f'the training schedule ends at {updates} updates: validating its last weights')
     try:
         loop.validate()
-    except stop_exception:
+    except StopTrainException:
         pass
     loop.last_valid_epoch = loop._total_epochs
     loop._last_valid_steps = loop._train_steps
@@ -245,7 +249,7 @@ def replay_validations(valid_reports, metric, optim, count_after=0):
     return best, impatience
 
 
-def _restore_best_under_current_metric(loop, logging):
+def _restore_best_under_current_metric(loop):
     """A run resumed with another ``--validation-metric`` than it was saved with (a changed
     default, or a user's choice): ParlAI restores the best value of the *old* metric and compares
     the new metric's values with it (PPL 41 "beats" an old best of 48 whatever the run did). When
@@ -269,7 +273,7 @@ def _restore_best_under_current_metric(loop, logging):
         f'validation beats {replay[0]:.6g}.')
 
 
-def _keep_best_saved_after_checkpoint(loop, logging):
+def _keep_best_saved_after_checkpoint(loop):
     """Resumed from ``<model_file>.checkpoint`` while ``<model_file>.trainstats`` (written with
     the best model) records a later update count and a better best figure of the current metric
     in a counted validation: the run was killed between that validation and the next checkpoint.

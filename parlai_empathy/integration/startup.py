@@ -17,9 +17,9 @@ only where ParlAI 1.7.2 cannot work as it is on this stack:
   before importing it.
 
 The training behaviour of the project's agents (seeding before the model is built, validating the
-end of a schedule, resuming on the validation grid, ...) is not here: it applies to a run of one
-of our agents only (:mod:`parlai_empathy.agents.training_loop`), so a stock agent trains as
-upstream ParlAI does.
+end of a schedule, resuming on the validation grid, ...) is not here: it is a subclass of ParlAI's
+``TrainLoop`` that our agents name and ``parlai train_model`` builds for them only
+(:mod:`parlai_empathy.agents.training_loop`), so a stock agent trains as upstream ParlAI does.
 """
 import sys
 

@@ -16,7 +16,9 @@ The same steps are timed under three settings in one process, alternating in blo
 ``--block`` steps so that other load falls on all alike: ``before`` (PyTorch's one-tensor Adam loop
 on the CPU and glibc's default ``mmap`` of every allocation above 128 KiB, what the agents did
 before), ``foreach`` (Adam's multi-tensor step only) and ``now`` (that step and large tensors kept
-on the heap, what the agents do; ``parlai_empathy.agents.encoder_readout``). All three end in the
+on the heap: glibc's thresholds set as ``MALLOC_MMAP_THRESHOLD_=1073741824
+MALLOC_TRIM_THRESHOLD_=2147483647`` set them for a whole command, an opt-in the agents do not make
+themselves, see docs/performance.md). All three end in the
 same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window under ``now`` adds
 the operators with the most CPU time, also split by their input shapes (which product of the
 model an ``aten::mm`` is).
@@ -59,6 +61,10 @@ AVX2_KERNELS = {'ATEN_CPU_CAPABILITY': 'avx2', 'ONEDNN_MAX_CPU_ISA': 'AVX2', 'MK
 # name: (Adam's multi-tensor step, large tensors on the heap)
 SETTINGS = {'before': (False, False), 'foreach': (True, False), 'now': (True, True)}
 GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+# glibc's mallopt(3) parameters (malloc.h), and the thresholds of the heap setting: allocations
+# below 1 GiB come from the heap, and freed memory is kept for the next step rather than trimmed
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_UP_TO, KEEP_FREED = 1 << 30, (1 << 31) - 1
 PHASES = ('teacher', 'observe', 'tokenize', 'batchify', 'forward', 'backward', 'optimizer', 'other')
 
 
@@ -145,10 +151,11 @@ def measure(args):
             for group in optimizer.param_groups:
                 group['foreach'] = False
         if heap:
-            encoder_readout.keep_large_tensors_on_heap()
+            mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO)
+            mallopt(M_TRIM_THRESHOLD, KEEP_FREED)
         else:  # glibc's defaults
-            mallopt(encoder_readout.M_MMAP_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
-            mallopt(encoder_readout.M_TRIM_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
+            mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
+            mallopt(M_TRIM_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
 
     for _ in range(args.warmup):
         world.parley()

@@ -8,6 +8,7 @@ other reply shows the agent's emotion fields without ``--display-add-fields``.
 """
 import os
 import subprocess
+import sys
 
 from parlai_empathy.agents.safety import EMPTY_INPUT_REPLY
 from parlai_empathy.data.emotions import ED_EMOTIONS
@@ -123,3 +124,32 @@ def test_eval_model_display_shows_the_emotion_fields_too(tmp_path_factory, tmp_p
         assert lines[i - 1].strip().split(']: ')[0] == '[predicted_emotion'
         assert lines[i - 1].split(']: ')[1] in ED_EMOTIONS
         assert lines[i - 2].strip().split(']: ')[1] in POLARITY
+
+
+UNDECODABLE = b'my exam went \xff\xfe badly \xc3('
+OBSERVE_UNDECODABLE = '''
+import sys
+from parlai.core.agents import create_agent_from_model_file
+errors = sys.stdin.errors
+agent = create_agent_from_model_file(sys.argv[1], {'interactive_mode': True, 'skip_generation': False})
+raw = %r
+observed = agent.observe({'text': raw.decode('utf-8', sys.stdin.errors), 'episode_done': True})
+reply = agent.act()
+print('STDIN', errors, sys.stdin.errors)
+print('TEXT', observed['text'] == raw.decode('utf-8', 'replace'), bool(reply['text'].strip()))
+''' % UNDECODABLE
+
+
+def test_undecodable_bytes_are_observed_as_replacement_characters_and_stdin_is_left_alone(tmp_path_factory):
+    """Under the C.UTF-8 locale Python's stdin hands undecodable bytes over as lone surrogates
+    (``surrogateescape``), which HuggingFace tokenizers refuse. The agent observes such a message
+    with U+FFFD where a decoder with ``errors='replace'`` puts them, and answers it; building the
+    agent for chat leaves ``sys.stdin`` as it was."""
+    model_file = cached_tiny_model(tmp_path_factory, 'mime')
+    done = subprocess.run([sys.executable, '-c', OBSERVE_UNDECODABLE, model_file],
+                          input=b'', capture_output=True, timeout=600,
+                          env=dict(os.environ, HF_HUB_OFFLINE='1', LANG='C.UTF-8', LC_ALL='C.UTF-8'))
+    out = done.stdout.decode('utf-8', 'replace')
+    assert done.returncode == 0, done.stderr.decode('utf-8', 'replace')[-4000:]
+    assert 'STDIN surrogateescape surrogateescape' in out, out[-2000:]
+    assert 'TEXT True True' in out, out[-2000:]

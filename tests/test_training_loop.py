@@ -1,8 +1,10 @@
 """The project's training behaviour applies to a loop that trains one of our agents, and only there.
 
-``parlai_empathy.agents.training_loop`` gives the ``TrainLoop`` that builds one of our agents its
-own ``validate``, ``_get_time`` and ``train_steps``; ParlAI's ``TrainLoop`` class is never changed,
-so a stock agent trains as upstream ParlAI 1.7.2 does with the package installed.
+``parlai train_model`` builds the loop the agent's class names: for our agents
+``parlai_empathy.agents.training_loop.EmpathyTrainLoop`` (a subclass of ParlAI's ``TrainLoop``),
+for a stock agent ParlAI's ``TrainLoop`` itself. No class of ParlAI changes, so a stock agent
+trains as upstream ParlAI 1.7.2 does with the package installed. Each change of the loop has its
+own test where its agent is tested (``tests/test_agents_mime.py``) or below.
 """
 import json
 import os
@@ -78,21 +80,105 @@ def test_a_stock_agent_trains_as_with_parlai_alone(tmp_path):
     assert 'validating its last weights' not in our_log
 
 
-def test_parlai_train_loop_class_is_never_changed():
-    code = '''
-    import parlai_empathy.agents.mime, parlai_empathy.agents.ethreed, parlai_empathy.agents.emotion_classifier
-    from parlai.scripts import train_model
-    from parlai.core import agents
-    from parlai_empathy.integration import startup
-    startup.arm()
-    loop = train_model.TrainLoop
-    print(all(getattr(loop, name).__module__ == 'parlai.scripts.train_model'
-              for name in ('__init__', 'validate', '_get_time', 'train_steps', 'train')),
-          agents.compare_init_model_opts.__module__)
-    '''
-    done = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ['True', 'parlai.core.agents']
+# a tiny MIME on the embedded sample, two validations and the end of its schedule
+OUR_RUN = ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
+           '--embedding-size', '16', '--attention-size', '8', '--ffn-size', '16', '--latent-size', '8',
+           '--n-heads', '2', '--glove-init', 'false', '-bs', '4', '--max-train-steps', '5', '-vstep', '2',
+           '-vmt', 'ppl', '-vmm', 'min', '-vme', '8', '--short-final-eval', 'true', '--skip-generation', 'true',
+           '--seed', '0']
+
+# Runs ``train_model`` commands in this process as the ``parlai`` command does (the class ParlAI's
+# script registry holds for it) and prints what ParlAI's classes and the runs' objects are after each
+STATE_AFTER_RUNS = '''
+import inspect, json, sys, types
+{prelude}
+import parlai.core.agents, parlai.core.torch_agent, parlai.core.torch_generator_agent, parlai.core.worlds
+import parlai.scripts.train_model, parlai.utils.fsdp, parlai.utils.logging
+from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
+MODULES = [parlai.core.agents, parlai.core.torch_agent, parlai.core.torch_generator_agent, parlai.core.worlds,
+           parlai.scripts.train_model, parlai.utils.fsdp, parlai.utils.logging]
+
+def code(value):
+    return value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+
+def snapshot():
+    """Every function and class of those modules, and every method of each class (the object)."""
+    found = {{}}
+    for module in MODULES:
+        for name, value in vars(module).items():
+            if inspect.isfunction(value) or isinstance(value, type):
+                found[f'{{module.__name__}}.{{name}}'] = value
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                for attr, member in vars(value).items():
+                    if callable(code(member)) or isinstance(member, property):
+                        found[f'{{module.__name__}}.{{name}}.{{attr}}'] = code(member)
+    return found
+
+def run(args):
+    if {registry}:  # what the parlai command runs; ParlAI alone: its TrainModel
+        setup_script_registry()
+    command = SCRIPT_REGISTRY['train_model'].klass if {registry} else parlai.scripts.train_model.TrainModel
+    parser = command.setup_args()
+    script = command(parser.parse_args(args[1:]))  # after the command's name
+    script.parser = parser
+    script.run()
+    return script.train_loop
+
+def own_methods(obj):
+    """Functions and bound methods set on the instance (a module it holds, such as the model, is none)."""
+    return sorted(name for name, value in vars(obj).items()
+                  if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinMethodType)))
+
+before = snapshot()
+runs = {{}}
+for name, args in {runs!r}:
+    loop = run(args)
+    now = snapshot()
+    runs[name] = {{
+        'changed': sorted(key for key in before if now.get(key) is not before[key]),
+        'added': sorted(set(now) - set(before)),
+        'loop': type(loop).__module__ + '.' + type(loop).__qualname__,
+        'loop_own_methods': own_methods(loop),
+        'loop_attributes': sorted(vars(loop)),
+        'agent_own_methods': own_methods(loop.agent),
+        'agent_attributes': sorted(vars(loop.agent)),
+        'logger_filters': len(parlai.utils.logging.logger.filters),
+    }}
+print('STATE', json.dumps(runs))
+'''
+
+
+def _state_after_runs(tmp_path, runs, isolated):
+    tmp_path.mkdir(exist_ok=True)
+    code = STATE_AFTER_RUNS.format(prelude=PARLAI_ALONE if isolated else '', registry=not isolated,
+                                   runs=[(name, args + ['-mf', str(tmp_path / name / 'model'),
+                                                        '-dp', str(tmp_path / 'data')]) for name, args in runs])
+    command = [sys.executable] + (['-S'] if isolated else []) + ['-c', textwrap.dedent(code)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, OMP_NUM_THREADS='1', HF_HUB_OFFLINE='1'))
+    assert done.returncode == 0, done.stderr[-4000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith('STATE ')]
+    return json.loads(line[len('STATE '):])
+
+
+def test_parlai_is_as_upstream_left_it_after_our_run_and_a_stock_run(tmp_path):
+    """One process trains a tiny MIME with ``parlai train_model``, then a stock agent. After each,
+    every function and class of ParlAI's agent, world, training and logging modules, and every
+    method of those classes, is the object it was before the first run (nothing replaced, nothing
+    added), and ParlAI's logger holds no filter. No loop or agent holds a method of its own on the
+    instance: our loop's changes are methods of its class. The stock run's loop and agent are
+    ParlAI's and hold exactly the attributes they hold when ParlAI alone runs the same command."""
+    state = _state_after_runs(tmp_path, [('ours', OUR_RUN), ('stock', STOCK_RUN)], isolated=False)
+    alone = _state_after_runs(tmp_path / 'alone', [('stock', STOCK_RUN)], isolated=True)['stock']
+    for name in ('ours', 'stock'):
+        run = state[name]
+        assert run['changed'] == [] and run['added'] == [], (name, run['changed'], run['added'])
+        assert run['logger_filters'] == 0, name
+        assert run['loop_own_methods'] == [] and run['agent_own_methods'] == [], name
+    assert state['ours']['loop'] == 'parlai_empathy.agents.training_loop.EmpathyTrainLoop'
+    assert state['stock']['loop'] == alone['loop'] == 'parlai.scripts.train_model.TrainLoop'
+    assert state['stock']['loop_attributes'] == alone['loop_attributes']
+    assert state['stock']['agent_attributes'] == alone['agent_attributes']
 
 
 def test_the_start_up_hook_repairs_only_the_listed_modules():

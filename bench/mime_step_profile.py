@@ -16,9 +16,9 @@ The same steps are timed under three settings in one process, alternating in blo
 ``--block`` steps so that other load falls on all alike: ``before`` (PyTorch's one-tensor Adam loop
 on the CPU and glibc's default ``mmap`` of every allocation above 128 KiB, what the agents did
 before), ``foreach`` (Adam's multi-tensor step only) and ``now`` (that step and large tensors kept
-on the heap: glibc's thresholds set as ``MALLOC_MMAP_THRESHOLD_=1073741824
-MALLOC_TRIM_THRESHOLD_=2147483647`` set them for a whole command, an opt-in the agents do not make
-themselves, see docs/performance.md). All three end in the
+on the heap: glibc's thresholds set in-process here, as ``MALLOC_MMAP_THRESHOLD_=1073741824
+MALLOC_TRIM_THRESHOLD_=2147483647`` set them for a whole command; the agents leave them to glibc,
+see docs/models.md). All three end in the
 same weights (``tests/test_agents_mime.py``). A short ``torch.profiler`` window under ``now`` adds
 the operators with the most CPU time, also split by their input shapes (which product of the
 model an ``aten::mm`` is).

@@ -251,7 +251,7 @@ def test_an_agent_leaves_glibc_allocation_thresholds_alone(run_parlai, tmp_path)
     allocating and freeing two 42 MB tensors (above glibc's largest dynamic mmap threshold, 32 MiB)
     five times faults in fresh pages every time, before the agent is built and after (glibc maps
     them and gives them back each time). A user who wants them kept on the heap sets glibc's
-    thresholds for the command (docs/performance.md)."""
+    thresholds for the command (docs/models.md)."""
     model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
     script = tmp_path / 'heap.py'
     script.write_text(

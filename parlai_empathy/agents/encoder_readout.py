@@ -19,8 +19,10 @@ It also holds what every generator shares about *training* like its reference:
   the CPU, which passes over the vocabulary-sized embedding and output matrices about ten times a
   step. The multi-tensor step does the same arithmetic in the same order, so the weights are
   identical to the bit (``tests/test_agents_mime.py``); alone it saves about a tenth of the
-  optimizer's time (``bench/mime_step_profile.py``). PyTorch's
-  fused CPU kernel is faster still but rounds differently, so it is not used.
+  optimizer's time (``bench/mime_step_profile.py``). PyTorch's fused CPU kernel is faster still
+  but rounds differently, so it is not used. glibc's allocation thresholds (which decide whether
+  the step's vocabulary-sized temporaries are mapped afresh each time) are process-wide: the
+  agents leave them to glibc and the user (``docs/models.md``).
 * Subnormal moments are flushed (:func:`flush_subnormal_moments`, every 100 updates on the CPU):
   the Adam moments of rarely seen words decay into float32's subnormal range and stay there, where
   the CPU computes slowly; setting them to zero changes no weight.

@@ -74,6 +74,7 @@ TABLE_MARKS = {
     'test_emotions_patterns.py::test_min_lift_auto_is_the_lowest_grid_lift_leaving_43_percent_without': ('slow',),
     'test_emotions_patterns.py::test_subsets_fractions_disjoint_pools_and_reproducible': ('slow',),
     'test_training_loop.py::test_a_stock_agent_trains_as_with_parlai_alone': ('cli', 'slow'),  # trains in children
+    'test_training_loop.py::test_parlai_is_as_upstream_left_it_after_our_run_and_a_stock_run': ('cli', 'slow'),
     'test_ed_data.py::test_faithful_teacher_equals_parlai_teacher[train]': ('slow',),  # valid and test stay fast
     # the whole ED test split sharded: two workers stay in the fast tier, three and eight are slow
     'test_metrics_merge.py::test_sharded_reports_add_up_to_the_one_worker_figures[3]': ('slow',),

@@ -2,13 +2,13 @@
 # glibc's allocation thresholds on `parlai train_model -m empathy/mime` (60 updates, full ED, one
 # thread): peak RSS, CPU time and minor page faults of the whole command under three settings,
 # twice each, alternating. Needs a venv V with the package as it was before the agents stopped
-# setting the thresholds themselves (commit b613b10), so that A can be measured:
+# setting the thresholds themselves (main at c96fdd4 or before), so that A can be measured:
 #   A: the agent sets them in-process (mallopt through ctypes, what the package did);
 #   B: glibc's defaults (an unrelated tunable in GLIBC_TUNABLES makes that code leave glibc alone):
 #      what the package does now;
 #   C: the same thresholds as A, set for the command in the environment (the documented opt-in).
 # Results are appended to $W/results.txt; kept in bench/results/malloc_thresholds_intel_amx.txt.
-#   V=/path/to/venv-at-b613b10 W=/tmp/malloc-thresholds bench/malloc_thresholds.sh
+#   V=/path/to/venv-of-c96fdd4 W=/tmp/malloc-thresholds bench/malloc_thresholds.sh
 V=${V:-/work/main/.venv}
 W=${W:-/tmp/seams-mallopt}
 mkdir -p $W

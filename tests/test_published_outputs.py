@@ -401,3 +401,61 @@ def test_each_known_file_reads_whole_and_aligns_with_ed_test(name, ed_dir):
     alignment = align(outputs, ed_test_examples(ed_dir))
     committed = json.load(open(os.path.join(REPO, 'projects', 'published', 'runs', name, 'alignment.json')))
     assert alignment.to_json() == committed
+
+
+@pytest.mark.parametrize('protocol', [2, 3, 4, 5])
+def test_llm4ed_contexts_are_read_without_unpickling(tmp_path, sample_examples, monkeypatch, protocol):
+    """The .npy's pickle is parsed opcode by opcode: with every unpickling entry point broken the
+    contexts still come out, the same as numpy's own (unpickling) reader gives them."""
+    import pickle
+
+    import numpy as np
+
+    path = write_llm4ed(tmp_path / 'a', sample_examples[:4])
+    npy = tmp_path / 'a' / 'data' / 'ED' / 'sys_dialog_texts.test.npy'
+    contexts = np.empty(4, dtype=object)
+    for i, example in enumerate(sample_examples[:4]):
+        contexts[i] = list(example.context_utterances) + ['caf\u00e9 _comma_ \u2019quoted\u2019']
+    with open(npy, 'wb') as f:
+        np.lib.format.write_array_header_1_0(f, {'descr': '|O', 'fortran_order': False, 'shape': (4,)})
+        pickle.dump(contexts, f, protocol=protocol)
+    expected = [tuple(c) for c in np.load(npy, allow_pickle=True)]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError('unpickled')
+
+    for name in ('Unpickler', 'load', 'loads', '_Unpickler', '_load', '_loads'):
+        monkeypatch.setattr(pickle, name, refuse, raising=False)
+    assert [o.context for o in read_released(path, 'llm4ed-stage1')] == expected
+
+
+def test_llm4ed_contexts_that_are_not_lists_of_strings_are_refused_unbuilt(tmp_path, sample_examples):
+    import pickle
+
+    import numpy as np
+
+    path = write_llm4ed(tmp_path / 'a', sample_examples[:2])
+    npy = tmp_path / 'a' / 'data' / 'ED' / 'sys_dialog_texts.test.npy'
+
+    def write(items, header_shape=(2,)):
+        array = np.empty(len(items), dtype=object)
+        for i, item in enumerate(items):
+            array[i] = item
+        with open(npy, 'wb') as f:
+            np.lib.format.write_array_header_1_0(f, {'descr': '|O', 'fortran_order': False, 'shape': header_shape})
+            pickle.dump(array, f, protocol=3)
+
+    write([['hi'], {'a': 1}])  # a dict: an opcode an array of strings never holds
+    with pytest.raises(ReleasedFormatError, match=r"field 'array': not an array of lists of strings \(pickle opcode"):
+        read_released(path, 'llm4ed-stage1')
+    write([['hi'], 3])
+    with pytest.raises(ReleasedFormatError, match=r"line 1, field 'item 2': not a non-empty list of strings"):
+        read_released(path, 'llm4ed-stage1')
+    write([['hi'], ['a'], ['b']])
+    with pytest.raises(ReleasedFormatError, match=r'not the array the header announces'):
+        read_released(path, 'llm4ed-stage1')
+    with open(npy, 'wb') as f:  # a truncated pickle
+        np.lib.format.write_array_header_1_0(f, {'descr': '|O', 'fortran_order': False, 'shape': (2,)})
+        f.write(pickle.dumps(np.array([['x'], ['y']], dtype=object), protocol=3)[:40])
+    with pytest.raises(ReleasedFormatError, match=r"field 'array'"):
+        read_released(path, 'llm4ed-stage1')

@@ -190,31 +190,133 @@ def read_cem(path: str, decoding: str) -> List[ReleasedOutput]:
 
 # ----- 27182812/LLM4ED: ChatGPT's emotion and situation, a line per test example -----------------------
 LLM4ED_CONTEXTS = os.path.join('data', 'ED', 'sys_dialog_texts.test.npy')
-# the pickle globals an object array of strings needs (numpy's array rebuild, and bytes as latin-1)
-_NPY_GLOBALS = {('numpy.core.multiarray', '_reconstruct'), ('numpy._core.multiarray', '_reconstruct'),
-                ('numpy', 'ndarray'), ('numpy', 'dtype'), ('_codecs', 'encode')}
+# the globals an object array of strings names in its pickle (numpy's array rebuild, the dtype, and
+# bytes written as latin-1 text by protocol 2); none of them is ever imported or called here
+_RECONSTRUCT = {('numpy.core.multiarray', '_reconstruct'), ('numpy._core.multiarray', '_reconstruct')}
+_NPY_GLOBALS = _RECONSTRUCT | {('numpy', 'ndarray'), ('numpy', 'dtype'), ('_codecs', 'encode')}
+_PUSHED = {'SHORT_BINUNICODE', 'BINUNICODE', 'BINUNICODE8', 'UNICODE', 'SHORT_BINBYTES', 'BINBYTES',
+           'BINBYTES8', 'SHORT_BINSTRING', 'BINSTRING', 'BININT', 'BININT1', 'BININT2', 'INT', 'LONG1'}
+_CONSTANTS = {'NONE': None, 'NEWTRUE': True, 'NEWFALSE': False}
+
+
+@dataclasses.dataclass
+class _Call:
+    """A REDUCE the pickle asks for, recorded and never performed."""
+    func: Tuple[str, str]
+    args: tuple
+    state: object = None
+
+
+class _NotStrings(ValueError):
+    pass
+
+
+def _pickle_stack(data: bytes) -> object:
+    """The object a pickle describes, read from its opcodes (``pickletools.genops`` only parses):
+    lists, tuples, strings and numbers are built, the globals above recorded by name, anything
+    else refused. Nothing in the file is imported or called."""
+    import pickletools
+
+    stack: List[object] = []
+    marks: List[int] = []
+    memo: Dict[object, object] = {}
+
+    def pop_mark():
+        start = marks.pop()
+        items = stack[start:]
+        del stack[start:]
+        return items
+
+    for op, arg, pos in pickletools.genops(data):
+        name = op.name
+        if name in ('PROTO', 'FRAME'):
+            continue
+        if name == 'STOP':
+            break
+        if name in ('GLOBAL', 'STACK_GLOBAL'):
+            module, attr = arg.split(' ', 1) if name == 'GLOBAL' else (stack.pop(-2), stack.pop())
+            if (module, attr) not in _NPY_GLOBALS:
+                raise _NotStrings(f'{module}.{attr} is not part of an array of strings')
+            stack.append((module, attr, 'global'))
+        elif name in _PUSHED:
+            stack.append(arg)
+        elif name in _CONSTANTS:
+            stack.append(_CONSTANTS[name])
+        elif name == 'EMPTY_LIST':
+            stack.append([])
+        elif name == 'EMPTY_TUPLE':
+            stack.append(())
+        elif name == 'MARK':
+            marks.append(len(stack))
+        elif name == 'APPEND':
+            item = stack.pop()
+            stack[-1].append(item)
+        elif name == 'APPENDS':
+            items = pop_mark()
+            stack[-1].extend(items)
+        elif name == 'LIST':
+            stack.append(pop_mark())
+        elif name == 'TUPLE':
+            stack.append(tuple(pop_mark()))
+        elif name in ('TUPLE1', 'TUPLE2', 'TUPLE3'):
+            n = int(name[-1])
+            items = tuple(stack[-n:])
+            del stack[-n:]
+            stack.append(items)
+        elif name in ('BINPUT', 'LONG_BINPUT', 'PUT'):
+            memo[arg] = stack[-1]
+        elif name == 'MEMOIZE':
+            memo[len(memo)] = stack[-1]
+        elif name in ('BINGET', 'LONG_BINGET', 'GET'):
+            stack.append(memo[arg])
+        elif name == 'REDUCE':
+            args, func = stack.pop(), stack.pop()
+            if not (isinstance(func, tuple) and func[-1:] == ('global',)) or not isinstance(args, tuple):
+                raise _NotStrings(f'a call of something other than a named function at byte {pos}')
+            if func[:2] == ('_codecs', 'encode'):  # protocol 2's bytes: latin-1 text
+                if len(args) != 2 or not isinstance(args[0], str) or args[1] != 'latin1':
+                    raise _NotStrings(f'_codecs.encode of something other than latin-1 text at byte {pos}')
+                stack.append(args[0].encode('latin1'))
+            else:
+                stack.append(_Call(func[:2], args))
+        elif name == 'BUILD':
+            state = stack.pop()
+            if not isinstance(stack[-1], _Call):
+                raise _NotStrings(f'state set on something other than an array or a dtype at byte {pos}')
+            stack[-1].state = state
+        else:
+            raise _NotStrings(f'pickle opcode {name} at byte {pos} has no place in an array of strings')
+    if len(stack) != 1:
+        raise _NotStrings('the pickle does not end with one object')
+    return stack[0]
+
+
+def _object_array_items(root: object) -> list:
+    """The items of the object array a parsed pickle describes (``numpy.ndarray.__reduce__``:
+    ``_reconstruct(ndarray, (0,), b'b')`` then the state ``(1, shape, dtype, fortran, items)``)."""
+    if not isinstance(root, _Call) or root.func not in _RECONSTRUCT:
+        raise _NotStrings('the pickled object is not a numpy array')
+    if not root.args or root.args[0] != ('numpy', 'ndarray', 'global'):
+        raise _NotStrings('the pickled object is not a plain numpy array')
+    state = root.state
+    if not isinstance(state, tuple) or len(state) != 5 or not isinstance(state[4], list):
+        raise _NotStrings('the array has no list of items')
+    dtype = state[2]
+    if not isinstance(dtype, _Call) or dtype.func != ('numpy', 'dtype') or dtype.args[:1] != ('O8',):
+        raise _NotStrings('the array is not an object array')
+    return state[4]
 
 
 def read_npy_turns(path: str) -> List[Tuple[str, ...]]:
     """A ``.npy`` object array whose items are lists of strings (MoEL's and CEM's preprocessed
-    contexts, ``sys_dialog_texts.test.npy``), unpickled with only the globals such an array needs:
-    any other object in the file is refused, not built."""
+    contexts, ``sys_dialog_texts.test.npy``), read without unpickling: the pickle inside is parsed
+    opcode by opcode (:func:`_pickle_stack`), and only lists of strings come out of it."""
     import io
-    import pickle
 
     import numpy as np
     from numpy.lib import format as npy_format
 
     data = read_bytes(path, 'a preprocessed ED split (.npy)', 'data_bytes')  # a regular file within the cap
-
-    class Restricted(pickle.Unpickler):
-        def find_class(self, module, name):
-            if (module, name) not in _NPY_GLOBALS:
-                raise pickle.UnpicklingError(f'{module}.{name} is not part of an array of strings')
-            if module == 'numpy.core.multiarray':
-                module = 'numpy._core.multiarray'
-            return super().find_class(module, name)
-
     with io.BytesIO(data) as f:
         try:
             version = npy_format.read_magic(f)
@@ -225,13 +327,13 @@ def read_npy_turns(path: str) -> List[Tuple[str, ...]]:
         if dtype != np.dtype(object) or len(shape) != 1:
             raise ReleasedFormatError(path, 1, 'header', f'a {dtype} array of shape {shape}, not a list of contexts')
         try:
-            array = Restricted(io.BytesIO(f.read())).load()
+            items = _object_array_items(_pickle_stack(f.read()))
         except Exception as err:  # any failure of a hostile or damaged pickle is this file's error
             raise ReleasedFormatError(path, 1, 'array', f'not an array of lists of strings ({err})') from None
-    if not isinstance(array, np.ndarray) or array.shape != shape:
+    if len(items) != shape[0]:
         raise ReleasedFormatError(path, 1, 'array', 'the pickled object is not the array the header announces')
     turns = []
-    for i, item in enumerate(array, start=1):
+    for i, item in enumerate(items, start=1):
         if not isinstance(item, list) or not item or not all(isinstance(t, str) for t in item):
             raise ReleasedFormatError(path, 1, f'item {i}', 'not a non-empty list of strings')
         turns.append(tuple(item))

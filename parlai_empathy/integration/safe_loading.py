@@ -412,7 +412,8 @@ def decide_agent(model: Any, trust: bool = False) -> AgentDecision:
 def agent_kind(model: str) -> str:
     """The one decision on what kind of agent ``model`` is, from the ParlAI class it loads:
     'ranker' (a ``TorchRankerAgent``), 'generator' (``TorchGeneratorAgent``) or 'classifier'
-    (``TorchClassifierAgent``); a ``ValueError`` for anything else. Imports the agent's module:
+    (``TorchClassifierAgent``), or the ``leaderboard_kind`` an agent of none of these kinds
+    declares; a ``ValueError`` for anything else. Imports the agent's module:
     call it only after :func:`decide_agent` trusted it."""
     from parlai.core.loader import load_agent_module
     from parlai.core.torch_classifier_agent import TorchClassifierAgent
@@ -420,6 +421,9 @@ def agent_kind(model: str) -> str:
     from parlai.core.torch_ranker_agent import TorchRankerAgent
 
     agent_class = load_agent_module(model)
+    # an agent that is none of ParlAI's three kinds says which it is (``-m empathy/hf_lm``)
+    if getattr(agent_class, 'leaderboard_kind', None) in KINDS:
+        return agent_class.leaderboard_kind
     for kind, base in zip(KINDS, (TorchRankerAgent, TorchGeneratorAgent, TorchClassifierAgent)):
         if isinstance(agent_class, type) and issubclass(agent_class, base):
             return kind

@@ -5,6 +5,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from parlai_empathy.evidence import artifacts as evidence
 from parlai_empathy.files.bounded import decode_utf8, iter_lines, loads_json
+from parlai_empathy.metrics.bootstrap import words
 from parlai_empathy.metrics.saved_outputs import OutputsFormatError
 
 
@@ -45,6 +46,15 @@ def generation_rows(world_logs: str) -> List[Dict]:
             row['nll'] = float(metrics['loss']) * tokens
             if metrics.get('ppl_gold') is not None:
                 row['nll_gold'] = math.log(float(metrics['ppl_gold'])) * tokens
+            if metrics.get('nll_end') is not None:  # the end token's NLL, inside ``nll``
+                row['nll_end'] = float(metrics['nll_end'])
+        # the per-word perplexity's parts: the gold reply's NLL without the end token, its words
+        count = words(row['gold'])
+        if metrics.get('ppl_word') is not None and count:
+            row['nll_reply'] = math.log(float(metrics['ppl_word'])) * count
+            row['words'] = count
+        if model.get('hf_prompt') is not None:  # a language model's exact prompt (chat template applied)
+            row['prompt'] = model['hf_prompt']
         for key in ('emo_acc', 'emo_acc@2', 'emo_acc@5'):
             if metrics.get(key) is not None:
                 row[key] = int(round(float(metrics[key])))

@@ -363,6 +363,7 @@ _FIELD_CHECKS: Dict[str, Tuple[Callable[[object], bool], str]] = {
     'nll': (lambda v: _number(v) and v >= 0, 'a finite number >= 0'),
     'nll_gold': (lambda v: _number(v) and v >= 0, 'a finite number >= 0'),
     'nll_reply': (lambda v: _number(v) and v >= 0, 'a finite number >= 0'),
+    'nll_end': (lambda v: _number(v) and v >= 0, 'a finite number >= 0'),
     'bertscore_f': (_number, 'a finite number'),
     **{key: (lambda v: isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)), '0 or 1') for key in ACCURACIES},
 }

@@ -25,7 +25,7 @@ from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P_AT_1_100_SHUFF
 COLUMNS = (
     ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'multi_bleu',
      'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2', 'dist-1_nltk', 'dist-2_nltk', BERTSCORE_METRIC, 'ppl',
-     'ppl_ex', 'ppl_gold', 'ppl_ex_gold']
+     'ppl_ex', 'ppl_gold', 'ppl_ex_gold', 'ppl_word']
     + [emotion_metric_name(k) for k in TOP_KS]
     + [P_AT_1_100, P_AT_1_100_SHUFFLED]
 )

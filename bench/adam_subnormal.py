@@ -13,6 +13,7 @@ three times. Both copies end in the same weights (compared to the bit).
     .venv/bin/python bench/adam_subnormal.py --steps 6000 --every 1000 \
         --out bench/results/adam_subnormal_amd.json
 """
+
 import argparse
 import copy
 import json
@@ -53,8 +54,9 @@ def time_adam_steps(optimizer, repeat):
         for copy_, p in zip(params, live):
             copy_.grad = p.grad.detach().clone()
         group = {k: v for k, v in optimizer.param_groups[0].items() if k != 'params'}
-        adam = torch.optim.Adam(params, **{k: group[k] for k in ('lr', 'betas', 'eps', 'weight_decay', 'amsgrad')},
-                                foreach=True)
+        adam = torch.optim.Adam(
+            params, **{k: group[k] for k in ('lr', 'betas', 'eps', 'weight_decay', 'amsgrad')}, foreach=True
+        )
         for copy_, p in zip(params, live):
             adam.state[copy_] = copy.deepcopy(optimizer.state[p])
         if kind == 'flushed':
@@ -84,10 +86,26 @@ def measure(args):
     encoder_readout.FLUSH_SUBNORMAL_EVERY = 1 << 62  # off: the state as PyTorch's Adam leaves it
     workdir = args.workdir or tempfile.mkdtemp(prefix='adam-subnormal-')
     model_file = os.path.join(workdir, 'model')
-    opt = setup_args().parse_args([
-        '-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', 'empathy/mime',
-        '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
-        '--glove-init', 'false', '-dt', 'train'])
+    opt = setup_args().parse_args(
+        [
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            args.ed_dir,
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--dict-file',
+            model_file + '.dict',
+            '-bs',
+            str(args.batch),
+            '--glove-init',
+            'false',
+            '-dt',
+            'train',
+        ]
+    )
     if not os.path.isfile(model_file + '.dict'):
         build_dict(opt)
     agent = create_agent(opt)
@@ -102,22 +120,38 @@ def measure(args):
             total, counts = subnormal_counts(optimizer, names)
             elapsed = time.perf_counter() - start
             ms, same = time_adam_steps(optimizer, args.repeat)
-            points.append({'updates': update, 'subnormal_moments': total, 'by_tensor': counts,
-                           'adam_step_ms': ms, 'same_weights': same,
-                           'training_minutes': round(elapsed / 60, 2)})
+            points.append(
+                {
+                    'updates': update,
+                    'subnormal_moments': total,
+                    'by_tensor': counts,
+                    'adam_step_ms': ms,
+                    'same_weights': same,
+                    'training_minutes': round(elapsed / 60, 2),
+                }
+            )
             print(json.dumps(points[-1]), flush=True)
             start = time.perf_counter() - elapsed  # the timing of Adam steps is not training time
-    state_size = sum(t.numel() for s in optimizer.state.values() for k, t in s.items()
-                     if k in encoder_readout.MOMENTS)
-    return {'points': points, 'moment_entries': state_size,
-            'model': {'agent': 'empathy/mime', 'params': sum(p.numel() for p in agent.model.parameters()),
-                      'vocab': len(agent.dict), 'batch': args.batch}}
+    state_size = sum(t.numel() for s in optimizer.state.values() for k, t in s.items() if k in encoder_readout.MOMENTS)
+    return {
+        'points': points,
+        'moment_entries': state_size,
+        'model': {
+            'agent': 'empathy/mime',
+            'params': sum(p.numel() for p in agent.model.parameters()),
+            'vocab': len(agent.dict),
+            'batch': args.batch,
+        },
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
-        os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir',
+        default=os.environ.get('PARLAI_EMPATHY_ED_DIR')
+        or os.path.join(os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'),
+    )
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--batch', type=int, default=16)
     parser.add_argument('--steps', type=int, default=6000, help='training updates')
@@ -134,9 +168,13 @@ def main():
     run = evidence.benchmark_record(REPO)
     report = measure(args)
     report.update(
-        command='python bench/adam_subnormal.py ' + ' '.join(
-            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out', 'workdir')),
-        cpu=cpu_flags(), **evidence.finish_benchmark_record(run))
+        command='python bench/adam_subnormal.py '
+        + ' '.join(
+            f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out', 'workdir')
+        ),
+        cpu=cpu_flags(),
+        **evidence.finish_benchmark_record(run),
+    )
     print(json.dumps(report, indent=1))
     if args.out:
         evidence.write_json(args.out, report)

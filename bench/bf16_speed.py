@@ -8,6 +8,7 @@ the medians printed with what ``native_bf16()`` says of the CPU and the machine'
 
     .venv/bin/python bench/bf16_speed.py --encoder offline-minilm --steps 10 --threads 1 --out bf16.json
 """
+
 import argparse
 import json
 import os
@@ -20,7 +21,8 @@ import torch
 def command_line(script, args):
     """The command that re-creates a report: the script and its options (not the data path or the output)."""
     return f'python {script} ' + ' '.join(
-        f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out'))
+        f'--{k.replace("_", "-")} {v}' for k, v in vars(args).items() if k not in ('ed_dir', 'out')
+    )
 
 
 def median(times):
@@ -37,8 +39,9 @@ def emit(report, out=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--encoder', default='offline-minilm')
     parser.add_argument('--steps', type=int, default=10, help='timed steps per precision (after 2 warm-up steps)')
     parser.add_argument('--batch', type=int, default=32)
@@ -77,8 +80,11 @@ def main():
     fp32, bf16 = (median(times[k]) for k in (False, True))
     report = {
         'command': command_line('bench/bf16_speed.py', args),
-        'machine': evidence.machine(), 'native_bf16': native_bf16(),
-        'encoder': args.encoder, 'batch': args.batch, 'tokens_per_row': int(batch['input_ids'].size(1)),
+        'machine': evidence.machine(),
+        'native_bf16': native_bf16(),
+        'encoder': args.encoder,
+        'batch': args.batch,
+        'tokens_per_row': int(batch['input_ids'].size(1)),
         'median_step_s': {'fp32': round(fp32, 4), 'bf16': round(bf16, 4)},
         'bf16_over_fp32_time': round(bf16 / fp32, 2),
     }

@@ -7,6 +7,7 @@ The long message is the largest the server accepts (``MAX_MESSAGE_CHARS`` charac
 token cap when there is one); the short one is sent 50 ms after it. Prints the median and the
 worst time of the short message alone and beside the long one, and the long one's own time.
 """
+
 import argparse
 import json
 import os
@@ -20,13 +21,15 @@ import time
 import urllib.error
 import urllib.request
 
-SERVER = ('import sys; from parlai_empathy.serving.chat import serve; '
-          'serve(sys.argv[1], port=int(sys.argv[2]))')
+SERVER = 'import sys; from parlai_empathy.serving.chat import serve; serve(sys.argv[1], port=int(sys.argv[2]))'
 
 
 def post(url, text, cookie=None):
-    request = urllib.request.Request(url + '/api/chat', json.dumps({'text': text}).encode(),
-                                     {'Content-Type': 'application/json', **({'Cookie': cookie} if cookie else {})})
+    request = urllib.request.Request(
+        url + '/api/chat',
+        json.dumps({'text': text}).encode(),
+        {'Content-Type': 'application/json', **({'Cookie': cookie} if cookie else {})},
+    )
     start = time.perf_counter()
     try:
         with urllib.request.urlopen(request, timeout=600) as response:
@@ -46,8 +49,13 @@ def long_message(chars: int, rng: random.Random, style: str) -> str:
         if style == 'words':
             part = ''.join(rng.choice(string.ascii_lowercase) for _ in range(15))
         else:
-            part = ' '.join(''.join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7)))
-                            for _ in range(8)).capitalize() + ','[:rng.random() < .3] + '.'
+            part = (
+                ' '.join(
+                    ''.join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(8)
+                ).capitalize()
+                + ','[: rng.random() < 0.3]
+                + '.'
+            )
         parts.append(part)
         size += len(part) + 1
     return ' '.join(parts)[:chars]
@@ -56,7 +64,7 @@ def long_message(chars: int, rng: random.Random, style: str) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('model_file')
-    parser.add_argument('--long-chars', type=int, default=None, help='default: the chat module\'s MAX_MESSAGE_CHARS')
+    parser.add_argument('--long-chars', type=int, default=None, help="default: the chat module's MAX_MESSAGE_CHARS")
     parser.add_argument('--style', choices=('words', 'sentences'), default='words')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--port', type=int, default=8391)
@@ -66,9 +74,12 @@ def main():
 
         args.long_chars = MAX_MESSAGE_CHARS
     url = f'http://127.0.0.1:{args.port}'
-    proc = subprocess.Popen([sys.executable, '-c', SERVER, args.model_file, str(args.port)],
-                            env=dict(os.environ, HF_HUB_OFFLINE='1'),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, '-c', SERVER, args.model_file, str(args.port)],
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(1200):
             try:
@@ -84,15 +95,18 @@ def main():
             alone.append(post(url, 'I miss my friends.', victim)[1])
             result, text = {}, long_message(args.long_chars, rng, args.style)
             thread = threading.Thread(
-                target=lambda result=result, text=text: result.setdefault('long', post(url, text, attacker)))
+                target=lambda result=result, text=text: result.setdefault('long', post(url, text, attacker))
+            )
             thread.start()
             time.sleep(0.05)
             beside.append(post(url, 'I miss my friends.', victim)[1])
             thread.join()
             long_statuses.add(result['long'][0])
             long_times.append(result['long'][1])
-        print(f'long message: {args.long_chars:,} characters of {args.style}, status {sorted(long_statuses)}, '
-              f'{statistics.median(long_times):.3f} s median')
+        print(
+            f'long message: {args.long_chars:,} characters of {args.style}, status {sorted(long_statuses)}, '
+            f'{statistics.median(long_times):.3f} s median'
+        )
         print(f'short message alone:            median {statistics.median(alone):.3f} s, worst {max(alone):.3f} s')
         print(f'short message beside the long:  median {statistics.median(beside):.3f} s, worst {max(beside):.3f} s')
     finally:

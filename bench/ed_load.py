@@ -6,13 +6,14 @@ peak RSS, and the RSS after imports alone, so the data's own share is visible.
 
     PARLAI_EMPATHY_ED_DIR=../shared/data/empatheticdialogues .venv/bin/python bench/ed_load.py
 """
+
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-CHILD = r'''
+CHILD = r"""
 import json, os, resource, sys, time
 from parlai.core.build_data import mark_done
 from parlai.core.params import ParlaiParser
@@ -35,7 +36,7 @@ for split in ('train', 'valid', 'test'):
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({'seconds': seconds, 'examples': examples, 'peak_mb': peak / 1024, 'import_mb': base_rss / 1024}))
-'''
+"""
 
 
 def measure(which, datapath, ed_dir, repeats=3):
@@ -52,8 +53,9 @@ def measure(which, datapath, ed_dir, repeats=3):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    ed_dir = (os.environ.get('PARLAI_EMPATHY_ED_DIR')
-              or os.path.join(here, '..', '..', 'shared', 'data', 'empatheticdialogues'))
+    ed_dir = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
+        here, '..', '..', 'shared', 'data', 'empatheticdialogues'
+    )
     ed_dir = os.path.abspath(ed_dir)
     with tempfile.TemporaryDirectory() as datapath:
         # ParlAI's teacher reads <datapath>/empatheticdialogues/empatheticdialogues/<split>.csv

@@ -6,6 +6,7 @@ gradients, length-sorted chunks of 32 rows, mean pooling) over the first N ED te
 
     .venv/bin/python bench/encoder_speed.py --bert-model offline-mpnet --texts 256 --threads 2
 """
+
 import argparse
 import os
 import time
@@ -15,8 +16,9 @@ import torch
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--bert-model', default='offline-mpnet')
     parser.add_argument('--texts', type=int, default=256)
     parser.add_argument('--threads', type=int, default=2)
@@ -32,15 +34,18 @@ def main():
     resolved_s = time.perf_counter() - start
     tokenizer = load_tokenizer(encoder_dir)
     conversations, _ = read_clean(os.path.join(args.ed_dir, 'test.csv'))
-    examples = [e for ep in ed_episodes.build_episodes(conversations, both_sides=False) for e in ep][:args.texts]
+    examples = [e for ep in ed_episodes.build_episodes(conversations, both_sides=False) for e in ep][: args.texts]
     texts = ['\n'.join(e.context_utterances[-4:]) for e in examples]
     ids = tokenizer(texts, padding=True, truncation=True, max_length=100, return_tensors='pt')['input_ids']
-    model = BiEncoder.from_pretrained(encoder_dir, share_encoders=True, pooling='mean',
-                                      pad_id=tokenizer.pad_token_id).eval()
-    print(f'{args.bert_model}: {encoder_dir} (resolved in {resolved_s:.1f} s), '
-          f'{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, {len(texts)} ED test contexts, '
-          f'{args.threads} thread(s), '
-          f'{float((ids != tokenizer.pad_token_id).sum(1).float().mean()):.1f} word pieces on average')
+    model = BiEncoder.from_pretrained(
+        encoder_dir, share_encoders=True, pooling='mean', pad_id=tokenizer.pad_token_id
+    ).eval()
+    print(
+        f'{args.bert_model}: {encoder_dir} (resolved in {resolved_s:.1f} s), '
+        f'{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, {len(texts)} ED test contexts, '
+        f'{args.threads} thread(s), '
+        f'{float((ids != tokenizer.pad_token_id).sum(1).float().mean()):.1f} word pieces on average'
+    )
     for precision in ('float32', 'bfloat16'):
         model.to(getattr(torch, precision))
         with torch.no_grad():

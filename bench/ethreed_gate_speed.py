@@ -11,6 +11,7 @@ so that no classifier is needed. Only the updates are timed, after a few warm-up
 
 Prints seconds per update of each variant and round, and baseline / ours.
 """
+
 import argparse
 import json
 import os
@@ -33,10 +34,20 @@ def timed_updates(variant: str, updates: int, warmup: int, workdir: str) -> floa
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
-    opt = setup_args().parse_args([
-        '-t', 'empathy_ed_clean', '-m', 'empathy/ethreed', '--listener-emotions', 'conversation',
-        '-mf', os.path.join(workdir, variant, 'model'), '--log-every-n-secs', '100000',
-    ])
+    opt = setup_args().parse_args(
+        [
+            '-t',
+            'empathy_ed_clean',
+            '-m',
+            'empathy/ethreed',
+            '--listener-emotions',
+            'conversation',
+            '-mf',
+            os.path.join(workdir, variant, 'model'),
+            '--log-every-n-secs',
+            '100000',
+        ]
+    )
     loop = TrainLoop(opt)
     gate = type(loop.agent.model.decoder.emotion_gate)
     assert (gate is torch.nn.Bilinear) == (variant == 'baseline'), gate
@@ -67,10 +78,16 @@ def main():
                 print(f'{variant}: {seconds[variant][-1]:.3f} s/update', flush=True)
     ratio = statistics.median(seconds['baseline']) / statistics.median(seconds['ours'])
     print(f'baseline / ours (medians): {ratio:.2f}')
-    report = {'command': ['python'] + sys.argv, 'seconds_per_update': seconds, 'ratio': ratio,
-              'threads': args.threads, 'updates': args.updates, 'load_at_end': os.getloadavg(),
-              'machine': {'platform': platform.platform(), 'processor': platform.processor(),
-                          'cpu_count': os.cpu_count()}, 'date': time.strftime('%Y-%m-%d %H:%M:%S %z')}
+    report = {
+        'command': ['python'] + sys.argv,
+        'seconds_per_update': seconds,
+        'ratio': ratio,
+        'threads': args.threads,
+        'updates': args.updates,
+        'load_at_end': os.getloadavg(),
+        'machine': {'platform': platform.platform(), 'processor': platform.processor(), 'cpu_count': os.cpu_count()},
+        'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
+    }
     if args.out:
         with open(args.out, 'w') as handle:
             json.dump(report, handle, indent=1)

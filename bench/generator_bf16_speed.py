@@ -10,6 +10,7 @@ processes falls on both alike. It also reports the loss of the same batch and we
 
     .venv/bin/python bench/generator_bf16_speed.py --model mime --steps 30 --threads 1 --out bf16_mime.json
 """
+
 import argparse
 import contextlib
 import os
@@ -25,8 +26,9 @@ from bf16_speed import command_line, emit, median
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--model', choices=['mime', 'multitask_transformer'], default='mime')
     parser.add_argument('--steps', type=int, default=30, help='timed updates per precision (after 3 warm-up pairs)')
     parser.add_argument('--batch', type=int, default=16)
@@ -48,8 +50,10 @@ def main():
     random.Random(0).shuffle(pairs)
     model = (Mime if args.model == 'mime' else MultitaskTransformer)(vocab_size).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    batches = [ed_tensors.to_tensors(pairs[i: i + args.batch], vocab, max_context=512, max_response=64)
-               for i in range(0, (args.steps + 3) * 2 * args.batch, args.batch)]
+    batches = [
+        ed_tensors.to_tensors(pairs[i : i + args.batch], vocab, max_context=512, max_response=64)
+        for i in range(0, (args.steps + 3) * 2 * args.batch, args.batch)
+    ]
 
     def precision(bf16):
         return torch.autocast('cpu', dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -81,8 +85,11 @@ def main():
     fp32, bf16 = (median(times[k]) for k in (False, True))
     report = {
         'command': command_line('bench/generator_bf16_speed.py', args),
-        'machine': evidence.machine(), 'native_bf16': native_bf16(),
-        'model': args.model, 'batch': args.batch, 'timed_updates_each': len(times[False]),
+        'machine': evidence.machine(),
+        'native_bf16': native_bf16(),
+        'model': args.model,
+        'batch': args.batch,
+        'timed_updates_each': len(times[False]),
         'median_update_s': {'fp32': round(fp32, 4), 'bf16': round(bf16, 4)},
         'bf16_speedup': round(fp32 / bf16, 2),
         'loss_same_batch': {'fp32': round(losses[False], 3), 'bf16': round(losses[True], 3)},

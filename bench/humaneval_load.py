@@ -29,6 +29,7 @@ by a kill excluded), kills and downtime, and the bad-input table. ``--json`` wri
     nice -n 19 .venv/bin/python bench/humaneval_load.py --workers 20 --assignments 2 --items 5 \\
         --kills 1 --squatter-entries 36 --json bench/results/humaneval_load_squatter.json
 """
+
 import argparse
 import json
 import os
@@ -92,16 +93,14 @@ class Client:
         first copy was stored (409 'already answered') or not (303, stored now)."""
         form = dict(rating, slot=slot)
         self.stats.sent(slot, rating)
-        response = self.request('POST', self.link + '/answer', 'answer', data=form,
-                                allow_redirects=False)
+        response = self.request('POST', self.link + '/answer', 'answer', data=form, allow_redirects=False)
         if response.status_code == 303:
             self.stats.acknowledged(slot)
         elif response.status_code == 409 and 'already answered' in response.text:
             self.stats.acknowledged(slot)  # our earlier copy was stored before a kill
             self.stats.add('resent_already_stored', 1)
         else:
-            raise RuntimeError(f'answer to slot {slot}: HTTP {response.status_code}: '
-                               f'{response.text[-300:]}')
+            raise RuntimeError(f'answer to slot {slot}: HTTP {response.status_code}: {response.text[-300:]}')
 
     def work(self, assignments: int, rating_of) -> None:
         for _ in range(assignments):
@@ -164,8 +163,12 @@ def bad_inputs(base: str, db, other_db) -> list:
     good = dict(rating, slot=first)
     victim = providers.local_links(db, base, 1)[0]
     mturk = providers.mturk_entry_url(db, base)
-    mturk_params = {'assignmentId': 'LOADPROBEA1', 'workerId': 'LOADPROBEW1', 'hitId': 'H',
-                    'turkSubmitTo': 'https://workersandbox.mturk.com'}
+    mturk_params = {
+        'assignmentId': 'LOADPROBEA1',
+        'workerId': 'LOADPROBEW1',
+        'hitId': 'H',
+        'turkSubmitTo': 'https://workersandbox.mturk.com',
+    }
     sig = token.split('.')[1]
     bare_entry = providers.generic_entry_url(db, base).split('&', 1)[0]
 
@@ -181,40 +184,75 @@ def bad_inputs(base: str, db, other_db) -> list:
         return Outcome(409 if same else second.status_code)
 
     def chunked_20mb():
-        return Outcome(stream_chunked(base.split('//')[1].split(':')[0], int(base.rsplit(':', 1)[1]),
-                                      f'/w/{token}/answer', 20 << 20)['status'])
+        return Outcome(
+            stream_chunked(
+                base.split('//')[1].split(':')[0], int(base.rsplit(':', 1)[1]), f'/w/{token}/answer', 20 << 20
+            )['status']
+        )
+
     cases = [
         ('forged link signature', 403, lambda: s.get(f'{base}/w/{token[:-1]}{"B" if token[-1] == "A" else "A"}')),
         ('link re-pointed at another worker', 403, lambda: s.get(f'{base}/w/w1.{sig}')),
-        ('link from another task database', 403,
-         lambda: s.get(providers.local_links(other_db, base, 1)[0])),
+        ('link from another task database', 403, lambda: s.get(providers.local_links(other_db, base, 1)[0])),
         ('link cut short', 404, lambda: s.get(f'{base}/w/{token[:-3]}')),
         ('malformed item id', 400, lambda: s.post(prober + '/answer', data=dict(rating, slot='1e3'))),
         ('rating out of range', 400, lambda: s.post(prober + '/answer', data=dict(good, empathy='6'))),
         ('missing question', 400, lambda: s.post(prober + '/answer', data={'slot': first, 'empathy': '3'})),
         ('unexpected field', 400, lambda: s.post(prober + '/answer', data=dict(good, extra='1'))),
-        ('field sent twice', 400, lambda: s.post(
-            prober + '/answer', data=f'slot={first}&empathy=3&empathy=4&relevance=3&fluency=3',
-            headers={'Content-Type': 'application/x-www-form-urlencoded'})),
+        (
+            'field sent twice',
+            400,
+            lambda: s.post(
+                prober + '/answer',
+                data=f'slot={first}&empathy=3&empathy=4&relevance=3&fluency=3',
+                headers={'Content-Type': 'application/x-www-form-urlencoded'},
+            ),
+        ),
         ('oversized form', 413, lambda: s.post(prober + '/answer', data=dict(good, fluency='3' * 5000))),
-        ('non-UTF-8 form', 400, lambda: s.post(prober + '/answer', data=b'slot=\xff\xfe',
-                                               headers={'Content-Type': 'application/x-www-form-urlencoded'})),
+        (
+            'non-UTF-8 form',
+            400,
+            lambda: s.post(
+                prober + '/answer', data=b'slot=\xff\xfe', headers={'Content-Type': 'application/x-www-form-urlencoded'}
+            ),
+        ),
         ("another worker's item", 403, lambda: s.post(victim + '/answer', data=good)),
         ('item out of order', 409, lambda: s.post(prober + '/answer', data=dict(rating, slot=slots[-1]))),
-        ('replayed answer', 409, lambda: (s.post(prober + '/answer', data=good),
-                                          s.post(prober + '/answer', data=good))[1]),
+        (
+            'replayed answer',
+            409,
+            lambda: (s.post(prober + '/answer', data=good), s.post(prober + '/answer', data=good))[1],
+        ),
         ('MTurk entry without entry signature', 403, lambda: s.get(base + '/mturk', params=mturk_params)),
-        ('MTurk workerId without assignmentId', 400, lambda: s.get(
-            mturk, params={k: v for k, v in mturk_params.items() if k != 'assignmentId'})),
-        ('MTurk assignment taken by another workerId', 403, lambda: (
-            s.get(mturk, params=mturk_params), s.get(mturk, params=dict(mturk_params, workerId='LOADPROBEW2')))[1]),
-        ('MTurk turkSubmitTo not on mturk.com', 400, lambda: s.get(
-            mturk, params=dict(mturk_params, turkSubmitTo='https://evil.example'))),
+        (
+            'MTurk workerId without assignmentId',
+            400,
+            lambda: s.get(mturk, params={k: v for k, v in mturk_params.items() if k != 'assignmentId'}),
+        ),
+        (
+            'MTurk assignment taken by another workerId',
+            403,
+            lambda: (
+                s.get(mturk, params=mturk_params),
+                s.get(mturk, params=dict(mturk_params, workerId='LOADPROBEW2')),
+            )[1],
+        ),
+        (
+            'MTurk turkSubmitTo not on mturk.com',
+            400,
+            lambda: s.get(mturk, params=dict(mturk_params, turkSubmitTo='https://evil.example')),
+        ),
         ('participant id with another session: a link of its own', 303, own_binding),
-        ('participant id typed without a session id', 400, lambda: s.get(
-            bare_entry + '&worker_id=PROBE2', allow_redirects=False)),
-        ('Prolific id without STUDY_ID', 400, lambda: s.get(
-            bare_entry + '&PROLIFIC_PID=PROBE3&SESSION_ID=S1', allow_redirects=False)),
+        (
+            'participant id typed without a session id',
+            400,
+            lambda: s.get(bare_entry + '&worker_id=PROBE2', allow_redirects=False),
+        ),
+        (
+            'Prolific id without STUDY_ID',
+            400,
+            lambda: s.get(bare_entry + '&PROLIFIC_PID=PROBE3&SESSION_ID=S1', allow_redirects=False),
+        ),
         ('non-ASCII digit as item id', 400, lambda: s.post(prober + '/answer', data=dict(rating, slot='\u00b2'))),
         ('fullwidth digit as rating', 400, lambda: s.post(prober + '/answer', data=dict(good, empathy='\uff15'))),
         ('chunked 20 MB body', 413, chunked_20mb),
@@ -249,8 +287,7 @@ class Squatter:
     def attempt(self, i: int) -> None:
         self.tried += 1
         try:
-            entered = self.session.get(entry_link(self.db, self.base_of(), f'SQUAT{i}', f'X{i}'),
-                                       timeout=30)
+            entered = self.session.get(entry_link(self.db, self.base_of(), f'SQUAT{i}', f'X{i}'), timeout=30)
             if entered.status_code != 200:
                 self.statuses[f'entry {entered.status_code}'] += 1
                 return
@@ -266,8 +303,10 @@ class Squatter:
 
     def held(self, db_path: str) -> int:
         con = sqlite3.connect(db_path)
-        query = ("SELECT COUNT(*) FROM assignments x JOIN workers w USING (worker_id) WHERE "
-                 "w.external_id LIKE 'SQUAT%' AND x.completed IS NULL")
+        query = (
+            'SELECT COUNT(*) FROM assignments x JOIN workers w USING (worker_id) WHERE '
+            "w.external_id LIKE 'SQUAT%' AND x.completed IS NULL"
+        )
         try:
             try:
                 return con.execute(query + ' AND x.released IS NULL').fetchone()[0]
@@ -295,14 +334,27 @@ def body_memory(base: str, token: str, megabytes: int, pid: int) -> dict:
     stream_chunked(host, int(port), f'/w/{token}/answer', 1 << 20)  # warm-up
     before = peak_rss_kb(pid)
     result = stream_chunked(host, int(port), f'/w/{token}/answer', megabytes << 20)
-    return {'megabytes': megabytes, 'status': result['status'],
-            'peak_rss_before_mb': before / 1024, 'peak_rss_after_mb': peak_rss_kb(pid) / 1024,
-            'grown_mb': (peak_rss_kb(pid) - before) / 1024}
+    return {
+        'megabytes': megabytes,
+        'status': result['status'],
+        'peak_rss_before_mb': before / 1024,
+        'peak_rss_after_mb': peak_rss_kb(pid) / 1024,
+        'grown_mb': (peak_rss_kb(pid) - before) / 1024,
+    }
 
 
-def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, items: int,
-             kills: int, deadline_s: float, log=print, squatter_entries: int = 0,
-             body_mb: int = 0) -> dict:
+def run_load(
+    workdir: str,
+    world_logs: dict,
+    workers: int,
+    assignments: int,
+    items: int,
+    kills: int,
+    deadline_s: float,
+    log=print,
+    squatter_entries: int = 0,
+    body_mb: int = 0,
+) -> dict:
     per_assignment = items + 1
     expected = workers * assignments * per_assignment
     # units with slack, so the last workers still find items they have not seen
@@ -310,17 +362,30 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
     if squatter_entries:  # what the squatter may hold (its cap), so the prober still finds work
         num_items += 2 * items
     db_path = os.path.join(workdir, 'load.db')
-    db = build_task(db_path, 'likert', [f'{n}={p}' for n, p in world_logs.items()],
-                    num_items=num_items, annotators=3, items_per_assignment=items,
-                    checks_per_assignment=1, seed=1)
-    other_db = build_task(os.path.join(workdir, 'other.db'), 'likert',
-                          [f'{n}={p}' for n, p in world_logs.items()], num_items=4)
+    db = build_task(
+        db_path,
+        'likert',
+        [f'{n}={p}' for n, p in world_logs.items()],
+        num_items=num_items,
+        annotators=3,
+        items_per_assignment=items,
+        checks_per_assignment=1,
+        seed=1,
+    )
+    other_db = build_task(
+        os.path.join(workdir, 'other.db'), 'likert', [f'{n}={p}' for n, p in world_logs.items()], num_items=4
+    )
     deadline = time.monotonic() + deadline_s
     server = Server(db_path).start(timeout=deadline_s)
     stats = Stats()
     errors = []
-    memory = body_memory(server.base, providers.local_links(db, server.base, 1)[0].rsplit('/', 1)[1],
-                         body_mb, server.proc.pid) if body_mb else None
+    memory = (
+        body_memory(
+            server.base, providers.local_links(db, server.base, 1)[0].rsplit('/', 1)[1], body_mb, server.proc.pid
+        )
+        if body_mb
+        else None
+    )
     squatter = None
     if squatter_entries:
         squatter = Squatter(db, lambda: server.base, squatter_entries)
@@ -330,8 +395,10 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
             time.sleep(0.05)
         # honest participants come in through the same entry link, each from its own address
         addresses = [f'127.0.{10 + i // 200}.{10 + i % 200}' for i in range(workers)]
-        links = [session_from(a).get(entry_link(db, server.base, f'HONEST{i}', f'H{i}'),
-                                     timeout=60).url for i, a in enumerate(addresses)]
+        links = [
+            session_from(a).get(entry_link(db, server.base, f'HONEST{i}', f'H{i}'), timeout=60).url
+            for i, a in enumerate(addresses)
+        ]
     else:
         addresses = [None] * workers
         links = providers.local_links(db, server.base, workers)
@@ -347,8 +414,7 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
         except Exception as err:  # reported, and fails the run
             errors.append(f'{link}: {err!r}')
 
-    threads = [threading.Thread(target=work, args=(link, a), daemon=True)
-               for link, a in zip(links, addresses)]
+    threads = [threading.Thread(target=work, args=(link, a), daemon=True) for link, a in zip(links, addresses)]
     started = time.perf_counter()
     for t in threads:
         t.start()
@@ -361,8 +427,7 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
         down = time.perf_counter()
         server = Server(db_path, server.port).start(timeout=max(300.0, deadline - time.monotonic()))
         kill_log.append({'after_acked': acked_at_kill, 'down_s': time.perf_counter() - down})
-        log(f'kill {k}: SIGKILL after {acked_at_kill} acknowledged answers; back in '
-            f'{kill_log[-1]["down_s"]:.1f} s')
+        log(f'kill {k}: SIGKILL after {acked_at_kill} acknowledged answers; back in {kill_log[-1]["down_s"]:.1f} s')
         if k == 1:
             probes = bad_inputs(server.base, db, other_db)
     if probes is None:
@@ -381,76 +446,102 @@ def run_load(workdir: str, world_logs: dict, workers: int, assignments: int, ite
     per_worker_unit = Counter((r[1], r[2]) for r in rows)
     stored = {r[0]: json.loads(r[3])['ratings'] for r in rows if r[0] in stats.sent_answers}
     lost = [s for s in stats.acked if s not in stored]
-    wrong = [s for s, got in stored.items()
-             if got != {a: int(v) for a, v in stats.sent_answers[s].items()}]
+    wrong = [s for s, got in stored.items() if got != {a: int(v) for a, v in stats.sent_answers[s].items()}]
     prober_rows = len(rows) - sum(1 for r in rows if r[0] in stats.sent_answers)
-    duplicated = (sum(n - 1 for n in stored_slots.values())
-                  + sum(n - 1 for n in per_worker_unit.values()))
+    duplicated = sum(n - 1 for n in stored_slots.values()) + sum(n - 1 for n in per_worker_unit.values())
     completed = con.execute('SELECT COUNT(*) FROM assignments WHERE completed IS NOT NULL').fetchone()[0]
     pct = lambda xs, q: float(np.percentile(xs, q) * 1000) if xs else float('nan')  # noqa: E731
     return {
-        'workers': workers, 'assignments_per_worker': assignments, 'items_per_assignment': per_assignment,
-        'expected_answers': expected, 'sent': len(stats.sent_answers), 'acknowledged': len(stats.acked),
-        'stored': len(stored), 'stored_by_prober': prober_rows, 'lost': len(lost),
-        'stored_differently': len(wrong), 'duplicated': duplicated,
+        'workers': workers,
+        'assignments_per_worker': assignments,
+        'items_per_assignment': per_assignment,
+        'expected_answers': expected,
+        'sent': len(stats.sent_answers),
+        'acknowledged': len(stats.acked),
+        'stored': len(stored),
+        'stored_by_prober': prober_rows,
+        'lost': len(lost),
+        'stored_differently': len(wrong),
+        'duplicated': duplicated,
         'resent_already_stored': stats.counts['resent_already_stored'],
-        'retried_requests': stats.counts['retries'], 'completed_assignments': completed,
-        'kills': kill_log, 'elapsed_s': elapsed,
+        'retried_requests': stats.counts['retries'],
+        'completed_assignments': completed,
+        'kills': kill_log,
+        'elapsed_s': elapsed,
         'answers_per_s': len(stats.acked) / elapsed if elapsed else float('nan'),
-        'answer_p50_ms': pct(stats.latencies['answer'], 50), 'answer_p99_ms': pct(stats.latencies['answer'], 99),
-        'page_p50_ms': pct(stats.latencies['page'], 50), 'page_p99_ms': pct(stats.latencies['page'], 99),
+        'answer_p50_ms': pct(stats.latencies['answer'], 50),
+        'answer_p99_ms': pct(stats.latencies['answer'], 99),
+        'page_p50_ms': pct(stats.latencies['page'], 50),
+        'page_p99_ms': pct(stats.latencies['page'], 99),
         'requests_timed': sum(len(v) for v in stats.latencies.values()),
-        'bad_inputs': probes, 'errors': errors,
-        'honest_workers_served': served['workers'], 'honest_told_no_work': stats.counts['honest_no_work'],
+        'bad_inputs': probes,
+        'errors': errors,
+        'honest_workers_served': served['workers'],
+        'honest_told_no_work': stats.counts['honest_no_work'],
         'honest_starts_deferred_429': stats.counts['honest_429'],
-        'squatter': None if squatter is None else {
-            'address': SQUATTER, 'entries_tried': squatter.tried,
-            'burst_entries': squatter.entries, 'burst_s': squatter.burst_s,
-            'bindings_created': len(squatter.bindings), 'tasks_reserved': squatter.reserved,
+        'squatter': None
+        if squatter is None
+        else {
+            'address': SQUATTER,
+            'entries_tried': squatter.tried,
+            'burst_entries': squatter.entries,
+            'burst_s': squatter.burst_s,
+            'bindings_created': len(squatter.bindings),
+            'tasks_reserved': squatter.reserved,
             'most_reservations_held_at_once': squatter.max_held,
-            'outcomes': dict(squatter.statuses)},
+            'outcomes': dict(squatter.statuses),
+        },
         'body_memory': memory,
     }
 
 
 def report(r: dict) -> str:
     lines = [
-        f"{r['workers']} workers x {r['assignments_per_worker']} assignments x "
-        f"{r['items_per_assignment']} items (1 attention check each) = {r['expected_answers']} answers expected",
+        f'{r["workers"]} workers x {r["assignments_per_worker"]} assignments x '
+        f'{r["items_per_assignment"]} items (1 attention check each) = {r["expected_answers"]} answers expected',
         '',
-        '| figure | value |', '|---|---|',
-        f"| answers sent | {r['sent']} |",
-        f"| answers acknowledged | {r['acknowledged']} |",
-        f"| answers stored | {r['stored']} (+{r['stored_by_prober']} by the bad-input prober) |",
-        f"| lost (acknowledged, not stored) | {r['lost']} |",
-        f"| stored with other values than sent | {r['stored_differently']} |",
-        f"| duplicated | {r['duplicated']} |",
-        f"| re-sent after a kill, already stored | {r['resent_already_stored']} |",
-        f"| requests retried while the server was down | {r['retried_requests']} |",
-        f"| completed assignments | {r['completed_assignments']} |",
-        f"| SIGKILLs survived | {len(r['kills'])} (server back after "
-        + ', '.join(f"{k['down_s']:.1f} s" for k in r['kills']) + ') |',
-        f"| answer post latency p50 / p99 | {r['answer_p50_ms']:.0f} / {r['answer_p99_ms']:.0f} ms |",
-        f"| page load latency p50 / p99 | {r['page_p50_ms']:.0f} / {r['page_p99_ms']:.0f} ms |",
-        f"| wall time / throughput | {r['elapsed_s']:.0f} s / {r['answers_per_s']:.1f} answers/s |",
-        '', '| bad input | expected | got |', '|---|---|---|',
+        '| figure | value |',
+        '|---|---|',
+        f'| answers sent | {r["sent"]} |',
+        f'| answers acknowledged | {r["acknowledged"]} |',
+        f'| answers stored | {r["stored"]} (+{r["stored_by_prober"]} by the bad-input prober) |',
+        f'| lost (acknowledged, not stored) | {r["lost"]} |',
+        f'| stored with other values than sent | {r["stored_differently"]} |',
+        f'| duplicated | {r["duplicated"]} |',
+        f'| re-sent after a kill, already stored | {r["resent_already_stored"]} |',
+        f'| requests retried while the server was down | {r["retried_requests"]} |',
+        f'| completed assignments | {r["completed_assignments"]} |',
+        f'| SIGKILLs survived | {len(r["kills"])} (server back after '
+        + ', '.join(f'{k["down_s"]:.1f} s' for k in r['kills'])
+        + ') |',
+        f'| answer post latency p50 / p99 | {r["answer_p50_ms"]:.0f} / {r["answer_p99_ms"]:.0f} ms |',
+        f'| page load latency p50 / p99 | {r["page_p50_ms"]:.0f} / {r["page_p99_ms"]:.0f} ms |',
+        f'| wall time / throughput | {r["elapsed_s"]:.0f} s / {r["answers_per_s"]:.1f} answers/s |',
+        '',
+        '| bad input | expected | got |',
+        '|---|---|---|',
     ]
-    lines += [f"| {b['kind']} | {b['expected']} | {b['got']}{'' if b['ok'] else ' (WRONG)'} |"
-              for b in r['bad_inputs']]
+    lines += [f'| {b["kind"]} | {b["expected"]} | {b["got"]}{"" if b["ok"] else " (WRONG)"} |' for b in r['bad_inputs']]
     q = r.get('squatter')
     if q:
-        lines += ['', f"squatter at {q['address']}: {q['entries_tried']} entries tried "
-                  f"({q['burst_entries']} in a {q['burst_s']:.1f} s burst), {q['bindings_created']} "
-                  f"bindings created, {q['tasks_reserved']} tasks reserved, at most "
-                  f"{q['most_reservations_held_at_once']} held at once; outcomes {q['outcomes']}",
-                  f"honest workers served: {r['honest_workers_served']} of {r['workers']}; told "
-                  f"'nothing left': {r['honest_told_no_work']}; starts deferred (429) and retried: "
-                  f"{r['honest_starts_deferred_429']}"]
+        lines += [
+            '',
+            f'squatter at {q["address"]}: {q["entries_tried"]} entries tried '
+            f'({q["burst_entries"]} in a {q["burst_s"]:.1f} s burst), {q["bindings_created"]} '
+            f'bindings created, {q["tasks_reserved"]} tasks reserved, at most '
+            f'{q["most_reservations_held_at_once"]} held at once; outcomes {q["outcomes"]}',
+            f'honest workers served: {r["honest_workers_served"]} of {r["workers"]}; told '
+            f"'nothing left': {r['honest_told_no_work']}; starts deferred (429) and retried: "
+            f'{r["honest_starts_deferred_429"]}',
+        ]
     m = r.get('body_memory')
     if m:
-        lines += ['', f"chunked body of {m['megabytes']} MB: HTTP {m['status']}, server peak RSS "
-                  f"{m['peak_rss_before_mb']:.0f} -> {m['peak_rss_after_mb']:.0f} MB "
-                  f"(+{m['grown_mb']:.1f} MB)"]
+        lines += [
+            '',
+            f'chunked body of {m["megabytes"]} MB: HTTP {m["status"]}, server peak RSS '
+            f'{m["peak_rss_before_mb"]:.0f} -> {m["peak_rss_after_mb"]:.0f} MB '
+            f'(+{m["grown_mb"]:.1f} MB)',
+        ]
     if r['errors']:
         lines += ['', 'worker errors:'] + r['errors'][:10]
     return '\n'.join(lines)
@@ -463,16 +554,28 @@ def main():
     parser.add_argument('--items', type=int, default=9, help='rated items per assignment (+1 check)')
     parser.add_argument('--kills', type=int, default=2)
     parser.add_argument('--deadline', type=float, default=1800, help='seconds; the run stops by then')
-    parser.add_argument('--world-logs', nargs=2, metavar='NAME=PATH', default=None,
-                        help='reuse two eval_model world logs (default: make gold/echo from ED test)')
+    parser.add_argument(
+        '--world-logs',
+        nargs=2,
+        metavar='NAME=PATH',
+        default=None,
+        help='reuse two eval_model world logs (default: make gold/echo from ED test)',
+    )
     parser.add_argument('--workdir', default=None)
     parser.add_argument('--json', default=None, help='also write the figures here')
-    parser.add_argument('--squatter-entries', type=int, default=0,
-                        help='a squatter bursts this many entries through the entry link (and '
-                        'keeps trying); honest workers then enter there too, one address each')
-    parser.add_argument('--body-mb', type=int, default=0,
-                        help='first stream one chunked body of this many MB and report the '
-                        "server's peak RSS before and after")
+    parser.add_argument(
+        '--squatter-entries',
+        type=int,
+        default=0,
+        help='a squatter bursts this many entries through the entry link (and '
+        'keeps trying); honest workers then enter there too, one address each',
+    )
+    parser.add_argument(
+        '--body-mb',
+        type=int,
+        default=0,
+        help="first stream one chunked body of this many MB and report the server's peak RSS before and after",
+    )
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix='humaneval_load_')
     if args.world_logs:
@@ -480,15 +583,29 @@ def main():
     else:
         print('making gold/echo world logs from ED test with ParlAI eval_model ...', flush=True)
         world_logs = make_world_logs(workdir)
-    result = run_load(workdir, world_logs, args.workers, args.assignments, args.items, args.kills,
-                      args.deadline, squatter_entries=args.squatter_entries, body_mb=args.body_mb)
+    result = run_load(
+        workdir,
+        world_logs,
+        args.workers,
+        args.assignments,
+        args.items,
+        args.kills,
+        args.deadline,
+        squatter_entries=args.squatter_entries,
+        body_mb=args.body_mb,
+    )
     result['command'] = ' '.join(['bench/humaneval_load.py'] + sys.argv[1:])
     print(report(result))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1)
-    ok = not result['errors'] and result['lost'] == 0 and result['duplicated'] == 0 and all(
-        b['ok'] for b in result['bad_inputs']) and result['honest_told_no_work'] == 0
+    ok = (
+        not result['errors']
+        and result['lost'] == 0
+        and result['duplicated'] == 0
+        and all(b['ok'] for b in result['bad_inputs'])
+        and result['honest_told_no_work'] == 0
+    )
     sys.exit(0 if ok else 1)
 
 

@@ -14,6 +14,7 @@ unrelated to the context), so the scores are meaningful and non-trivial. Reports
 
     python bench/metrics_throughput.py [--ed-dir DIR] [--batch-size 64] [--threads 2]
 """
+
 import argparse
 import os
 import platform
@@ -60,8 +61,10 @@ def main():
     golds = ed_test_listener_responses(args.ed_dir)
     responses = golds[-1:] + golds[:-1]
     n = len(golds)
-    print(f'{n} ED test listener responses; {platform.processor() or platform.machine()}, '
-          f'{os.cpu_count()} CPUs, torch threads {args.threads}')
+    print(
+        f'{n} ED test listener responses; {platform.processor() or platform.machine()}, '
+        f'{os.cpu_count()} CPUs, torch threads {args.threads}'
+    )
 
     def accumulate_bleu():
         tracker = Metrics()
@@ -73,15 +76,21 @@ def main():
         return tracker.report()['avg_bleu'].value()
 
     avg_bleu, seconds = timed(accumulate_bleu)
-    print(f'BLEU via ParlAI Metric objects: avg_bleu {avg_bleu:.4f} in {seconds:.2f} s = '
-          f'{n / seconds:,.0f} responses/s '
-          f'(process CPU {timed.cpu:.2f} s)')
+    print(
+        f'BLEU via ParlAI Metric objects: avg_bleu {avg_bleu:.4f} in {seconds:.2f} s = '
+        f'{n / seconds:,.0f} responses/s '
+        f'(process CPU {timed.cpu:.2f} s)'
+    )
     bleu4, seconds = timed(lambda: BLEU().corpus_score(responses, [golds]).score)
-    print(f'sacrebleu corpus_score (BLEU-4 only, one call): {bleu4:.4f} in {seconds:.2f} s = '
-          f'{n / seconds:,.0f} responses/s')
+    print(
+        f'sacrebleu corpus_score (BLEU-4 only, one call): {bleu4:.4f} in {seconds:.2f} s = '
+        f'{n / seconds:,.0f} responses/s'
+    )
     report, seconds = timed(lambda: score_examples([ScoredExample('', g, r) for g, r in zip(golds, responses)]))
-    print(f'suite text metrics (BLEU x2 settings, dist, utt_dist): {seconds:.2f} s = {n / seconds:,.0f} responses/s; '
-          f'dist-1 {report.values["dist-1"]:.4f} dist-2 {report.values["dist-2"]:.4f}')
+    print(
+        f'suite text metrics (BLEU x2 settings, dist, utt_dist): {seconds:.2f} s = {n / seconds:,.0f} responses/s; '
+        f'dist-1 {report.values["dist-1"]:.4f} dist-2 {report.values["dist-2"]:.4f}'
+    )
 
     config = BertScoreConfig(model=minilm_dir(), num_layers=6, batch_size=args.batch_size)
     scorer, load_seconds = timed(lambda: BertScore(config))
@@ -89,9 +98,11 @@ def main():
     # golds, which would halve the work. Lowercased responses are distinct strings (so both sides
     # are encoded, as for real model outputs) with the same F1 under this uncased model.
     f1s, seconds = timed(lambda: scorer.f1([r.lower() for r in responses], golds))
-    print(f'BERTScore {scorer.describe()}, batch {args.batch_size}: mean F1 {sum(f1s) / n:.4f}; '
-          f'load {load_seconds:.1f} s; scoring {seconds:.1f} s = {n / seconds:,.1f} responses/s '
-          f'(process CPU {timed.cpu:.1f} s)')
+    print(
+        f'BERTScore {scorer.describe()}, batch {args.batch_size}: mean F1 {sum(f1s) / n:.4f}; '
+        f'load {load_seconds:.1f} s; scoring {seconds:.1f} s = {n / seconds:,.1f} responses/s '
+        f'(process CPU {timed.cpu:.1f} s)'
+    )
     print(f'load average while running: {os.getloadavg()[0]:.1f} (other jobs share the cores when > threads)')
 
 

@@ -45,6 +45,7 @@ the context encodings per batch are counted.
     .venv/bin/python bench/mime_step_profile.py --pass validation --threads 2 --steps 359 \
         --out bench/results/mime_validation_profile_amd.json
 """
+
 import argparse
 import ctypes
 import functools
@@ -107,6 +108,7 @@ class PhaseClock:
                 spent = time.perf_counter() - start
                 nested = (self.seconds[inner] - before) if inner else 0.0
                 self.seconds[phase] += spent - nested
+
         setattr(owner, name, timed)
 
 
@@ -124,10 +126,26 @@ def measure(args):
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
     model_file = os.path.join(workdir, 'model')
-    opt = setup_args().parse_args([
-        '-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', args.agent,
-        '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
-        '--glove-init', 'false', '-dt', 'train'])
+    opt = setup_args().parse_args(
+        [
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            args.ed_dir,
+            '-m',
+            args.agent,
+            '-mf',
+            model_file,
+            '--dict-file',
+            model_file + '.dict',
+            '-bs',
+            str(args.batch),
+            '--glove-init',
+            'false',
+            '-dt',
+            'train',
+        ]
+    )
     if not os.path.isfile(model_file + '.dict'):
         build_dict(opt)
     agent = create_agent(opt)
@@ -137,8 +155,12 @@ def measure(args):
     clock.wrap(type(teacher), 'act', 'teacher')
     clock.wrap(type(agent.dict), 'txt2vec', 'tokenize')
     clock.wrap(type(agent), 'observe', 'observe', inner='tokenize')
-    for name, phase in (('batchify', 'batchify'), ('compute_loss', 'forward'),
-                        ('backward', 'backward'), ('update_params', 'optimizer')):
+    for name, phase in (
+        ('batchify', 'batchify'),
+        ('compute_loss', 'forward'),
+        ('backward', 'backward'),
+        ('update_params', 'optimizer'),
+    ):
         clock.wrap(type(agent), name, phase)
     optimizer = getattr(agent.optimizer, 'optimizer', agent.optimizer)
     mallopt = ctypes.CDLL('libc.so.6').mallopt
@@ -182,7 +204,8 @@ def measure(args):
     for kind, total in totals.items():
         steps = total['steps']
         report[kind] = {
-            'steps': steps, 'steps_per_s': steps / total['parley'],
+            'steps': steps,
+            'steps_per_s': steps / total['parley'],
             'ms_per_step': {p: round(1000 * s / steps, 2) for p, s in total['seconds'].items()},
             'share': {p: round(s / total['parley'], 4) for p, s in total['seconds'].items()},
         }
@@ -194,24 +217,38 @@ def measure(args):
         for _ in range(args.ops_steps):
             world.parley()
     for field, grouped in (('operators', False), ('operators_by_shape', True)):
-        events = sorted(prof.key_averages(group_by_input_shape=grouped),
-                        key=lambda e: e.self_cpu_time_total, reverse=True)
+        events = sorted(
+            prof.key_averages(group_by_input_shape=grouped), key=lambda e: e.self_cpu_time_total, reverse=True
+        )
         whole = sum(e.self_cpu_time_total for e in events) or 1
         report[field] = [
-            {'name': e.key, 'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
-             'share': round(e.self_cpu_time_total / whole, 4), 'calls_per_step': e.count / args.ops_steps,
-             **({'input_shapes': e.input_shapes} if grouped else {})}
-            for e in events[: args.ops]]
+            {
+                'name': e.key,
+                'ms_per_step': round(e.self_cpu_time_total / 1000 / args.ops_steps, 2),
+                'share': round(e.self_cpu_time_total / whole, 4),
+                'calls_per_step': e.count / args.ops_steps,
+                **({'input_shapes': e.input_shapes} if grouped else {}),
+            }
+            for e in events[: args.ops]
+        ]
         if grouped:  # the products with the output layer (vocabulary-wide operands), all shapes summed
             vocab = len(agent.dict)
-            products = [e for e in events if e.key in ('aten::mm', 'aten::addmm')
-                        and any(vocab in shape for shape in e.input_shapes if shape)]
+            products = [
+                e
+                for e in events
+                if e.key in ('aten::mm', 'aten::addmm') and any(vocab in shape for shape in e.input_shapes if shape)
+            ]
             report['vocabulary_products'] = {
                 'ms_per_step': round(sum(e.self_cpu_time_total for e in products) / 1000 / args.ops_steps, 2),
                 'share': round(sum(e.self_cpu_time_total for e in products) / whole, 4),
-                'calls_per_step': sum(e.count for e in products) / args.ops_steps}
-    report['model'] = {'agent': args.agent, 'params': sum(p.numel() for p in agent.model.parameters()),
-                       'vocab': len(agent.dict), 'batch': args.batch}
+                'calls_per_step': sum(e.count for e in products) / args.ops_steps,
+            }
+    report['model'] = {
+        'agent': args.agent,
+        'params': sum(p.numel() for p in agent.model.parameters()),
+        'vocab': len(agent.dict),
+        'batch': args.batch,
+    }
     return report
 
 
@@ -230,9 +267,24 @@ def measure_validation(args):
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='mime-profile-')
     model_file = os.path.join(workdir, 'model')
-    flags = ['-t', 'empathy_ed_clean', '--ed-datapath', args.ed_dir, '-m', 'empathy/mime',
-             '-mf', model_file, '--dict-file', model_file + '.dict', '-bs', str(args.batch),
-             '--glove-init', 'false', '--skip-generation', 'true']
+    flags = [
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        args.ed_dir,
+        '-m',
+        'empathy/mime',
+        '-mf',
+        model_file,
+        '--dict-file',
+        model_file + '.dict',
+        '-bs',
+        str(args.batch),
+        '--glove-init',
+        'false',
+        '--skip-generation',
+        'true',
+    ]
     if not os.path.isfile(model_file + '.dict'):
         build_dict(setup_args().parse_args(flags + ['-dt', 'train']))
     opt = setup_args().parse_args(flags + ['-dt', 'valid'])
@@ -249,8 +301,9 @@ def measure_validation(args):
     now = MimeAgent.record_extra_eval_metrics
 
     def two_passes(self, batch, gold):  # the agent's method before one reading served both
-        response, _, _ = self.model(batch.text_vec, batch.get('speaker_vec'), gold, 'gold',
-                                    ys=batch.label_vec, loss_smoothing=0.0)
+        response, _, _ = self.model(
+            batch.text_vec, batch.get('speaker_vec'), gold, 'gold', ys=batch.label_vec, loss_smoothing=0.0
+        )
         record_response_metrics(self, response, suffix='_gold')
 
     settings = {'before': two_passes, 'now': now}
@@ -267,6 +320,7 @@ def measure_validation(args):
     def counted(*args, **kwargs):  # every context encoding, in a forward pass or not
         readings[current['kind']] += 1
         return read_context(*args, **kwargs)
+
     encoder.read_context = counted
     with torch.no_grad():
         for _ in range(2):  # warm-up
@@ -290,24 +344,41 @@ def measure_validation(args):
     encoder.read_context = read_context
     agent._local_metrics.clear()
     examples = sum(len(batch.valid_indices) for batch in batches)
-    report = {kind: {'batches': len(batches), 'examples': examples,
-                     'ms_per_batch': round(1000 * seconds[kind] / len(batches), 2),
-                     'examples_per_s': round(examples / seconds[kind], 2),
-                     'context_encodings_per_batch': readings[kind] / len(batches)} for kind in settings}
+    report = {
+        kind: {
+            'batches': len(batches),
+            'examples': examples,
+            'ms_per_batch': round(1000 * seconds[kind] / len(batches), 2),
+            'examples_per_s': round(examples / seconds[kind], 2),
+            'context_encodings_per_batch': readings[kind] / len(batches),
+        }
+        for kind in settings
+    }
     report['speedup'] = seconds['before'] / seconds['now']
     report['same_figures'] = {key: figures['before'][key] == figures['now'][key] for key in keys + fields}
     report['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report['model'] = {'agent': 'empathy/mime', 'params': sum(p.numel() for p in agent.model.parameters()),
-                       'vocab': len(agent.dict), 'batch': args.batch}
+    report['model'] = {
+        'agent': 'empathy/mime',
+        'params': sum(p.numel() for p in agent.model.parameters()),
+        'vocab': len(agent.dict),
+        'batch': args.batch,
+    }
     return report
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
-        os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'))
-    parser.add_argument('--agent', default='empathy/mime', choices=['empathy/mime', 'empathy/moel'],
-                        help='the agent whose plain training step is profiled')
+    parser.add_argument(
+        '--ed-dir',
+        default=os.environ.get('PARLAI_EMPATHY_ED_DIR')
+        or os.path.join(os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'),
+    )
+    parser.add_argument(
+        '--agent',
+        default='empathy/mime',
+        choices=['empathy/mime', 'empathy/moel'],
+        help='the agent whose plain training step is profiled',
+    )
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--batch', type=int, default=16)
     parser.add_argument('--warmup', type=int, default=10)
@@ -316,8 +387,13 @@ def main():
     parser.add_argument('--ops', type=int, default=15, help='operators listed')
     parser.add_argument('--ops-steps', type=int, default=10, help='steps under torch.profiler')
     parser.add_argument('--kernels', choices=['native', 'avx2'], default='native')
-    parser.add_argument('--pass', dest='phase', choices=['train', 'validation'], default='train',
-                        help="a training step (the phases above) or a validation batch (MIME only)")
+    parser.add_argument(
+        '--pass',
+        dest='phase',
+        choices=['train', 'validation'],
+        default='train',
+        help='a training step (the phases above) or a validation batch (MIME only)',
+    )
     parser.add_argument('--workdir', default=None, help='dictionary and model folder (default: a new temporary one)')
     parser.add_argument('--out', default=None)
     parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
@@ -332,10 +408,16 @@ def main():
         parser.error('--pass validation profiles empathy/mime')
     report = measure_validation(args) if args.phase == 'validation' else measure(args)
     report.update(
-        command='python bench/mime_step_profile.py ' + ' '.join(
-            f'--{("pass" if k == "phase" else k).replace("_", "-")} {v}' for k, v in vars(args).items()
-            if k not in ('ed_dir', 'out', 'child', 'workdir')),
-        cpu=cpu_flags(), kernels=args.kernels, **evidence.finish_benchmark_record(run))
+        command='python bench/mime_step_profile.py '
+        + ' '.join(
+            f'--{("pass" if k == "phase" else k).replace("_", "-")} {v}'
+            for k, v in vars(args).items()
+            if k not in ('ed_dir', 'out', 'child', 'workdir')
+        ),
+        cpu=cpu_flags(),
+        kernels=args.kernels,
+        **evidence.finish_benchmark_record(run),
+    )
     print(json.dumps(report, indent=1))
     if args.out:
         with open(args.out, 'w') as handle:

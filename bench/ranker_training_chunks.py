@@ -12,6 +12,7 @@ bfloat16 autocast (``--bf16 true``):
 
     .venv/bin/python bench/ranker_training_chunks.py --ed-dir ../shared/data/empatheticdialogues
 """
+
 import argparse
 import os
 import random
@@ -34,15 +35,16 @@ def real_batches(ed_dir: str, tokenizer, batch_size: int, count: int, seed: int 
 
     batches = []
     for start in range(0, batch_size * count, batch_size):
-        chosen = examples[start:start + batch_size]
+        chosen = examples[start : start + batch_size]
         batches.append((ids(['\n'.join(e.context_utterances[-4:]) for e in chosen]), ids([e.label for e in chosen])))
     return batches
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--steps', type=int, default=12, help='timed steps per way (after 2 warm-up steps)')
     parser.add_argument('--threads', type=int, default=1)
@@ -62,8 +64,9 @@ def main():
     pad = tokenizer.pad_token_id
 
     def whole_batch_scores(contexts, responses):
-        return model.score(model.context_encoder(contexts, contexts != pad),
-                           model.candidate_encoder(responses, responses != pad))
+        return model.score(
+            model.context_encoder(contexts, contexts != pad), model.candidate_encoder(responses, responses != pad)
+        )
 
     seconds = {}
     for name, scores_of in (('whole batch', whole_batch_scores), (f'chunks of {TRAINING_CHUNK_ROWS}', model)):
@@ -78,8 +81,10 @@ def main():
                 timings.append(time.perf_counter() - start)
         seconds[name] = statistics.mean(timings)
     padding = statistics.mean(float((c == pad).float().mean()) for c, _ in batches)
-    print(f'batch {args.batch_size}, {args.threads} thread(s), {args.steps} real ED train batches '
-          f'(contexts {padding:.0%} padding when padded whole)')
+    print(
+        f'batch {args.batch_size}, {args.threads} thread(s), {args.steps} real ED train batches '
+        f'(contexts {padding:.0%} padding when padded whole)'
+    )
     for name, value in seconds.items():
         print(f'{name:>16}: {value:.3f} s/step, {args.batch_size / value:.1f} examples/s')
     names = list(seconds)

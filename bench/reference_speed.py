@@ -69,6 +69,7 @@ csv files with ``-t empathy_ed_clean``. Everything derived is cached in ``--work
 Report: a table on stdout and, with ``--out``, a JSON file with every figure, the commands,
 versions, the checkouts' commits and the shims applied.
 """
+
 import argparse
 import hashlib
 import json
@@ -81,12 +82,24 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_ED = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
-    os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues')
+    os.path.dirname(REPO), 'shared', 'data', 'empatheticdialogues'
+)
 EXPECTED_COMMITS = {'mime': '7c34f3a', 'ethreed': '397bb20'}
 # The references' own dependencies, for --setup-ref-venv (torch first: pip then keeps that build).
 REF_TORCH = 'torch==2.13.0'
-REF_PACKAGES = ['numpy', 'nltk', 'tqdm', 'scikit-learn', 'scipy', 'pandas', 'matplotlib',
-                'tensorboardX', 'vaderSentiment', 'spacy', 'six']
+REF_PACKAGES = [
+    'numpy',
+    'nltk',
+    'tqdm',
+    'scikit-learn',
+    'scipy',
+    'pandas',
+    'matplotlib',
+    'tensorboardX',
+    'vaderSentiment',
+    'spacy',
+    'six',
+]
 ETHREED_ACTION = 'acknowleding'  # the first of the reference's DIALOG_ACTIONS, spelled as there
 ETHREED_MAX_SENTENCE = 40  # lj_EDjson_preprocess.py's default --max_sentence_length
 ETHREED_VOCAB = dict(max_size=30000, min_freq=3)  # its --max_vocab_size / --min_vocab_frequency
@@ -96,13 +109,15 @@ ETHREED_VOCAB = dict(max_size=30000, min_freq=3)  # its --max_vocab_size / --min
 SOURCE_PATCHES = {
     'ethreed': {
         'model/utils/convert.py': [
-            ('async=False)', 'async_=False)',
-             '`async` is a reserved word since Python 3.7: the file does not compile'),
+            ('async=False)', 'async_=False)', '`async` is a reserved word since Python 3.7: the file does not compile'),
             ('x.cuda(gpu_id, async)', 'x.cuda(gpu_id, async_)', 'the same parameter, renamed'),
         ],
         'model/lj_solver.py': [
-            ('for e in enumerate(emo):', 'for i, e in enumerate(emo):',
-             'RLSolver.test() calls int() on an (index, label) tuple and crashes before decoding'),
+            (
+                'for e in enumerate(emo):',
+                'for i, e in enumerate(emo):',
+                'RLSolver.test() calls int() on an (index, label) tuple and crashes before decoding',
+            ),
         ],
     },
 }
@@ -110,10 +125,9 @@ SHIMS = {
     'both': [
         'CPU instead of CUDA: torch.Tensor.cuda and nn.Module.cuda are no-ops (the code calls '
         '.cuda() unconditionally in places; this torch has no CUDA)',
-        'numpy 2: the removed aliases np.float and np.int are set to the builtins '
-        '(MIME\'s timing signal uses np.float)',
+        "numpy 2: the removed aliases np.float and np.int are set to the builtins (MIME's timing signal uses np.float)",
         'no network: nltk.download is a no-op, and nltk.word_tokenize (whose trained Punkt model '
-        'cannot be downloaded) is nltk\'s Treebank word tokenizer after an untrained Punkt '
+        "cannot be downloaded) is nltk's Treebank word tokenizer after an untrained Punkt "
         'sentence splitter, the same stand-in as our parlai_empathy.data.moel_text',
         'bytecode is not written (sys.dont_write_bytecode): nothing is written into the checkout',
         'threads: torch.set_num_threads(--threads) and OMP/MKL_NUM_THREADS in the environment',
@@ -127,7 +141,7 @@ SHIMS = {
         'init (0.01 * randn) for every row: same shape, same code path',
         'stop after the timed steps: model.common_layer.make_infinite is wrapped to time and count '
         'the batches it yields and raise a BaseException (main.py catches KeyboardInterrupt only) '
-        'after the last one; the model and loaders are then read from main.py\'s globals',
+        "after the last one; the model and loaders are then read from main.py's globals",
     ],
     'ethreed': [
         'source: model/utils/convert.py `async` parameter renamed (Python >= 3.7)',
@@ -139,18 +153,18 @@ SHIMS = {
         'paths: configs.project_dir/save_dir/data_dict point at the prepared copy in <workdir> '
         '(the code keeps data, vocabulary and checkpoints inside the checkout)',
         'GloVe 840B 300d absent: an empty glove.840B.300d.txt, so Vocab.load_embeddings loads '
-        'nothing and the embedding keeps nn.Embedding\'s own init (same shape)',
+        "nothing and the embedding keeps nn.Embedding's own init (same shape)",
         'spaCy en_core_web_sm absent (spaCy publishes it outside PyPI): spacy.load falls back to '
         'spacy.blank("en"), spaCy\'s English tokenizer rules; the reference uses token.text only '
         '(preprocessing)',
-        'preprocessing: lj_EDjson_preprocess.py\'s functions are called in the order of its '
+        "preprocessing: lj_EDjson_preprocess.py's functions are called in the order of its "
         '__main__ block, which cannot run unchanged (numpy 2 rejects np.shape of ragged lists; '
         'it writes into the checkout; a Pool of 6 workers); tokenization runs serially',
         'argv: --batch_size 8; stop after the timed steps: lj_dataloader.get_loader wraps the '
         'training loader to time and count its batches and raise a BaseException after the last',
         'decoding: RLSolver.test() on a loader of one test dialogue at a time; model.forward is '
         'wrapped to time its decode=True call and to stop test() at the loss pass after it, '
-        'which unpacks 5 values from the model\'s 4 and crashes',
+        "which unpacks 5 values from the model's 4 and crashes",
     ],
 }
 
@@ -158,6 +172,7 @@ SHIMS = {
 # ================================================================================================
 # parent: data conversion, children, report
 # ================================================================================================
+
 
 def sha256_of(paths):
     digest = hashlib.sha256()
@@ -200,8 +215,7 @@ def listener_turns(ed_dir, split):
     conversations, _ = read_clean(os.path.join(ed_dir, split + '.csv'))
     out = []
     for conv in conversations:
-        positions = [p for p in range(1, len(conv.utterances))
-                     if role_of(conv.utterances[p].utterance_idx) == LISTENER]
+        positions = [p for p in range(1, len(conv.utterances)) if role_of(conv.utterances[p].utterance_idx) == LISTENER]
         if positions:
             out.append((conv, positions))
     return out
@@ -235,16 +249,24 @@ def write_ethreed_json(splits, path):
         dialogues = []
         for conv, positions in splits[split]:
             texts = [u.text for u in conv.utterances]
-            dialogues.append({'personality': [], 'utterances': [{
-                'id': f'{conv.conv_id}:{conv.utterances[p].utterance_idx}',
-                'history': texts[:p],
-                'reply': [texts[p]],
-                'situation': [conv.situation],
-                'speaker_emotion': [conv.emotion],
-                'listener_emotion': [conv.emotion],  # stand-in for the classifier's label
-                'speaker_action': [ETHREED_ACTION],
-                'listener_action': [ETHREED_ACTION],
-            } for p in positions]})
+            dialogues.append(
+                {
+                    'personality': [],
+                    'utterances': [
+                        {
+                            'id': f'{conv.conv_id}:{conv.utterances[p].utterance_idx}',
+                            'history': texts[:p],
+                            'reply': [texts[p]],
+                            'situation': [conv.situation],
+                            'speaker_emotion': [conv.emotion],
+                            'listener_emotion': [conv.emotion],  # stand-in for the classifier's label
+                            'speaker_action': [ETHREED_ACTION],
+                            'listener_action': [ETHREED_ACTION],
+                        }
+                        for p in positions
+                    ],
+                }
+            )
         data[split] = dialogues
     with open(path + '.tmp', 'w', encoding='utf-8') as handle:
         json.dump(data, handle, ensure_ascii=False)
@@ -253,8 +275,9 @@ def write_ethreed_json(splits, path):
 
 def git_commit(folder):
     try:
-        return subprocess.run(['git', '-C', folder, 'rev-parse', 'HEAD'], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ['git', '-C', folder, 'rev-parse', 'HEAD'], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -271,8 +294,14 @@ def run_child(python, role, spec, workdir, threads, label, script=None):
     spec = dict(spec, result=result_path, threads=threads)
     with open(spec_path, 'w') as handle:
         json.dump(spec, handle, indent=1)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONDONTWRITEBYTECODE='1', TQDM_MININTERVAL='30', HF_HUB_OFFLINE='1')
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONDONTWRITEBYTECODE='1',
+        TQDM_MININTERVAL='30',
+        HF_HUB_OFFLINE='1',
+    )
     command = [python, os.path.abspath(script or __file__), '--child', role, '--spec', spec_path]
     log_path = os.path.join(logs, f'{label}.log')
     print(f'[{time.strftime("%H:%M:%S")}] {label}: {" ".join(command)}  (log: {log_path})', flush=True)
@@ -349,13 +378,18 @@ def main_parent(args):
         # the machine and its load at the start, our code's commit, the kernel settings
         **evidence.benchmark_record(REPO),
         'threads': args.threads,
-        'ed_dir': ed_dir, 'ed_sha256_12': key, 'ed_limit': args.ed_limit,
-        'train_dialogues': train_dialogues, 'train_listener_responses': train_responses,
-        'shims': {name: SHIMS[name] for name in ['both'] + [m for m in ('mime', 'ethreed')
-                                                             if getattr(args, m + '_repo')]},
+        'ed_dir': ed_dir,
+        'ed_sha256_12': key,
+        'ed_limit': args.ed_limit,
+        'train_dialogues': train_dialogues,
+        'train_listener_responses': train_responses,
+        'shims': {
+            name: SHIMS[name] for name in ['both'] + [m for m in ('mime', 'ethreed') if getattr(args, m + '_repo')]
+        },
     }
-    common = dict(ed_dir=ed_dir, datapath=os.path.join(ours_data, 'parlai-data'),
-                  warmup=args.our_warmup, steps=args.our_steps)
+    common = dict(
+        ed_dir=ed_dir, datapath=os.path.join(ours_data, 'parlai-data'), warmup=args.our_warmup, steps=args.our_steps
+    )
     rows = [('measure', 'reference', 'ours', 'ours / reference')]
 
     if args.mime_repo:
@@ -363,37 +397,80 @@ def main_parent(args):
         mime_dir = os.path.join(workdir, f'mime-{key}')
         if not os.path.isfile(os.path.join(mime_dir, 'dataset', 'sys_target_texts.test.npy')):
             write_mime_dataset(splits, os.path.join(mime_dir, 'dataset'))
-        ref = run_child(args.ref_python, 'mime-ref', dict(
-            repo=repo, workdir=mime_dir, batch=args.mime_batch, warmup=args.mime_warmup,
-            steps=args.mime_steps, decode=args.decode_contexts, decode_tokens=args.mime_decode_tokens,
-        ), workdir, args.threads, 'mime-reference')
-        ours = run_child(sys.executable, 'ours', dict(
-            common, model='mime', batch=args.mime_batch, vocab=ref['vocab'],
-            dict_file=os.path.join(ours_data, f'mime-all-splits-{ref["vocab"]}.dict'),
-            decode=args.decode_contexts, decode_tokens=args.mime_decode_tokens,
-        ), workdir, args.threads, 'mime-ours')
-        report['mime'] = {'reference': dict(ref, repo=repo, commit=git_commit(repo),
-                                            expected_commit=EXPECTED_COMMITS['mime']),
-                          'ours': ours,
-                          'ratio': {k: ratio(ours[k], ref[k]) for k in
-                                    ('steps_per_s', 'examples_per_s', 'decode_contexts_per_s',
-                                     'peak_rss_mb')}}
+        ref = run_child(
+            args.ref_python,
+            'mime-ref',
+            dict(
+                repo=repo,
+                workdir=mime_dir,
+                batch=args.mime_batch,
+                warmup=args.mime_warmup,
+                steps=args.mime_steps,
+                decode=args.decode_contexts,
+                decode_tokens=args.mime_decode_tokens,
+            ),
+            workdir,
+            args.threads,
+            'mime-reference',
+        )
+        ours = run_child(
+            sys.executable,
+            'ours',
+            dict(
+                common,
+                model='mime',
+                batch=args.mime_batch,
+                vocab=ref['vocab'],
+                dict_file=os.path.join(ours_data, f'mime-all-splits-{ref["vocab"]}.dict'),
+                decode=args.decode_contexts,
+                decode_tokens=args.mime_decode_tokens,
+            ),
+            workdir,
+            args.threads,
+            'mime-ours',
+        )
+        report['mime'] = {
+            'reference': dict(ref, repo=repo, commit=git_commit(repo), expected_commit=EXPECTED_COMMITS['mime']),
+            'ours': ours,
+            'ratio': {
+                k: ratio(ours[k], ref[k])
+                for k in ('steps_per_s', 'examples_per_s', 'decode_contexts_per_s', 'peak_rss_mb')
+            },
+        }
         r = report['mime']['ratio']
         rows += [
-            (f'MIME train, batch {args.mime_batch} pairs: pairs/s', fmt(ref['examples_per_s']),
-             fmt(ours['examples_per_s']), fmt(r['examples_per_s']) + 'x'),
-            ('MIME train: steps/s', fmt(ref['steps_per_s'], 3), fmt(ours['steps_per_s'], 3),
-             fmt(r['steps_per_s']) + 'x'),
-            ('MIME train: peak RSS MB', fmt(ref['peak_rss_mb'], 0), fmt(ours['peak_rss_mb'], 0),
-             fmt(r['peak_rss_mb'])),
-            ('MIME params (vocab)', f'{ref["params"]:,} ({ref["vocab"]:,})',
-             f'{ours["params"]:,} ({ours["vocab"]:,}; {ours["vocab_unused_fill"]:,} unused)', ''),
-            ('MIME context tokens per pair (timed batches)', fmt(ref['context_tokens_per_example'], 1),
-             fmt(ours['context_tokens_per_example'], 1), ''),
-            (f'MIME greedy decode, {args.decode_contexts} test contexts x {args.mime_decode_tokens} '
-             f'tokens: contexts/s (ref batch 1, ours batch {ours["decode_batch"]})',
-             fmt(ref['decode_contexts_per_s']), fmt(ours['decode_contexts_per_s']),
-             fmt(r['decode_contexts_per_s']) + 'x'),
+            (
+                f'MIME train, batch {args.mime_batch} pairs: pairs/s',
+                fmt(ref['examples_per_s']),
+                fmt(ours['examples_per_s']),
+                fmt(r['examples_per_s']) + 'x',
+            ),
+            (
+                'MIME train: steps/s',
+                fmt(ref['steps_per_s'], 3),
+                fmt(ours['steps_per_s'], 3),
+                fmt(r['steps_per_s']) + 'x',
+            ),
+            ('MIME train: peak RSS MB', fmt(ref['peak_rss_mb'], 0), fmt(ours['peak_rss_mb'], 0), fmt(r['peak_rss_mb'])),
+            (
+                'MIME params (vocab)',
+                f'{ref["params"]:,} ({ref["vocab"]:,})',
+                f'{ours["params"]:,} ({ours["vocab"]:,}; {ours["vocab_unused_fill"]:,} unused)',
+                '',
+            ),
+            (
+                'MIME context tokens per pair (timed batches)',
+                fmt(ref['context_tokens_per_example'], 1),
+                fmt(ours['context_tokens_per_example'], 1),
+                '',
+            ),
+            (
+                f'MIME greedy decode, {args.decode_contexts} test contexts x {args.mime_decode_tokens} '
+                f'tokens: contexts/s (ref batch 1, ours batch {ours["decode_batch"]})',
+                fmt(ref['decode_contexts_per_s']),
+                fmt(ours['decode_contexts_per_s']),
+                fmt(r['decode_contexts_per_s']) + 'x',
+            ),
         ]
 
     if args.ethreed_repo:
@@ -403,8 +480,14 @@ def main_parent(args):
         if not os.path.isfile(prepared):
             os.makedirs(eth_dir, exist_ok=True)
             write_ethreed_json(splits, os.path.join(eth_dir, 'ED_add_labels.json'))
-            run_child(args.ref_python, 'ethreed-prep', dict(repo=repo, workdir=eth_dir),
-                      workdir, args.threads, 'ethreed-preprocess')
+            run_child(
+                args.ref_python,
+                'ethreed-prep',
+                dict(repo=repo, workdir=eth_dir),
+                workdir,
+                args.threads,
+                'ethreed-preprocess',
+            )
         with open(prepared) as handle:
             prep = json.load(handle)
         # the first test dialogues holding --decode-contexts listener responses
@@ -413,61 +496,109 @@ def main_parent(args):
             if count >= args.decode_contexts:
                 break
             count, dialogues = count + len(positions), dialogues + 1
-        ref = run_child(args.ref_python, 'ethreed-ref', dict(
-            repo=repo, workdir=eth_dir, batch=args.ethreed_batch, warmup=args.ethreed_warmup,
-            steps=args.ethreed_steps, decode_dialogues=dialogues,
-        ), workdir, args.threads, 'ethreed-reference')
+        ref = run_child(
+            args.ref_python,
+            'ethreed-ref',
+            dict(
+                repo=repo,
+                workdir=eth_dir,
+                batch=args.ethreed_batch,
+                warmup=args.ethreed_warmup,
+                steps=args.ethreed_steps,
+                decode_dialogues=dialogues,
+            ),
+            workdir,
+            args.threads,
+            'ethreed-reference',
+        )
         ref['dialogues_per_s'] = ref['steps_per_s'] * args.ethreed_batch
-        report['ethreed'] = {'reference': dict(ref, repo=repo, commit=git_commit(repo),
-                                               expected_commit=EXPECTED_COMMITS['ethreed'],
-                                               preprocessing=prep),
-                             'responses_per_train_dialogue': responses_per_dialogue, 'ours': {}}
+        report['ethreed'] = {
+            'reference': dict(
+                ref, repo=repo, commit=git_commit(repo), expected_commit=EXPECTED_COMMITS['ethreed'], preprocessing=prep
+            ),
+            'responses_per_train_dialogue': responses_per_dialogue,
+            'ours': {},
+        }
         rows += [
-            (f'ETHREED reference train, batch {args.ethreed_batch} dialogues '
-             f'({ref["examples_per_step"]:.1f} responses/step)', '', '', ''),
+            (
+                f'ETHREED reference train, batch {args.ethreed_batch} dialogues '
+                f'({ref["examples_per_step"]:.1f} responses/step)',
+                '',
+                '',
+                '',
+            ),
         ]
         for batch in args.ethreed_our_batches:
-            ours = run_child(sys.executable, 'ours', dict(
-                common, model='ethreed', batch=batch, vocab=prep['vocab'],
-                dict_file=os.path.join(ours_data, f'ethreed-all-splits-{prep["vocab"]}.dict'),
-                decode=count, decode_tokens=args.ethreed_decode_tokens,
-            ), workdir, args.threads, f'ethreed-ours-bs{batch}')
+            ours = run_child(
+                sys.executable,
+                'ours',
+                dict(
+                    common,
+                    model='ethreed',
+                    batch=batch,
+                    vocab=prep['vocab'],
+                    dict_file=os.path.join(ours_data, f'ethreed-all-splits-{prep["vocab"]}.dict'),
+                    decode=count,
+                    decode_tokens=args.ethreed_decode_tokens,
+                ),
+                workdir,
+                args.threads,
+                f'ethreed-ours-bs{batch}',
+            )
             ours['dialogues_per_s'] = ours['examples_per_s'] / responses_per_dialogue
-            ours['ratio'] = {k: ratio(ours[k], ref[k]) for k in
-                             ('steps_per_s', 'examples_per_s', 'dialogues_per_s',
-                              'decode_contexts_per_s', 'peak_rss_mb')}
+            ours['ratio'] = {
+                k: ratio(ours[k], ref[k])
+                for k in ('steps_per_s', 'examples_per_s', 'dialogues_per_s', 'decode_contexts_per_s', 'peak_rss_mb')
+            }
             report['ethreed']['ours'][f'bs{batch}'] = ours
             r = ours['ratio']
             rows += [
-                (f'ETHREED train, ours -bs {batch} responses: responses/s', fmt(ref['examples_per_s']),
-                 fmt(ours['examples_per_s']), fmt(r['examples_per_s']) + 'x'),
-                ('  dialogues/s (ours: responses/s / '
-                 f'{responses_per_dialogue:.2f} responses per dialogue)', fmt(ref['dialogues_per_s'], 3),
-                 fmt(ours['dialogues_per_s'], 3), fmt(r['dialogues_per_s']) + 'x'),
-                ('  steps/s', fmt(ref['steps_per_s'], 3), fmt(ours['steps_per_s'], 3),
-                 fmt(r['steps_per_s']) + 'x'),
-                ('  peak RSS MB', fmt(ref['peak_rss_mb'], 0), fmt(ours['peak_rss_mb'], 0),
-                 fmt(r['peak_rss_mb'])),
+                (
+                    f'ETHREED train, ours -bs {batch} responses: responses/s',
+                    fmt(ref['examples_per_s']),
+                    fmt(ours['examples_per_s']),
+                    fmt(r['examples_per_s']) + 'x',
+                ),
+                (
+                    f'  dialogues/s (ours: responses/s / {responses_per_dialogue:.2f} responses per dialogue)',
+                    fmt(ref['dialogues_per_s'], 3),
+                    fmt(ours['dialogues_per_s'], 3),
+                    fmt(r['dialogues_per_s']) + 'x',
+                ),
+                ('  steps/s', fmt(ref['steps_per_s'], 3), fmt(ours['steps_per_s'], 3), fmt(r['steps_per_s']) + 'x'),
+                ('  peak RSS MB', fmt(ref['peak_rss_mb'], 0), fmt(ours['peak_rss_mb'], 0), fmt(r['peak_rss_mb'])),
             ]
         first = next(iter(report['ethreed']['ours'].values()))
         rows += [
-            ('ETHREED params (vocab)', f'{ref["params"]:,} ({ref["vocab"]:,})',
-             f'{first["params"]:,} ({first["vocab"]:,}; {first["vocab_unused_fill"]:,} unused)', ''),
-            (f'ETHREED greedy decode, {count} test responses x {args.ethreed_decode_tokens} tokens: '
-             f'responses/s (ref batch 1 dialogue, ours batch {first["decode_batch"]})',
-             fmt(ref['decode_contexts_per_s']), fmt(first['decode_contexts_per_s']),
-             fmt(first['ratio']['decode_contexts_per_s']) + 'x'),
+            (
+                'ETHREED params (vocab)',
+                f'{ref["params"]:,} ({ref["vocab"]:,})',
+                f'{first["params"]:,} ({first["vocab"]:,}; {first["vocab_unused_fill"]:,} unused)',
+                '',
+            ),
+            (
+                f'ETHREED greedy decode, {count} test responses x {args.ethreed_decode_tokens} tokens: '
+                f'responses/s (ref batch 1 dialogue, ours batch {first["decode_batch"]})',
+                fmt(ref['decode_contexts_per_s']),
+                fmt(first['decode_contexts_per_s']),
+                fmt(first['ratio']['decode_contexts_per_s']) + 'x',
+            ),
         ]
 
     text = table(rows)
     report['table'] = text
     print()
-    counts = [f'{name} {getattr(args, name.lower() + "_warmup")}+{getattr(args, name.lower() + "_steps")}'
-              for name in ('MIME', 'ETHREED') if getattr(args, name.lower() + '_repo')]
-    print(f'Reference code vs parlai-empathy, {args.threads} threads, {platform.machine()}, ED '
-          f'{"first %d conversations per split" % args.ed_limit if args.ed_limit else "full"} '
-          f'(sha256 {key}); warm-up+timed steps: reference {", ".join(counts)}; ours '
-          f'{args.our_warmup}+{args.our_steps}')
+    counts = [
+        f'{name} {getattr(args, name.lower() + "_warmup")}+{getattr(args, name.lower() + "_steps")}'
+        for name in ('MIME', 'ETHREED')
+        if getattr(args, name.lower() + '_repo')
+    ]
+    print(
+        f'Reference code vs parlai-empathy, {args.threads} threads, {platform.machine()}, ED '
+        f'{"first %d conversations per split" % args.ed_limit if args.ed_limit else "full"} '
+        f'(sha256 {key}); warm-up+timed steps: reference {", ".join(counts)}; ours '
+        f'{args.our_warmup}+{args.our_steps}'
+    )
     print(text)
     for name in ('mime', 'ethreed'):
         ref = report.get(name, {}).get('reference')
@@ -483,6 +614,7 @@ def main_parent(args):
 # ================================================================================================
 # children
 # ================================================================================================
+
 
 class StopTimedRun(BaseException):
     """Raised after the last timed batch. Not an Exception: the references catch those (MIME's
@@ -518,8 +650,11 @@ class TimedBatches:
 
     def result(self):
         return {
-            'timed_steps': self.steps, 'warmup_steps': self.warmup, 'seconds': self.elapsed,
-            'steps_per_s': self.steps / self.elapsed, 's_per_step': self.elapsed / self.steps,
+            'timed_steps': self.steps,
+            'warmup_steps': self.warmup,
+            'seconds': self.elapsed,
+            'steps_per_s': self.steps / self.elapsed,
+            's_per_step': self.elapsed / self.steps,
             'examples_per_s': self.examples / self.elapsed,
             'examples_per_step': self.examples / self.steps,
             'context_tokens_per_example': self.context_tokens / max(self.examples, 1),
@@ -562,7 +697,8 @@ def reference_shims(root, patches):
     sentences, words = PunktSentenceTokenizer(), NLTKWordTokenizer()
     nltk.download = lambda *args, **kwargs: True
     nltk.word_tokenize = lambda text, *args, **kwargs: [
-        token for sentence in sentences.tokenize(text) for token in words.tokenize(sentence)]
+        token for sentence in sentences.tokenize(text) for token in words.tokenize(sentence)
+    ]
 
     edits = {os.path.realpath(os.path.join(root, rel)): e for rel, e in patches.items()}
 
@@ -571,8 +707,10 @@ def reference_shims(root, patches):
             source = self.get_data(self.path).decode('utf-8')
             for old, new, why in edits[os.path.realpath(self.path)]:
                 if old not in source:
-                    raise RuntimeError(f'shim for {self.path} ({why}) does not apply: {old!r} not '
-                                       'found; is the checkout at the expected commit?')
+                    raise RuntimeError(
+                        f'shim for {self.path} ({why}) does not apply: {old!r} not '
+                        'found; is the checkout at the expected commit?'
+                    )
                 source = source.replace(old, new)
             return compile(source, self.path, 'exec', dont_inherit=True)
 
@@ -605,8 +743,15 @@ def child_mime_ref(spec):
     sys.path.insert(0, root)
     reference_shims(root, {})
     torch.set_num_threads(spec['threads'])
-    sys.argv = [main_py, '--batch_size', str(spec['batch']), '--save_path', 'save/test/',
-                '--emb_file', 'vectors/empty.txt']
+    sys.argv = [
+        main_py,
+        '--batch_size',
+        str(spec['batch']),
+        '--save_path',
+        'save/test/',
+        '--emb_file',
+        'vectors/empty.txt',
+    ]
     from utils import config  # parses sys.argv
 
     config.USE_CUDA = False
@@ -643,9 +788,13 @@ def child_mime_ref(spec):
     for batch in batches:
         model.decoder_greedy(batch, max_dec_step=spec['decode_tokens'] - 1)
     seconds = time.perf_counter() - started
-    result.update(decode_contexts=len(batches), decode_seconds=seconds,
-                  decode_contexts_per_s=len(batches) / seconds, decode_batch=1,
-                  torch=torch.__version__)
+    result.update(
+        decode_contexts=len(batches),
+        decode_seconds=seconds,
+        decode_contexts_per_s=len(batches) / seconds,
+        decode_batch=1,
+        torch=torch.__version__,
+    )
     write_result(spec, result)
 
 
@@ -684,11 +833,9 @@ def child_ethreed_prep(spec):
             for turn in dialogue['utterances']:
                 turn['history'] = [clean(text) for text in turn['history']]
                 turn['reply'] = [clean(text) for text in turn['reply']]
-        _, conversations, lengths, turns, speakers, emotions, actions = prepro['load_conversations'](
-            data[split], tag)
+        _, conversations, lengths, turns, speakers, emotions, actions = prepro['load_conversations'](data[split], tag)
         tokens = [prepro['tokenize_conversation'](conversation) for conversation in conversations]
-        sentences, sentence_lengths = prepro['pad_sentences'](
-            tokens, max_sentence_length=ETHREED_MAX_SENTENCE)
+        sentences, sentence_lengths = prepro['pad_sentences'](tokens, max_sentence_length=ETHREED_MAX_SENTENCE)
         padded[split] = sentences
         os.makedirs(os.path.join(out, folder), exist_ok=True)
         with open(os.path.join(out, folder, 'data.pkl'), 'wb') as handle:
@@ -778,16 +925,22 @@ def child_ethreed_ref(spec):
     for run, i in enumerate([0] + list(range(spec['decode_dialogues']))):
         if run == 1:  # the first run was a warm-up call
             decoded.update(seconds=0.0, calls=0)
-        solver.test_data_loader = original(all_data=[part[i: i + 1] for part in test_data],
-                                           batch_size=1, shuffle=False)
+        solver.test_data_loader = original(
+            all_data=[part[i : i + 1] for part in test_data], batch_size=1, shuffle=False
+        )
         try:
             solver.test()
         except StopTimedRun:
             pass
     responses = int(sum(first[3]))
-    result.update(decode_dialogues=decoded['calls'], decode_contexts=responses,
-                  decode_seconds=decoded['seconds'], decode_contexts_per_s=responses / decoded['seconds'],
-                  decode_batch=1, torch=torch.__version__)
+    result.update(
+        decode_dialogues=decoded['calls'],
+        decode_contexts=responses,
+        decode_seconds=decoded['seconds'],
+        decode_contexts_per_s=responses / decoded['seconds'],
+        decode_batch=1,
+        torch=torch.__version__,
+    )
     write_result(spec, result)
 
 
@@ -813,17 +966,45 @@ def child_ours(spec):
     model, tokens = spec['model'], spec['decode_tokens']
     workdir = os.path.dirname(spec['dict_file'])
     arguments = [
-        '-t', 'empathy_ed_clean', '--ed-datapath', spec['ed_dir'], '--datapath', spec['datapath'],
-        '-m', f'empathy/{model}', '-o', f'empathy/{model}',
-        '-mf', os.path.join(workdir, f'{model}-bs{spec["batch"]}', 'model'),
-        '--dict-file', spec['dict_file'], '--dict-maxtokens', str(spec['vocab']),
-        '--glove-init', 'false', '-dt', 'train', '-bs', str(spec['batch']),
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        spec['ed_dir'],
+        '--datapath',
+        spec['datapath'],
+        '-m',
+        f'empathy/{model}',
+        '-o',
+        f'empathy/{model}',
+        '-mf',
+        os.path.join(workdir, f'{model}-bs{spec["batch"]}', 'model'),
+        '--dict-file',
+        spec['dict_file'],
+        '--dict-maxtokens',
+        str(spec['vocab']),
+        '--glove-init',
+        'false',
+        '-dt',
+        'train',
+        '-bs',
+        str(spec['batch']),
         # the dictionary counts every split, as the references' vocabularies do
-        '--dict-include-valid', 'true', '--dict-include-test', 'true',
+        '--dict-include-valid',
+        'true',
+        '--dict-include-test',
+        'true',
         # decoding: greedy (beam 1) forced to the references' fixed length; history lines split
         # into utterances (the decode contexts are given whole, one line per utterance)
-        '--skip-generation', 'false', '--inference', 'beam', '--beam-size', '1',
-        '--beam-min-length', str(tokens), '--split-lines', 'true',
+        '--skip-generation',
+        'false',
+        '--inference',
+        'beam',
+        '--beam-size',
+        '1',
+        '--beam-min-length',
+        str(tokens),
+        '--split-lines',
+        'true',
     ]
     if model == 'mime':
         arguments += ['--max-response-length', str(tokens)]
@@ -861,13 +1042,18 @@ def child_ours(spec):
         world.parley()
     seconds = time.perf_counter() - started
     result = {
-        'timed_steps': spec['steps'], 'warmup_steps': spec['warmup'], 'seconds': seconds,
-        'steps_per_s': spec['steps'] / seconds, 's_per_step': seconds / spec['steps'],
+        'timed_steps': spec['steps'],
+        'warmup_steps': spec['warmup'],
+        'seconds': seconds,
+        'steps_per_s': spec['steps'] / seconds,
+        's_per_step': seconds / spec['steps'],
         'examples_per_s': counted['examples'] / seconds,
         'examples_per_step': counted['examples'] / spec['steps'],
         'context_tokens_per_example': counted['tokens'] / max(counted['examples'], 1),
-        'peak_rss_mb': peak_rss_mb(), 'batch': spec['batch'],
-        'params': sum(p.numel() for p in agent.model.parameters()), 'vocab': len(agent.dict),
+        'peak_rss_mb': peak_rss_mb(),
+        'batch': spec['batch'],
+        'params': sum(p.numel() for p in agent.model.parameters()),
+        'vocab': len(agent.dict),
         'vocab_unused_fill': sum(1 for tok in agent.dict.tok2ind if tok.startswith('__unused_')),
         'torch': torch.__version__,
     }
@@ -892,39 +1078,60 @@ def child_ours(spec):
     replies = agent.batch_act(observations)
     seconds = time.perf_counter() - started
     lengths = [len(agent.dict.txt2vec(r.get('text', ''))) for r in replies]
-    result.update(decode_contexts=len(observations), decode_seconds=seconds,
-                  decode_contexts_per_s=len(observations) / seconds, decode_batch=len(observations),
-                  decode_mean_reply_tokens=sum(lengths) / max(len(lengths), 1))
+    result.update(
+        decode_contexts=len(observations),
+        decode_seconds=seconds,
+        decode_contexts_per_s=len(observations) / seconds,
+        decode_batch=len(observations),
+        decode_mean_reply_tokens=sum(lengths) / max(len(lengths), 1),
+    )
     write_result(spec, result)
 
 
-CHILDREN = {'mime-ref': child_mime_ref, 'ethreed-prep': child_ethreed_prep,
-            'ethreed-ref': child_ethreed_ref, 'ours': child_ours}
+CHILDREN = {
+    'mime-ref': child_mime_ref,
+    'ethreed-prep': child_ethreed_prep,
+    'ethreed-ref': child_ethreed_ref,
+    'ours': child_ours,
+}
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument('--mime-repo', help='checkout of declare-lab/MIME (7c34f3a)')
     parser.add_argument('--ethreed-repo', help='checkout of outsider-lj/ethreed (397bb20)')
-    parser.add_argument('--ref-python', default=os.environ.get('PARLAI_EMPATHY_REF_PYTHON', sys.executable),
-                        help='python of the references\' venv (see --setup-ref-venv)')
-    parser.add_argument('--setup-ref-venv', metavar='DIR',
-                        help=f'create DIR as that venv ({REF_TORCH}, then {" ".join(REF_PACKAGES)})')
+    parser.add_argument(
+        '--ref-python',
+        default=os.environ.get('PARLAI_EMPATHY_REF_PYTHON', sys.executable),
+        help="python of the references' venv (see --setup-ref-venv)",
+    )
+    parser.add_argument(
+        '--setup-ref-venv', metavar='DIR', help=f'create DIR as that venv ({REF_TORCH}, then {" ".join(REF_PACKAGES)})'
+    )
     parser.add_argument('--ed-dir', default=DEFAULT_ED)
-    parser.add_argument('--ed-limit', type=int, default=0,
-                        help='only the first N conversations of each split (smoke runs)')
-    parser.add_argument('--workdir', default='/tmp/parlai_empathy_reference_speed',
-                        help='converted data, caches, logs (the checkouts are never written to)')
+    parser.add_argument(
+        '--ed-limit', type=int, default=0, help='only the first N conversations of each split (smoke runs)'
+    )
+    parser.add_argument(
+        '--workdir',
+        default='/tmp/parlai_empathy_reference_speed',
+        help='converted data, caches, logs (the checkouts are never written to)',
+    )
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--mime-batch', type=int, default=16)
     parser.add_argument('--mime-warmup', type=int, default=20)
     parser.add_argument('--mime-steps', type=int, default=40)
-    parser.add_argument('--ethreed-batch', type=int, default=8, help='dialogues (the reference\'s unit)')
+    parser.add_argument('--ethreed-batch', type=int, default=8, help="dialogues (the reference's unit)")
     parser.add_argument('--ethreed-warmup', type=int, default=5)
     parser.add_argument('--ethreed-steps', type=int, default=20)
-    parser.add_argument('--ethreed-our-batches', type=lambda s: [int(x) for x in s.split(',')],
-                        default=[8, 16], help='our -bs values (listener responses), comma-separated')
+    parser.add_argument(
+        '--ethreed-our-batches',
+        type=lambda s: [int(x) for x in s.split(',')],
+        default=[8, 16],
+        help='our -bs values (listener responses), comma-separated',
+    )
     parser.add_argument('--our-warmup', type=int, default=10)
     parser.add_argument('--our-steps', type=int, default=40)
     parser.add_argument('--decode-contexts', type=int, default=100)

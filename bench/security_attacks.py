@@ -11,6 +11,7 @@ the bytes left on disk in the scratch folder afterwards. The first row, ``parlai
 starting the command costs on its own, for comparison. The machine and its load average are
 written with the rows: timings taken while other jobs share the cores are contended.
 """
+
 import argparse
 import io
 import json
@@ -30,8 +31,14 @@ GUARD = 120
 
 def measured(argv, cwd, env=None, stdin=b''):
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})),
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     proc.stdin.write(stdin)
     proc.stdin.close()
     deadline = start + GUARD
@@ -46,11 +53,16 @@ def measured(argv, cwd, env=None, stdin=b''):
         time.sleep(0.02)
     seconds = time.monotonic() - start
     err = proc.stderr.read().decode('utf-8', 'replace')
-    lines = [line for line in err.strip().splitlines() if line.strip() and ' INFO ' not in line
-             and ' WARNING ' not in line]
-    return {'rc': os.waitstatus_to_exitcode(status), 'seconds': round(seconds, 2),
-            'peak_rss_mb': round(usage.ru_maxrss / 1024, 1), 'traceback': 'Traceback' in err,
-            'last_line': (lines[-1] if lines else '')[:400]}
+    lines = [
+        line for line in err.strip().splitlines() if line.strip() and ' INFO ' not in line and ' WARNING ' not in line
+    ]
+    return {
+        'rc': os.waitstatus_to_exitcode(status),
+        'seconds': round(seconds, 2),
+        'peak_rss_mb': round(usage.ru_maxrss / 1024, 1),
+        'traceback': 'Traceback' in err,
+        'last_line': (lines[-1] if lines else '')[:400],
+    }
 
 
 def disk_bytes(folder):
@@ -95,9 +107,11 @@ def zoo_bomb(d):
         info = tarfile.TarInfo('model')
         info.size = 1 << 30
         tar.addfile(info, _Zeros(info.size))
-    code = ('import sys; from parlai_empathy.serving import model_zoo\n'
-            'try:\n model_zoo.install_archive(sys.argv[1], sys.argv[2], "v1", "empathy/mime")\n'
-            'except model_zoo.ZooError as e: sys.exit(str(e))')
+    code = (
+        'import sys; from parlai_empathy.serving import model_zoo\n'
+        'try:\n model_zoo.install_archive(sys.argv[1], sys.argv[2], "v1", "empathy/mime")\n'
+        'except model_zoo.ZooError as e: sys.exit(str(e))'
+    )
     return [sys.executable, '-c', code, archive, os.path.join(d, 'zoo', 'mime')], None
 
 
@@ -119,16 +133,20 @@ def inflating_checkpoint(d):
     model = os.path.join(d, 'model')
     # built in a child: this process stays small, since a child's peak memory (wait4) counts the
     # parent's pages it was started from
-    build = ('import sys, torch, zipfile\n'
-             'torch.save({"model": {"w": torch.zeros(64 << 20)}}, sys.argv[1] + ".honest")  # 256 MiB\n'
-             'with zipfile.ZipFile(sys.argv[1] + ".honest") as src, '
-             'zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as dst:\n'
-             '    for info in src.infolist():\n'
-             '        dst.writestr(info.filename, src.read(info.filename))\n')
+    build = (
+        'import sys, torch, zipfile\n'
+        'torch.save({"model": {"w": torch.zeros(64 << 20)}}, sys.argv[1] + ".honest")  # 256 MiB\n'
+        'with zipfile.ZipFile(sys.argv[1] + ".honest") as src, '
+        'zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED) as dst:\n'
+        '    for info in src.infolist():\n'
+        '        dst.writestr(info.filename, src.read(info.filename))\n'
+    )
     subprocess.run([sys.executable, '-c', build, model], check=True)
     os.remove(model + '.honest')
-    code = ('import sys; from parlai_empathy.integration.safe_loading import load_checkpoint, ModelFileError\n'
-            'try:\n load_checkpoint(sys.argv[1])\nexcept ModelFileError as e: sys.exit(str(e))')
+    code = (
+        'import sys; from parlai_empathy.integration.safe_loading import load_checkpoint, ModelFileError\n'
+        'try:\n load_checkpoint(sys.argv[1])\nexcept ModelFileError as e: sys.exit(str(e))'
+    )
     return [sys.executable, '-c', code, model], None
 
 
@@ -136,9 +154,11 @@ def released_literal(d):
     path = os.path.join(d, 'context.txt')
     with open(path, 'w') as f:
         f.write('[' + ', '.join(["'a'"] * 1_200_000) + ']')  # 6 MB
-    code = ('import sys; from parlai_empathy.metrics.released import _context_list\n'
-            'try:\n _context_list(open(sys.argv[1]).read(), sys.argv[1], 1, "context")\n'
-            'except ValueError as e: sys.exit(str(e))')
+    code = (
+        'import sys; from parlai_empathy.metrics.released import _context_list\n'
+        'try:\n _context_list(open(sys.argv[1]).read(), sys.argv[1], 1, "context")\n'
+        'except ValueError as e: sys.exit(str(e))'
+    )
     return [sys.executable, '-c', code, path], None
 
 
@@ -146,9 +166,11 @@ def released_literal_within_cap(d):
     path = os.path.join(d, 'context.txt')
     with open(path, 'w') as f:
         f.write('[' + ', '.join(["'a'"] * 200_000) + ']')  # 1 MB, under the cap: read token by token
-    code = ('import sys; from parlai_empathy.metrics.released import _context_list\n'
-            'turns = _context_list(open(sys.argv[1]).read(), sys.argv[1], 1, "context")\n'
-            'sys.stderr.write(f"read {len(turns):,} turns\\n")')
+    code = (
+        'import sys; from parlai_empathy.metrics.released import _context_list\n'
+        'turns = _context_list(open(sys.argv[1]).read(), sys.argv[1], 1, "context")\n'
+        'sys.stderr.write(f"read {len(turns):,} turns\\n")'
+    )
     return [sys.executable, '-c', code, path], None
 
 
@@ -176,8 +198,9 @@ def _score(d, name, content):
 
 
 def _episode(teacher='', model=''):
-    return ('{"dialog": [[{"text": "hi", "eval_labels": ["hello"]%s}, {"text": "hey"%s}]]}\n'
-            % (teacher, model)).encode()
+    return (
+        '{"dialog": [[{"text": "hi", "eval_labels": ["hello"]%s}, {"text": "hey"%s}]]}\n' % (teacher, model)
+    ).encode()
 
 
 ATTACKS = [
@@ -192,19 +215,37 @@ ATTACKS = [
     (2, '1 MB released-format context list, under the cap (accepted)', released_literal_within_cap),
     (3, '5 MiB .opt naming an importable module; parlai empathy_chat', over_limit_opt),
     (3, '.opt naming a stock class imported by our mime module; parlai empathy_chat', borrowed_class),
-    (4, '200,000-deep JSON world log; parlai empathy_score',
-     lambda d: _score(d, 'deep.jsonl', b'[' * 200_000 + b']' * 200_000 + b'\n')),
-    (4, '5,000-digit integer in a world log; parlai empathy_score',
-     lambda d: _score(d, 'digits.jsonl', _episode(model=', "n": ' + '7' * 5000))),
-    (4, 'latin-1 TSV of outputs; parlai empathy_score',
-     lambda d: _score(d, 'latin1.tsv', 'ctx\tgold\tréponse\n'.encode('latin-1'))),
-    (5, 'NaN emotion score in a world log; parlai empathy_score',
-     lambda d: _score(d, 'nan.jsonl', _episode(model=', "emotion_scores": {"sad": NaN}'))),
-    (5, 'context_utterances a string; parlai empathy_score',
-     lambda d: _score(d, 'ctx.jsonl', _episode(teacher=', "context_utterances": "oops"'))),
+    (
+        4,
+        '200,000-deep JSON world log; parlai empathy_score',
+        lambda d: _score(d, 'deep.jsonl', b'[' * 200_000 + b']' * 200_000 + b'\n'),
+    ),
+    (
+        4,
+        '5,000-digit integer in a world log; parlai empathy_score',
+        lambda d: _score(d, 'digits.jsonl', _episode(model=', "n": ' + '7' * 5000)),
+    ),
+    (
+        4,
+        'latin-1 TSV of outputs; parlai empathy_score',
+        lambda d: _score(d, 'latin1.tsv', 'ctx\tgold\tréponse\n'.encode('latin-1')),
+    ),
+    (
+        5,
+        'NaN emotion score in a world log; parlai empathy_score',
+        lambda d: _score(d, 'nan.jsonl', _episode(model=', "emotion_scores": {"sad": NaN}')),
+    ),
+    (
+        5,
+        'context_utterances a string; parlai empathy_score',
+        lambda d: _score(d, 'ctx.jsonl', _episode(teacher=', "context_utterances": "oops"')),
+    ),
     (5, 'NUL byte in a TSV cell; parlai empathy_score', lambda d: _score(d, 'nul.tsv', b'ctx\tgo\0ld\treply\n')),
-    (5, '10 MB cell in a TSV; parlai empathy_score',
-     lambda d: _score(d, 'big.tsv', b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n')),
+    (
+        5,
+        '10 MB cell in a TSV; parlai empathy_score',
+        lambda d: _score(d, 'big.tsv', b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n'),
+    ),
 ]
 
 
@@ -218,8 +259,16 @@ def ed_nul(d, ed_dir):
             lines[5] = lines[5].replace(b' ', b'\0', 1)
         with open(os.path.join(folder, f'{split}.csv'), 'wb') as f:
             f.writelines(lines)
-    return [PARLAI, 'display_data', '-t', 'empathy_ed_clean', '--ed-datapath', folder, '--datapath',
-            os.path.join(d, 'dp')], None
+    return [
+        PARLAI,
+        'display_data',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        folder,
+        '--datapath',
+        os.path.join(d, 'dp'),
+    ], None
 
 
 def ed_quoting(d, ed_dir):
@@ -235,13 +284,26 @@ def ed_quoting(d, ed_dir):
             lines[5] = head + b',"' + tail[:10] + b', and\n' + tail[10:] + b'",,\n'
         with open(os.path.join(folder, f'{split}.csv'), 'wb') as f:
             f.writelines(lines)
-    return [PARLAI, 'display_data', '-t', 'empathy_ed_clean', '--ed-datapath', folder, '--datapath',
-            os.path.join(d, 'dp')], None
+    return [
+        PARLAI,
+        'display_data',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        folder,
+        '--datapath',
+        os.path.join(d, 'dp'),
+    ], None
 
 
 def _reader(code):
-    return [sys.executable, '-c', 'import sys\nfrom parlai_empathy import evidence\ntry:\n    ' + code +
-            '\nexcept ValueError as err:\n    sys.exit(str(err))'], None
+    return [
+        sys.executable,
+        '-c',
+        'import sys\nfrom parlai_empathy import evidence\ntry:\n    '
+        + code
+        + '\nexcept ValueError as err:\n    sys.exit(str(err))',
+    ], None
 
 
 def outputs_bomb(d):
@@ -271,17 +333,21 @@ def deep_table(d):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='bench/results/security_attacks.json')
-    parser.add_argument('--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR',
-                                                           '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     args = parser.parse_args()
-    attacks = ATTACKS + [(5, 'ED CSV with a NUL byte; parlai display_data -t empathy_ed_clean',
-                          lambda d: ed_nul(d, args.ed_dir)),
-                         (5, 'ED CSV with a CSV-quoted field over two lines; parlai display_data -t '
-                             'empathy_ed_clean', lambda d: ed_quoting(d, args.ed_dir)),
-                         (2, 'outputs.jsonl.gz of ~2.5 MB unpacking to 1 GiB of rows; evidence.read_outputs',
-                          outputs_bomb),
-                         (2, 'table.json is a FIFO; evidence.read_json', fifo_table),
-                         (4, '200,000-deep table.json; evidence.read_json', deep_table)]
+    attacks = ATTACKS + [
+        (5, 'ED CSV with a NUL byte; parlai display_data -t empathy_ed_clean', lambda d: ed_nul(d, args.ed_dir)),
+        (
+            5,
+            'ED CSV with a CSV-quoted field over two lines; parlai display_data -t empathy_ed_clean',
+            lambda d: ed_quoting(d, args.ed_dir),
+        ),
+        (2, 'outputs.jsonl.gz of ~2.5 MB unpacking to 1 GiB of rows; evidence.read_outputs', outputs_bomb),
+        (2, 'table.json is a FIFO; evidence.read_json', fifo_table),
+        (4, '200,000-deep table.json; evidence.read_json', deep_table),
+    ]
     rows = []
     for klass, name, make in attacks:
         scratch = tempfile.mkdtemp(prefix='attack-')
@@ -299,10 +365,15 @@ def main():
             shutil.rmtree(scratch, ignore_errors=True)
     import resource
 
-    meta = {'command': 'python bench/security_attacks.py', 'cpu': _cpu(), 'cores': os.cpu_count(),
-            'bench_process_peak_rss_mb': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            'python': platform.python_version(), 'load_average_after': list(os.getloadavg()),
-            'note': 'contended: other jobs shared the cores'}
+    meta = {
+        'command': 'python bench/security_attacks.py',
+        'cpu': _cpu(),
+        'cores': os.cpu_count(),
+        'bench_process_peak_rss_mb': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        'python': platform.python_version(),
+        'load_average_after': list(os.getloadavg()),
+        'note': 'contended: other jobs shared the cores',
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, 'w') as f:
         json.dump({'meta': meta, 'rows': rows}, f, indent=1)
@@ -321,16 +392,20 @@ def _cpu():
 
 
 def table(rows):
-    out = ['| class | attack | outcome | exit | seconds | peak memory | disk written |',
-           '|---|---|---|---|---|---|---|']
+    out = [
+        '| class | attack | outcome | exit | seconds | peak memory | disk written |',
+        '|---|---|---|---|---|---|---|',
+    ]
     for r in rows:
         outcome = r.get('outcome') or r['last_line'].replace('|', '\\|')
         if r.get('traceback'):
             outcome += ' (TRACEBACK)'
         if r.get('code_ran'):
             outcome += ' (CODE RAN)'
-        out.append(f"| {r['class'] or '-'} | {r['attack']} | {outcome[:160]} | {r.get('rc', '-')} | "
-                   f"{r['seconds']} | {r.get('peak_rss_mb', '-')} MB | {r['disk_written_bytes']:,} B |")
+        out.append(
+            f'| {r["class"] or "-"} | {r["attack"]} | {outcome[:160]} | {r.get("rc", "-")} | '
+            f'{r["seconds"]} | {r.get("peak_rss_mb", "-")} MB | {r["disk_written_bytes"]:,} B |'
+        )
     return '\n'.join(out)
 
 

@@ -11,6 +11,7 @@ its own board into a temporary folder; the figures compared are those of its ``r
 (exactly equal for counts, accuracies, BLEU and corpus Distinct-n; float sums such as PPL to the
 4 significant digits ParlAI prints, as ``tests/test_sharded_eval.py`` checks).
 """
+
 import argparse
 import json
 import os
@@ -25,9 +26,22 @@ EXACT = ('exs', 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'emo_acc', 'p@1,10
 
 def run(model_file, workers, eval_args, extra, folder):
     outdir = os.path.join(folder, f'board{workers}')
-    command = ['parlai', 'empathy_leaderboard', '--entries', f'm={model_file}', '--outdir', outdir,
-               '--bertscore-model', 'none', '--progress', 'false', '--eval-args', eval_args,
-               '--eval-workers', str(workers)] + shlex.split(extra)
+    command = [
+        'parlai',
+        'empathy_leaderboard',
+        '--entries',
+        f'm={model_file}',
+        '--outdir',
+        outdir,
+        '--bertscore-model',
+        'none',
+        '--progress',
+        'false',
+        '--eval-args',
+        eval_args,
+        '--eval-workers',
+        str(workers),
+    ] + shlex.split(extra)
     started = time.time()
     subprocess.run(command, check=True, capture_output=True, text=True)
     seconds = time.time() - started
@@ -47,16 +61,31 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         one = run(args.model_file, 1, args.eval_args, args.extra, folder)
         many = run(args.model_file, args.workers, args.eval_args, args.extra, folder)
-    differ = {k: (one['values'][k], many['values'].get(k)) for k in EXACT
-              if k in one['values'] and one['values'][k] != many['values'].get(k)}
-    differ.update({k: (v, many['values'].get(k)) for k, v in one['values'].items()
-                   if k not in EXACT and isinstance(v, float)
-                   and f'{v:.4g}' != f'{many["values"].get(k, float("nan")):.4g}'})
-    result = {'workers': args.workers, 'one': one, 'many': many,
-              'speedup': round(one['seconds'] / many['seconds'], 2), 'figures_differ': differ,
-              'load_average_after': list(os.getloadavg()), 'cores': os.cpu_count()}
-    print(f"1 worker {one['seconds']} s, {args.workers} workers {many['seconds']} s: "
-          f"{result['speedup']}x; figures {'differ: ' + json.dumps(differ) if differ else 'agree'}")
+    differ = {
+        k: (one['values'][k], many['values'].get(k))
+        for k in EXACT
+        if k in one['values'] and one['values'][k] != many['values'].get(k)
+    }
+    differ.update(
+        {
+            k: (v, many['values'].get(k))
+            for k, v in one['values'].items()
+            if k not in EXACT and isinstance(v, float) and f'{v:.4g}' != f'{many["values"].get(k, float("nan")):.4g}'
+        }
+    )
+    result = {
+        'workers': args.workers,
+        'one': one,
+        'many': many,
+        'speedup': round(one['seconds'] / many['seconds'], 2),
+        'figures_differ': differ,
+        'load_average_after': list(os.getloadavg()),
+        'cores': os.cpu_count(),
+    }
+    print(
+        f'1 worker {one["seconds"]} s, {args.workers} workers {many["seconds"]} s: '
+        f'{result["speedup"]}x; figures {"differ: " + json.dumps(differ) if differ else "agree"}'
+    )
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(result, f, indent=1)

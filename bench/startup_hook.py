@@ -16,6 +16,7 @@ machine (or under ``nice``) wall time mostly measures waiting for a core; CPU ti
 
     nice -n 19 .venv/bin/python bench/startup_hook.py --runs 300
 """
+
 import argparse
 import json
 import os
@@ -41,8 +42,12 @@ def make_venvs(root: str) -> dict:
         venv = os.path.join(root, name)
         subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True)
         python = os.path.join(venv, 'bin', 'python')
-        venv_site = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-                                   check=True, capture_output=True, text=True).stdout.strip()
+        venv_site = subprocess.run(
+            [python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         with open(os.path.join(venv_site, '_env_site_packages.pth'), 'w') as f:
             f.write(site + '\n')
         if hook:
@@ -70,8 +75,12 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         pythons = make_venvs(root)
-        modules = {name: set(json.loads(subprocess.run([py, '-c', MODULES], check=True, capture_output=True,
-                                                       text=True).stdout)) for name, py in pythons.items()}
+        modules = {
+            name: set(
+                json.loads(subprocess.run([py, '-c', MODULES], check=True, capture_output=True, text=True).stdout)
+            )
+            for name, py in pythons.items()
+        }
         times = {name: [] for name in pythons}
         for _ in range(args.runs):
             for name, python in pythons.items():

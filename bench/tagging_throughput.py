@@ -9,6 +9,7 @@ set it to the machine's own for a meaningful ratio).
 
     python bench/tagging_throughput.py --ed-dir ../shared/data/empatheticdialogues --n 2000 --naive-n 300
 """
+
 import argparse
 import os
 import random
@@ -27,8 +28,9 @@ def flops_per_token(config, seq_len: float) -> float:
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--n', type=int, default=2000, help='utterances for our tagger')
     parser.add_argument('--naive-n', type=int, default=300, help='utterances for the naive pipeline')
     parser.add_argument('--batch-tokens', type=int, default=4096)
@@ -51,8 +53,13 @@ def main():
     texts = [u.text for u in utterances[: args.n]]
     tokenizer = load_tokenizer(encoder_dir)
     classifier = LoadedClassifier(
-        model=EmotionClassifier.from_pretrained(encoder_dir, 28, True, 'mean').eval(), tokenizer=tokenizer,
-        classes=[f'c{i}' for i in range(28)], multilabel=True, threshold=0.3, max_length=args.max_length, key='bench',
+        model=EmotionClassifier.from_pretrained(encoder_dir, 28, True, 'mean').eval(),
+        tokenizer=tokenizer,
+        classes=[f'c{i}' for i in range(28)],
+        multilabel=True,
+        threshold=0.3,
+        max_length=args.max_length,
+        key='bench',
     )
     print(f'torch threads: {torch.get_num_threads()}; utterances: ours {len(texts)}, naive {args.naive_n}')
 
@@ -72,9 +79,11 @@ def main():
     labels_fp32 = inference.decide_labels(probs, True, 0.3)
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        encoder_dir, num_labels=28, problem_type='multi_label_classification').eval()
-    pipe = pipeline('text-classification', model=model, tokenizer=tokenizer, top_k=None, function_to_apply='sigmoid',
-                    device='cpu')
+        encoder_dir, num_labels=28, problem_type='multi_label_classification'
+    ).eval()
+    pipe = pipeline(
+        'text-classification', model=model, tokenizer=tokenizer, top_k=None, function_to_apply='sigmoid', device='cpu'
+    )
     naive_texts = texts[: args.naive_n]
     pipe(naive_texts[0], truncation=True, max_length=args.max_length)  # warm-up
     start = time.perf_counter()
@@ -89,18 +98,25 @@ def main():
     floor_rate = len(texts) / floor_s
     print(f'mean tokens/utterance (with [CLS]/[SEP]): {mean_len:.1f}')
     print(f'ours:  {ours_rate:8.1f} utt/s  ({ours_s:.1f} s for {len(texts)})')
-    print(f'naive: {naive_rate:8.1f} utt/s  ({naive_s:.1f} s for {len(naive_texts)}; '
-          'HF pipeline, one utterance per call)')
-    print(f'ours, --bf16 true: {bf16_rate:8.1f} utt/s  '
-          f'({bf16_s:.1f} s; max |p - p_fp32| {abs(probs_bf16 - probs).max():.4f}, '
-          f'thresholded labels identical for {(labels_bf16 == labels_fp32).all(1).mean():.2%} of utterances)')
+    print(
+        f'naive: {naive_rate:8.1f} utt/s  ({naive_s:.1f} s for {len(naive_texts)}; HF pipeline, one utterance per call)'
+    )
+    print(
+        f'ours, --bf16 true: {bf16_rate:8.1f} utt/s  '
+        f'({bf16_s:.1f} s; max |p - p_fp32| {abs(probs_bf16 - probs).max():.4f}, '
+        f'thresholded labels identical for {(labels_bf16 == labels_fp32).all(1).mean():.2%} of utterances)'
+    )
     print(f'speed-up ours/naive: {ours_rate / naive_rate:.1f}x (float32), {bf16_rate / naive_rate:.1f}x (bf16)')
-    print(f'FLOP floor at {args.peak_gflops:.0f} GFLOP/s (float32): {floor_rate:.0f} utt/s; '
-          f'ours reaches {ours_rate / floor_rate:.1%} '
-          f'of it (bf16: {bf16_rate / floor_rate:.1%})')
-    print(f'projected full ED (107,220 utterances): ours {107220 / ours_rate / 60:.1f} min, '
-          f'bf16 {107220 / bf16_rate / 60:.1f} min, '
-          f'naive {107220 / naive_rate / 60:.1f} min')
+    print(
+        f'FLOP floor at {args.peak_gflops:.0f} GFLOP/s (float32): {floor_rate:.0f} utt/s; '
+        f'ours reaches {ours_rate / floor_rate:.1%} '
+        f'of it (bf16: {bf16_rate / floor_rate:.1%})'
+    )
+    print(
+        f'projected full ED (107,220 utterances): ours {107220 / ours_rate / 60:.1f} min, '
+        f'bf16 {107220 / bf16_rate / 60:.1f} min, '
+        f'naive {107220 / naive_rate / 60:.1f} min'
+    )
     assert probs.shape == (len(texts), 28)
 
 

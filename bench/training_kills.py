@@ -15,6 +15,7 @@ At the end the final model is loaded by ``parlai eval_model`` on a few test exam
 
     nice -n 19 .venv/bin/python bench/training_kills.py --models mime ethreed --kills 10 --save-every 20
 """
+
 import argparse
 import json
 import os
@@ -31,10 +32,40 @@ import time
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 ED = ['-t', 'empathy_ed_clean', '--ed-datapath', 'sample']
 TINY = {
-    'mime': ['-m', 'empathy/mime', '--embedding-size', '32', '--attention-size', '16', '--ffn-size', '32',
-             '--latent-size', '16', '--n-heads', '2', '-bs', '8', '-lr', '1e-3'],
-    'ethreed': ['-m', 'empathy/ethreed', '--listener-emotions', 'none', '--glove-init', 'false',
-                '--hidden-size', '16', '--embedding-size', '16', '--dict-maxtokens', '1500', '-bs', '4'],
+    'mime': [
+        '-m',
+        'empathy/mime',
+        '--embedding-size',
+        '32',
+        '--attention-size',
+        '16',
+        '--ffn-size',
+        '32',
+        '--latent-size',
+        '16',
+        '--n-heads',
+        '2',
+        '-bs',
+        '8',
+        '-lr',
+        '1e-3',
+    ],
+    'ethreed': [
+        '-m',
+        'empathy/ethreed',
+        '--listener-emotions',
+        'none',
+        '--glove-init',
+        'false',
+        '--hidden-size',
+        '16',
+        '--embedding-size',
+        '16',
+        '--dict-maxtokens',
+        '1500',
+        '-bs',
+        '4',
+    ],
 }
 # the per-update log line, and ParlAI's last line when the run reaches --max-train-steps (the
 # update that ends the run prints no per-update line)
@@ -42,10 +73,34 @@ STEPS_RE = re.compile(r'total_steps:(\d+)|max_train_steps elapsed:(\d+)')
 
 
 def train_command(model: str, model_file: str, steps: int, save_every: float):
-    return [PARLAI, 'train_model', *ED, *TINY[model], '-mf', model_file, '--max-train-steps', str(steps),
-            '--save-every-n-secs', str(save_every), '--log-every-n-steps', '1', '-vtim', '-1',
-            '-veps', '-1', '-vme', '16', '--short-final-eval', 'true', '-vmt', 'ppl', '-vmm', 'min',
-            '--skip-generation', 'true']
+    return [
+        PARLAI,
+        'train_model',
+        *ED,
+        *TINY[model],
+        '-mf',
+        model_file,
+        '--max-train-steps',
+        str(steps),
+        '--save-every-n-secs',
+        str(save_every),
+        '--log-every-n-steps',
+        '1',
+        '-vtim',
+        '-1',
+        '-veps',
+        '-1',
+        '-vme',
+        '16',
+        '--short-final-eval',
+        'true',
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+    ]
 
 
 def checkpoint_state(model_file: str):
@@ -98,17 +153,45 @@ def bench_model(model: str, workdir: str, steps: int, kills: int, save_every: fl
         if killed_at is None:  # finished before the kill: too few steps for this many kills
             break
         kept, saved_at = state
-        rows.append({'updates_done': done or 0, 'updates_kept': kept,
-                     'lost_updates': max(0, (done or 0) - kept),
-                     'seconds_since_checkpoint': None if saved_at is None else killed_at - saved_at})
+        rows.append(
+            {
+                'updates_done': done or 0,
+                'updates_kept': kept,
+                'lost_updates': max(0, (done or 0) - kept),
+                'seconds_since_checkpoint': None if saved_at is None else killed_at - saved_at,
+            }
+        )
         print(f'{model} kill {len(rows)}: {rows[-1]}', flush=True)
     code, done, _, _ = run_once(command, log_path)  # run to the end
     finished = code == 0 and done == steps
-    evaluated = subprocess.run([PARLAI, 'eval_model', *ED, '-dt', 'test', '-mf', model_file, '-ne', '8',
-                                '-bs', '4', '--skip-generation', 'true'], capture_output=True, text=True)
-    return {'model': model, 'steps': steps, 'save_every_n_secs': save_every, 'kills': rows,
-            'finished_all_steps': finished, 'final_model_loads': evaluated.returncode == 0,
-            'eval_tail': evaluated.stdout[-400:] + evaluated.stderr[-400:]}
+    evaluated = subprocess.run(
+        [
+            PARLAI,
+            'eval_model',
+            *ED,
+            '-dt',
+            'test',
+            '-mf',
+            model_file,
+            '-ne',
+            '8',
+            '-bs',
+            '4',
+            '--skip-generation',
+            'true',
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return {
+        'model': model,
+        'steps': steps,
+        'save_every_n_secs': save_every,
+        'kills': rows,
+        'finished_all_steps': finished,
+        'final_model_loads': evaluated.returncode == 0,
+        'eval_tail': evaluated.stdout[-400:] + evaluated.stderr[-400:],
+    }
 
 
 def main():
@@ -125,17 +208,23 @@ def main():
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix='training_kills_')
     rng = random.Random(args.seed)
-    results = [bench_model(m, workdir, args.steps, args.kills, args.save_every,
-                           (args.min_gap, args.max_gap), rng) for m in args.models]
-    print('| model | kills | lost updates per kill (max / median) | seconds since checkpoint (max) | '
-          'save every | finished | final model loads |')
+    results = [
+        bench_model(m, workdir, args.steps, args.kills, args.save_every, (args.min_gap, args.max_gap), rng)
+        for m in args.models
+    ]
+    print(
+        '| model | kills | lost updates per kill (max / median) | seconds since checkpoint (max) | '
+        'save every | finished | final model loads |'
+    )
     print('|---|---|---|---|---|---|---|')
     for r in results:
         lost = [k['lost_updates'] for k in r['kills']] or [0]
         since = [k['seconds_since_checkpoint'] for k in r['kills'] if k['seconds_since_checkpoint'] is not None]
-        print(f"| {r['model']} | {len(r['kills'])} | {max(lost)} / {statistics.median(lost):g} | "
-              f"{max(since) if since else float('nan'):.1f} | {r['save_every_n_secs']:g} s | "
-              f"{r['finished_all_steps']} | {r['final_model_loads']} |")
+        print(
+            f'| {r["model"]} | {len(r["kills"])} | {max(lost)} / {statistics.median(lost):g} | '
+            f'{max(since) if since else float("nan"):.1f} | {r["save_every_n_secs"]:g} s | '
+            f'{r["finished_all_steps"]} | {r["final_model_loads"]} |'
+        )
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(results, f, indent=1)

@@ -1,4 +1,5 @@
 """``parlai empathy_clean_report``: print (and write) the ED cleaning report of each split."""
+
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
@@ -14,8 +15,9 @@ class EmpathyCleanReport(EmpathyScript):
     def setup_args(cls):
         parser = ParlaiParser(True, False, 'Print the EmpatheticDialogues cleaning report')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for the empathy_ed_clean teacher')
-        parser.add_argument('--splits', type=str, default='train,valid,test',
-                            help='comma-separated ED splits to report on')
+        parser.add_argument(
+            '--splits', type=str, default='train,valid,test', help='comma-separated ED splits to report on'
+        )
         parser.add_argument('--json', type='bool', default=False, help='print the JSON report instead')
         return parser
 

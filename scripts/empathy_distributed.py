@@ -10,6 +10,7 @@ waits for a world of unknown size). Run them under ``srun``, one task per GPU (o
 
 On machines without CUDA, ``parlai_empathy.integration.cpu_distributed`` makes them use gloo on the CPU.
 """
+
 import os
 
 import parlai.scripts.distributed_eval as parlai_distributed_eval
@@ -28,8 +29,10 @@ def world_size_from_slurm(opt) -> None:
     if given is None:
         opt['distributed_world_size'] = int(tasks)
     elif int(given) != int(tasks):
-        raise ValueError(f'--distributed-world-size {given} but SLURM started {tasks} tasks: every task '
-                         'would wait for workers that never come; leave the option out under srun')
+        raise ValueError(
+            f'--distributed-world-size {given} but SLURM started {tasks} tasks: every task '
+            'would wait for workers that never come; leave the option out under srun'
+        )
 
 
 @register_script('distributed_train', hidden=True)

@@ -4,6 +4,7 @@ The zero-shot rows of the tables (Rashkin's "pretrained only" bi-encoder) evalua
 encoder as it is; ``eval_model`` and the leaderboard need a model file for it, and this writes one
 with the options given, exactly as ``train_model`` would have before its first update.
 """
+
 import os
 
 from parlai.core.agents import create_agent
@@ -33,7 +34,8 @@ class EmpathyInitModel(EmpathyScript):
             raise SystemExit(
                 f'--init-model {init_model} was not opened: -m {model!r} is not an agent of parlai-empathy '
                 f'({", ".join(empathy_agents())}), and a stock ParlAI agent unpickles the whole checkpoint, which '
-                f'can run code from the file. If you trust the file, pass {TRUST_FLAG} to open it anyway.')
+                f'can run code from the file. If you trust the file, pass {TRUST_FLAG} to open it anyway.'
+            )
         os.makedirs(os.path.dirname(os.path.abspath(model_file)), exist_ok=True)
         agent = create_agent(self.opt, requireModelExists=False)
         agent.save(model_file)

@@ -17,6 +17,7 @@ sacrebleu signatures and the BERTScore model/layer; ``--json-out`` writes the re
     parlai empathy_score --released moel --bertscore-model minilm --emotion-classifier CLASSIFIER
     parlai empathy_score --released list
 """
+
 import json
 import shlex
 import sys
@@ -34,47 +35,82 @@ def setup_args(parser=None):
     from parlai_empathy.metrics.bertscore import add_bertscore_options
     from parlai_empathy.metrics.released import FORMATS, RELEASED_ENV
 
-    group.add_argument('-o', '--outputs', default=None,
-                       help='world-log JSONL, context/gold/response TSV, or a released file (--outputs-format)')
     group.add_argument(
-        '--outputs-format', default='auto', choices=['auto', 'world_logs', 'tsv'] + sorted(FORMATS),
+        '-o',
+        '--outputs',
+        default=None,
+        help='world-log JSONL, context/gold/response TSV, or a released file (--outputs-format)',
+    )
+    group.add_argument(
+        '--outputs-format',
+        default='auto',
+        choices=['auto', 'world_logs', 'tsv'] + sorted(FORMATS),
         help='auto: .jsonl/.json are world logs, anything else TSV; the others are released files of other papers',
     )
-    group.add_argument('--released', default=None,
-                       help='a released file this package knows, by name ("list" lists them): fetched from GitHub at '
-                            'its pinned commit and checked by sha256 (instead of -o)')
-    group.add_argument('--released-dir', default=None,
-                       help=f'where released files are kept (default: ${RELEASED_ENV}, '
-                            'else ~/.cache/parlai-empathy/released)')
-    group.add_argument('--align-ed', type='bool', default=None,
-                       help='match every output with its ED test example by context and score it against that '
-                            "example's gold (default: true for released formats, false for world logs and TSV)")
-    group.add_argument('--ed-datapath', default=None,
-                       help='the ED folder for --align-ed (default: $PARLAI_EMPATHY_ED_DIR; '
-                            '"sample": the embedded sample)')
-    group.add_argument('--emotion-classifier', default=None,
-                       help='model file of a single-label ED emotion classifier of ours: the emotion it detects '
-                            'in each reply is compared with the gold emotion (reply_emotion_acc)')
+    group.add_argument(
+        '--released',
+        default=None,
+        help='a released file this package knows, by name ("list" lists them): fetched from GitHub at '
+        'its pinned commit and checked by sha256 (instead of -o)',
+    )
+    group.add_argument(
+        '--released-dir',
+        default=None,
+        help=f'where released files are kept (default: ${RELEASED_ENV}, else ~/.cache/parlai-empathy/released)',
+    )
+    group.add_argument(
+        '--align-ed',
+        type='bool',
+        default=None,
+        help='match every output with its ED test example by context and score it against that '
+        "example's gold (default: true for released formats, false for world logs and TSV)",
+    )
+    group.add_argument(
+        '--ed-datapath',
+        default=None,
+        help='the ED folder for --align-ed (default: $PARLAI_EMPATHY_ED_DIR; "sample": the embedded sample)',
+    )
+    group.add_argument(
+        '--emotion-classifier',
+        default=None,
+        help='model file of a single-label ED emotion classifier of ours: the emotion it detects '
+        'in each reply is compared with the gold emotion (reply_emotion_acc)',
+    )
     add_bertscore_options(group)
     group.add_argument('--json-out', default=None, help='also write the report here as JSON')
-    group.add_argument('--artifacts', default=None,
-                       help="write a board row's evidence into ARTIFACTS/ENTRY (report, alignment, per-example "
-                            'figures, meta; not the replies): a published row of projects/<paper>/table.json')
+    group.add_argument(
+        '--artifacts',
+        default=None,
+        help="write a board row's evidence into ARTIFACTS/ENTRY (report, alignment, per-example "
+        'figures, meta; not the replies): a published row of projects/<paper>/table.json',
+    )
     group.add_argument('--entry', default=None, help='the row name for --artifacts (default: the --released name)')
-    group.add_argument('--compare', nargs='+', default=None, metavar='[NAME=]ROW',
-                       help='test entries against each other on the test examples they share: each a row folder '
-                            '(projects/<paper>/runs/<row>) or its outputs.jsonl.gz; every pair, every figure both '
-                            "have: McNemar's exact test for accuracies, the paired bootstrap for the rest, Holm's "
-                            'adjustment over all the tests of the command')
-    group.add_argument('--compare-metrics', default=None,
-                       help='comma-separated figures for --compare (default: every figure the entries share)')
+    group.add_argument(
+        '--compare',
+        nargs='+',
+        default=None,
+        metavar='[NAME=]ROW',
+        help='test entries against each other on the test examples they share: each a row folder '
+        '(projects/<paper>/runs/<row>) or its outputs.jsonl.gz; every pair, every figure both '
+        "have: McNemar's exact test for accuracies, the paired bootstrap for the rest, Holm's "
+        'adjustment over all the tests of the command',
+    )
+    group.add_argument(
+        '--compare-metrics',
+        default=None,
+        help='comma-separated figures for --compare (default: every figure the entries share)',
+    )
     group.add_argument('--resamples', type=int, default=1000, help='bootstrap resamples for --compare')
     group.add_argument('--seed', type=int, default=0, help='bootstrap seed for --compare')
-    group.add_argument('--item-statistics-only', type='bool', default=False,
-                       help="with --artifacts: keep the row's evidence and add to its outputs.jsonl.gz the "
-                            'per-example statistics the bootstrap and --compare need (BLEU counts, n-gram ids, '
-                            "reply ids), from the row's own released file; then `parlai empathy_leaderboard "
-                            '--from-artifacts projects --intervals` recomputes its intervals')
+    group.add_argument(
+        '--item-statistics-only',
+        type='bool',
+        default=False,
+        help="with --artifacts: keep the row's evidence and add to its outputs.jsonl.gz the "
+        'per-example statistics the bootstrap and --compare need (BLEU counts, n-gram ids, '
+        "reply ids), from the row's own released file; then `parlai empathy_leaderboard "
+        '--from-artifacts projects --intervals` recomputes its intervals',
+    )
     return parser
 
 
@@ -107,8 +143,10 @@ class EmpathyScore(EmpathyScript):
         known = None
         if opt['released']:
             if opt['released'] not in rel.KNOWN:
-                raise SystemExit(f'--released {opt["released"]}: not a known released file (known: '
-                                 f'{", ".join(sorted(rel.KNOWN))}; "list" describes them)')
+                raise SystemExit(
+                    f'--released {opt["released"]}: not a known released file (known: '
+                    f'{", ".join(sorted(rel.KNOWN))}; "list" describes them)'
+                )
             if opt['outputs']:
                 raise SystemExit('give -o/--outputs or --released, not both')
             known = rel.KNOWN[opt['released']]
@@ -119,8 +157,10 @@ class EmpathyScore(EmpathyScript):
             raise SystemExit('give -o/--outputs FILE or --released NAME')
         align = opt['align_ed'] if opt['align_ed'] is not None else fmt in rel.FORMATS
         if fmt in rel.FORMATS and not align:
-            raise SystemExit(f'--outputs-format {fmt}: a released file has no gold of the ED text our rows are scored '
-                             'on; it is always aligned (--align-ed true)')
+            raise SystemExit(
+                f'--outputs-format {fmt}: a released file has no gold of the ED text our rows are scored '
+                'on; it is always aligned (--align-ed true)'
+            )
         if opt['artifacts'] and not align:
             raise SystemExit('--artifacts writes a published row, which is aligned with ED test: add --align-ed true')
         from parlai_empathy.metrics.bertscore import bertscore_from_opt
@@ -155,25 +195,37 @@ class EmpathyScore(EmpathyScript):
         keys = [k.strip() for k in opt['compare_metrics'].split(',')] if opt['compare_metrics'] else None
         unknown = sorted(set(keys or []) - set(bootstrap.FIGURES))
         if unknown:
-            raise SystemExit(f'--compare-metrics {",".join(unknown)}: no per-example statistic (known: '
-                             f'{", ".join(bootstrap.FIGURES)})')
+            raise SystemExit(
+                f'--compare-metrics {",".join(unknown)}: no per-example statistic (known: '
+                f'{", ".join(bootstrap.FIGURES)})'
+            )
         tests = bootstrap.compare(entries, keys, opt['resamples'], opt['seed'])
         if not tests:
             raise SystemExit('the entries share no test example with a figure both have')
-        print(f'{len(tests)} tests; paired bootstrap: {opt["resamples"]} resamples, seed {opt["seed"]}; '
-              "McNemar: exact binomial test of the discordant pairs; p (Holm): Holm's adjustment over all "
-              f'{len(tests)} tests; difference = A - B on the examples both have\n')
-        print('| A | B | figure | examples | A | B | difference | 95 % interval | test | p | p (Holm) | '
-              'A only / B only | odds ratio |')
+        print(
+            f'{len(tests)} tests; paired bootstrap: {opt["resamples"]} resamples, seed {opt["seed"]}; '
+            "McNemar: exact binomial test of the discordant pairs; p (Holm): Holm's adjustment over all "
+            f'{len(tests)} tests; difference = A - B on the examples both have\n'
+        )
+        print(
+            '| A | B | figure | examples | A | B | difference | 95 % interval | test | p | p (Holm) | '
+            'A only / B only | odds ratio |'
+        )
         print('|---' * 13 + '|')
         for t in tests:
             discordant = '' if t.a_only is None else f'{t.a_only} / {t.b_only}'
             odds = '' if t.odds_ratio is None else figure(t.odds_ratio)
-            print(f'| {t.a} | {t.b} | {t.metric} | {t.examples} | {figure(t.value_a)} | {figure(t.value_b)} | '
-                  f'{figure(t.difference)} | {figure(t.low)} – {figure(t.high)} | {t.test} | {t.p:.3g} | '
-                  f'{t.p_holm:.3g} | {discordant} | {odds} |')
-        result = {'resamples': opt['resamples'], 'seed': opt['seed'], 'adjustment': 'holm',
-                  'tests': [t.to_json() for t in tests]}
+            print(
+                f'| {t.a} | {t.b} | {t.metric} | {t.examples} | {figure(t.value_a)} | {figure(t.value_b)} | '
+                f'{figure(t.difference)} | {figure(t.low)} – {figure(t.high)} | {t.test} | {t.p:.3g} | '
+                f'{t.p_holm:.3g} | {discordant} | {odds} |'
+            )
+        result = {
+            'resamples': opt['resamples'],
+            'seed': opt['seed'],
+            'adjustment': 'holm',
+            'tests': [t.to_json() for t in tests],
+        }
         if opt['json_out']:
             from parlai_empathy.evidence.artifacts import write_json
 
@@ -190,8 +242,9 @@ class EmpathyScore(EmpathyScript):
             from parlai_empathy.leaderboard.published import detect_emotions
 
             generated = [e for e in examples if e.response is not None and e.emotion is not None]
-            for example, emotion in zip(generated, detect_emotions(self.opt['emotion_classifier'],
-                                                                   [e.response for e in generated])):
+            for example, emotion in zip(
+                generated, detect_emotions(self.opt['emotion_classifier'], [e.response for e in generated])
+            ):
                 example.reply_emotion = emotion
         print(f'{len(examples)} examples from {path}')
         return score_examples(examples, scorer=scorer, progress=True, comparison=True)
@@ -217,15 +270,17 @@ class EmpathyScore(EmpathyScript):
 
             report = read_report(row_dir)
             return SuiteReport(report['values'], report.get('exs') or {}, report.get('notes') or {})
-        score = published.score_outputs(outputs, ed_test_examples(self.opt['ed_datapath']), scorer,
-                                        self.opt['emotion_classifier'])
+        score = published.score_outputs(
+            outputs, ed_test_examples(self.opt['ed_datapath']), scorer, self.opt['emotion_classifier']
+        )
         print(f'{path} ({fmt}): {score.alignment.summary()}')
         if self.opt['artifacts']:
             entry = self.opt['entry'] or (known.entry if known else None)
             if not entry:
                 raise SystemExit('--artifacts needs --entry NAME (the row) for a file given with -o')
-            command = 'parlai empathy_score ' + shlex.join(sys.argv[2:] if sys.argv[1:2] == ['empathy_score']
-                                                           else sys.argv[1:])
+            command = 'parlai empathy_score ' + shlex.join(
+                sys.argv[2:] if sys.argv[1:2] == ['empathy_score'] else sys.argv[1:]
+            )
             paths = published.write_row(os.path.join(self.opt['artifacts'], entry), entry, score, command, known)
             print(f'evidence written to {os.path.dirname(paths["report.json"])}')
         return score.report

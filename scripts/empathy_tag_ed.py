@@ -7,6 +7,7 @@ Probabilities and thresholded labels go to a versioned cache beside ParlAI's bui
 (``<datapath>/empathy_ed_goemotions/``), keyed by classifier and data checksum. A killed run
 resumes where it stopped; a finished cache is reused as is.
 """
+
 from parlai.core.params import ParlaiParser
 from parlai.core.script import register_script
 
@@ -24,8 +25,9 @@ from parlai_empathy.models.precision import bf16_option, resolve_bf16
 class EmpathyTagED(EmpathyScript):
     @classmethod
     def setup_args(cls):
-        parser = ParlaiParser(True, False,
-                              'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)')
+        parser = ParlaiParser(
+            True, False, 'Tag every ED utterance with a GoEmotions or ED 32-way classifier (resumable cache)'
+        )
         parser.add_argument('-mf', '--model-file', type=str, required=True, help='a trained empathy/emotion_classifier')
         parser.add_argument('--ed-datapath', type=str, default=None, help='as for empathy_ed_clean')
         parser.add_argument('--goemotions-datapath', type=str, default=None, help='to check the label set (optional)')
@@ -33,15 +35,23 @@ class EmpathyTagED(EmpathyScript):
         parser.add_argument('--batch-tokens', type=int, default=4096, help='padded tokens per forward batch')
         parser.add_argument('--chunk-size', type=int, default=4096, help='utterances per resumable cache chunk')
         parser.add_argument('--max-chunks', type=int, default=None, help='stop after this many new chunks')
-        parser.add_argument('--bf16', type=bf16_option, default=False,
-                            help='bfloat16 autocast: true, false or auto (where the CPU has AVX-512 BF16 or AMX, '
-                            'or the GPU supports it: about 2x faster there, several times slower where emulated); '
-                            'the resolved precision is recorded in the cache')
+        parser.add_argument(
+            '--bf16',
+            type=bf16_option,
+            default=False,
+            help='bfloat16 autocast: true, false or auto (where the CPU has AVX-512 BF16 or AMX, '
+            'or the GPU supports it: about 2x faster there, several times slower where emulated); '
+            'the resolved precision is recorded in the cache',
+        )
         parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
-        parser.add_argument('--export-labels', type=str, default=None,
-                            help='ED 32-way classifiers: also write each utterance\'s top emotion to this folder '
-                            '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as '
-                            '--listener-emotions on any machine, without the tag cache')
+        parser.add_argument(
+            '--export-labels',
+            type=str,
+            default=None,
+            help="ED 32-way classifiers: also write each utterance's top emotion to this folder "
+            '(labels.csv.gz + meta.json, about 1.4 MB for all of ED), which ETHREED takes as '
+            '--listener-emotions on any machine, without the tag cache',
+        )
         # the classifier is read weights-only; -mf of another agent is refused, even while parsing
         return add_trust_flag(parser, opt_in=False)
 
@@ -57,12 +67,17 @@ class EmpathyTagED(EmpathyScript):
             torch.set_num_threads(self.opt['threads'])
         ed_dir = ed_source.resolve_ed_dir(self.opt.get('ed_datapath'), self.opt.get('datapath'))
         classifier = load_classifier(self.opt['model_file'], default_device())
-        check_tagging_classifier(classifier.classes, classifier.multilabel, self.opt['model_file'],
-                                 self.opt.get('goemotions_datapath'))
+        check_tagging_classifier(
+            classifier.classes, classifier.multilabel, self.opt['model_file'], self.opt.get('goemotions_datapath')
+        )
         run = tag_cache.tag_ed(
-            self.opt['model_file'], ed_dir, tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
-            chunk_size=self.opt['chunk_size'], batch_tokens=self.opt['batch_tokens'],
-            max_chunks=self.opt['max_chunks'], classifier=classifier,
+            self.opt['model_file'],
+            ed_dir,
+            tag_cache.default_root(self.opt['datapath'], self.opt.get('tag_cache_dir')),
+            chunk_size=self.opt['chunk_size'],
+            batch_tokens=self.opt['batch_tokens'],
+            max_chunks=self.opt['max_chunks'],
+            classifier=classifier,
             bf16=resolve_bf16(self.opt['bf16'], use_cuda=default_device() == 'cuda'),
         )
         state = 'complete' if run.reused + run.tagged == run.total else 'partial (run again to resume)'
@@ -79,10 +94,16 @@ class EmpathyTagED(EmpathyScript):
 
             from parlai_empathy.emotions import listener_labels
 
-            meta = listener_labels.export(run.directory, ed_dir, self.opt['export_labels'],
-                                          command='parlai ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]))
-            print(f'listener labels: {self.opt["export_labels"]} ({meta["counts"]["utterances"]} utterances, '
-                  f'sha256 {meta["sha256"][:12]})')
+            meta = listener_labels.export(
+                run.directory,
+                ed_dir,
+                self.opt['export_labels'],
+                command='parlai ' + ' '.join(shlex.quote(a) for a in sys.argv[1:]),
+            )
+            print(
+                f'listener labels: {self.opt["export_labels"]} ({meta["counts"]["utterances"]} utterances, '
+                f'sha256 {meta["sha256"][:12]})'
+            )
         return run
 
 

@@ -9,6 +9,7 @@ ParlAI's own ``TrainLoop`` for any other agent.
 
     parlai train_model -t empathy_ed_clean -m empathy/mime -mf runs/mime/model
 """
+
 import parlai.scripts.train_model  # noqa: F401  ParlAI's registration first: the one below replaces it
 from parlai.core.script import register_script
 

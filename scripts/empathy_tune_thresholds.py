@@ -9,6 +9,7 @@ before and after, in ``M.thresholds.json``.
 
     parlai empathy_tune_thresholds -mf runs/goemotions/model
 """
+
 import json
 
 from parlai.core.params import ParlaiParser
@@ -62,11 +63,15 @@ class EmpathyTuneThresholds(EmpathyScript):
             json.dump(model_opt, f, indent=4)
         with open(model_file + '.thresholds.json', 'w', encoding='utf-8') as f:
             json.dump(report, f, indent=1, sort_keys=True)
-        print(f'{opt["split"]} macro-F1: {report["macro_f1_single"]:.4f} at 0.3 -> {report["macro_f1_tuned"]:.4f} '
-              f'with per-label thresholds ({len(examples)} examples); stored in {model_file}.opt')
+        print(
+            f'{opt["split"]} macro-F1: {report["macro_f1_single"]:.4f} at 0.3 -> {report["macro_f1_tuned"]:.4f} '
+            f'with per-label thresholds ({len(examples)} examples); stored in {model_file}.opt'
+        )
         for name, row in report['labels'].items():
-            print(f'  {name:15s} threshold {row["threshold"]:.2f}  F1 {row["f1_single"]:.3f} -> {row["f1_tuned"]:.3f}'
-                  f'  (support {row["support"]})')
+            print(
+                f'  {name:15s} threshold {row["threshold"]:.2f}  F1 {row["f1_single"]:.3f} -> {row["f1_tuned"]:.3f}'
+                f'  (support {row["support"]})'
+            )
         return report
 
 

@@ -3,6 +3,7 @@
 Built once per test session in a temp folder: config.json, model.safetensors and the tokenizer
 files, so it loads exactly like a real local model directory.
 """
+
 import collections
 import os
 import re
@@ -18,7 +19,7 @@ def real_vocab(ed_train_csv, size=1500):
         for line in f:
             fields = line.split(',')
             if len(fields) >= 6:
-                counts.update(re.findall(r"[a-z]+|[^\sa-z]", fields[5].replace('_comma_', ',').lower()))
+                counts.update(re.findall(r'[a-z]+|[^\sa-z]', fields[5].replace('_comma_', ',').lower()))
     chars = list(string.ascii_lowercase + string.digits + string.punctuation)
     words = [w for w, _ in counts.most_common(size) if w not in chars]
     return SPECIALS + chars + ['##' + c for c in string.ascii_lowercase] + words
@@ -32,8 +33,12 @@ def build_tiny_bert(directory, ed_train_csv, seed=0):
     vocab = real_vocab(ed_train_csv)
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
         initializer_range=0.2,  # BERT's 0.02 makes every random CLS vector nearly the same
     )
     BertModel(config).save_pretrained(directory)

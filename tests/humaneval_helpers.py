@@ -4,6 +4,7 @@ The world logs are produced by ParlAI itself (``eval_model --world-logs``) on th
 split read by ParlAI's own ``empathetic_dialogues`` teacher: "gold" is ParlAI's repeat_label
 agent (replies with the reference) and "echo" its repeat_query agent (parrots the speaker).
 """
+
 import os
 import shutil
 import socket
@@ -19,8 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def ed_dir() -> str:
-    path = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(
-        REPO, '..', 'shared', 'data', 'empatheticdialogues')
+    path = os.environ.get('PARLAI_EMPATHY_ED_DIR') or os.path.join(REPO, '..', 'shared', 'data', 'empatheticdialogues')
     if not os.path.isfile(os.path.join(path, 'test.csv')):
         raise FileNotFoundError(f'ED data not found at {path} (set PARLAI_EMPATHY_ED_DIR)')
     return path
@@ -46,10 +46,29 @@ def make_world_logs(root: str) -> dict:
     procs, paths = [], {}
     for name, agent in (('gold', 'repeat_label'), ('echo', 'repeat_query')):
         paths[name] = os.path.join(root, f'{name}.jsonl')
-        procs.append(subprocess.Popen(
-            [sys.executable, '-m', 'parlai', 'eval_model', '-t', 'empathetic_dialogues',
-             '-dt', 'test', '--datapath', datapath, '-m', agent, '--world-logs', paths[name]],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=root))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    '-m',
+                    'parlai',
+                    'eval_model',
+                    '-t',
+                    'empathetic_dialogues',
+                    '-dt',
+                    'test',
+                    '--datapath',
+                    datapath,
+                    '-m',
+                    agent,
+                    '--world-logs',
+                    paths[name],
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=root,
+            )
+        )
     for proc in procs:
         out = proc.communicate(timeout=300)[0]
         assert proc.returncode == 0, out.decode()[-2000:]
@@ -78,14 +97,17 @@ class Server:
         self.proc = None
 
     def start(self, timeout: float = 300):
-        code = ('from parlai_empathy.humaneval.app import serve; '
-                + ('from parlai_empathy.humaneval.db import Limits; ' if self.limits else '')
-                + f'serve({self.db_path!r}, "127.0.0.1", {self.port}'
-                + (f', limits=Limits(**{self.limits!r}))' if self.limits else ')'))
+        code = (
+            'from parlai_empathy.humaneval.app import serve; '
+            + ('from parlai_empathy.humaneval.db import Limits; ' if self.limits else '')
+            + f'serve({self.db_path!r}, "127.0.0.1", {self.port}'
+            + (f', limits=Limits(**{self.limits!r}))' if self.limits else ')')
+        )
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
         with open(self.log_path, 'ab') as log:
-            self.proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, '-c', code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -137,18 +159,27 @@ def headless_chromium(profile_dir):
 
     if CHROMIUM is None:
         if BROWSER_REQUIRED:
-            pytest.fail(f'{BROWSER_MISSING}; PARLAI_EMPATHY_REQUIRE_BROWSER=1 forbids skipping '
-                        'this test', pytrace=False)
+            pytest.fail(
+                f'{BROWSER_MISSING}; PARLAI_EMPATHY_REQUIRE_BROWSER=1 forbids skipping this test', pytrace=False
+            )
         pytest.skip(BROWSER_MISSING)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for flag in ('--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-                 '--disable-component-update', '--disable-sync', '--no-first-run',
-                 '--disable-dev-shm-usage', f'--user-data-dir={profile_dir}',
-                 '--window-size=1000,1100'):
+    for flag in (
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+        '--disable-dev-shm-usage',
+        f'--user-data-dir={profile_dir}',
+        '--window-size=1000,1100',
+    ):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(300)
@@ -196,8 +227,12 @@ def entry_link(db, base: str, pid: str, session: str, study: str = 'STUDY1') -> 
     """The Prolific-style entry URL as the platform fills it in for one participant."""
     from parlai_empathy.humaneval import providers
 
-    return (providers.generic_entry_url(db, base).replace('{{%PROLIFIC_PID%}}', pid)
-            .replace('{{%STUDY_ID%}}', study).replace('{{%SESSION_ID%}}', session))
+    return (
+        providers.generic_entry_url(db, base)
+        .replace('{{%PROLIFIC_PID%}}', pid)
+        .replace('{{%STUDY_ID%}}', study)
+        .replace('{{%SESSION_ID%}}', session)
+    )
 
 
 def peak_rss_kb(pid: int) -> int:
@@ -209,16 +244,19 @@ def peak_rss_kb(pid: int) -> int:
     raise RuntimeError(f'no VmHWM in /proc/{pid}/status')
 
 
-def stream_chunked(host: str, port: int, path: str, total_bytes: int, chunk: int = 1 << 20,
-                   timeout: float = 120) -> dict:
+def stream_chunked(
+    host: str, port: int, path: str, total_bytes: int, chunk: int = 1 << 20, timeout: float = 120
+) -> dict:
     """POST ``total_bytes`` of form-like data to ``path`` as a chunked body (no Content-Length),
     reading the server's answer while sending; returns {'status', 'sent'}. A server that refuses
     early may close the connection while the body is still being sent: that ends the sending."""
     import select
 
     sock = socket.create_connection((host, port), timeout=timeout)
-    head = (f'POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nTransfer-Encoding: chunked\r\n'
-            'Content-Type: application/x-www-form-urlencoded\r\n\r\n').encode()
+    head = (
+        f'POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nTransfer-Encoding: chunked\r\n'
+        'Content-Type: application/x-www-form-urlencoded\r\n\r\n'
+    ).encode()
     piece = f'{chunk:x}\r\n'.encode() + b'a' * chunk + b'\r\n'
     out = [head] + [piece] * (total_bytes // chunk) + [b'0\r\n\r\n']
     received, sent, pending = b'', 0, b''

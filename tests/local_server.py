@@ -1,4 +1,5 @@
 """A server of ours (or ``python -m http.server``) in its own process on 127.0.0.1, for tests."""
+
 import subprocess
 import tempfile
 import time
@@ -14,8 +15,9 @@ class LocalServer:
         self.port = free_port()
         self.url = f'http://127.0.0.1:{self.port}'
         self.log = tempfile.TemporaryFile()  # a pipe nobody reads could fill up and block it
-        self.proc = subprocess.Popen([str(a) for a in argv(self.port)], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        self.proc = subprocess.Popen(
+            [str(a) for a in argv(self.port)], stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=cwd
+        )
         deadline = time.monotonic() + timeout  # model loading on a busy machine can be slow
         while True:
             try:

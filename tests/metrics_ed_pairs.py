@@ -3,6 +3,7 @@
 The "model" answers every example with the gold response of the previous example: real
 responses, unrelated to the context, so every metric gets a meaningful non-trivial value.
 """
+
 import os
 
 import pytest

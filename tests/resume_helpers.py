@@ -1,4 +1,5 @@
 """Kill a real ``parlai train_model`` run with SIGKILL after a checkpoint, then resume it."""
+
 import json
 import os
 import signal
@@ -14,7 +15,11 @@ def train_kill_resume(train_args, model_file, cwd, env, extra_updates=3, timeout
     done before the kill, target updates); asserts the kill really interrupted training."""
     first = subprocess.Popen(
         [PARLAI] + [str(a) for a in train_args('--save-every-n-secs', 1, '--max-train-steps', 100000)],
-        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     stats = f'{model_file}.checkpoint.trainstats'
@@ -39,7 +44,11 @@ def resume_to(train_args, model_file, target, cwd, env):
     checkpoint and reached the target. Returns its log."""
     resumed = subprocess.run(
         [PARLAI] + [str(a) for a in train_args('--max-train-steps', target)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-5000:]
@@ -52,7 +61,7 @@ def resume_to(train_args, model_file, target, cwd, env):
 # ``parlai train_model`` with json.dump replaced: the second time the run saves the file named by
 # argv[1] (or a temporary file for it; a complete one is then in place), it writes a few bytes of
 # it and is killed with SIGKILL (a run that never saves it twice stops at the timeout)
-_DIE_WHILE_SAVING = '''
+_DIE_WHILE_SAVING = """
 import json, os, signal, sys
 victim = os.path.basename(sys.argv.pop(1))
 stem, ext = victim.rsplit('.', 1)
@@ -70,7 +79,7 @@ json.dump = dump
 from parlai.__main__ import main
 sys.argv = ['parlai'] + sys.argv[1:]
 main()
-'''
+"""
 
 
 def train_die_while_saving(train_args, model_file, victim, cwd, env, extra_updates=2):
@@ -79,7 +88,11 @@ def train_die_while_saving(train_args, model_file, victim, cwd, env, extra_updat
     first = subprocess.run(
         [sys.executable, '-c', _DIE_WHILE_SAVING, victim]
         + [str(a) for a in train_args('--save-every-n-secs', 1e-6, '--max-train-steps', 100000)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert first.returncode == -signal.SIGKILL, (first.stdout + first.stderr)[-3000:]
     with open(f'{model_file}.checkpoint.trainstats') as f:

@@ -3,6 +3,7 @@
 Needs the package installed non-editably (``make reinstall``). Tiny models, the embedded ED
 sample, a few steps each.
 """
+
 import os
 
 import pytest
@@ -17,9 +18,26 @@ def _train(run_parlai, tmp_path, model, extra=()):
     preset = os.path.join(REPO, 'opt_presets', 'empathy', model.split('/')[1] + '.opt')
     model_file = tmp_path / 'model'
     done = run_parlai(
-        'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', model,
-        '-o', preset, '-mf', model_file, '--max-train-steps', 6, '-vstep', 6, '-bs', 8,
-        '--dict-maxtokens', 2000, *extra,
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        model,
+        '-o',
+        preset,
+        '-mf',
+        model_file,
+        '--max-train-steps',
+        6,
+        '-vstep',
+        6,
+        '-bs',
+        8,
+        '--dict-maxtokens',
+        2000,
+        *extra,
     )
     return model_file, done.stdout + done.stderr
 
@@ -65,8 +83,8 @@ def test_mime_trains_reports_emotion_metrics_and_answers(run_parlai, tmp_path):
         '    passes.clear()\n'
         "    agent.observe({'text': text, 'episode_done': True})\n"
         '    reply = agent.act()\n'
-        "    from_generation = ED_EMOTIONS[int(passes[-1].emotion_logits.argmax())]\n"
-        "    agree = all(torch.equal(p.emotion_logits, passes[-1].emotion_logits) for p in passes)\n"
+        '    from_generation = ED_EMOTIONS[int(passes[-1].emotion_logits.argmax())]\n'
+        '    agree = all(torch.equal(p.emotion_logits, passes[-1].emotion_logits) for p in passes)\n'
         "    print('REPLY', reply['predicted_emotion'], reply['emotion_polarity'],"
         " bool(reply['text'].strip()), len(passes), agree, from_generation == reply['predicted_emotion'])\n"
     )
@@ -101,14 +119,15 @@ def test_mime_ablation_options_train(run_parlai, tmp_path, switch):
         'names = [n for n, _ in model.named_parameters()]\n'
         "print('PARTS', model.encoder.mimicry, model.encoder.grouping, model.encoder.stochastic,"
         " any('posterior' in n for n in names), any('fusion' in n for n in names),"
-        " model.encoder.sampler.n_groups)\n"
+        ' model.encoder.sampler.n_groups)\n'
     )
     done = run_parlai('python', script, model_file)
     parts = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith('PARTS')]
     mimicry, grouping, stochastic = ABLATIONS[switch]
     # without sampling there is no posterior network; without grouping one group and no fusion
-    assert parts == [[str(mimicry), str(grouping), str(stochastic), str(stochastic), str(grouping),
-                      '2' if grouping else '1']], done.stdout[-3000:]
+    assert parts == [
+        [str(mimicry), str(grouping), str(stochastic), str(stochastic), str(grouping), '2' if grouping else '1']
+    ], done.stdout[-3000:]
 
 
 @pytest.mark.parametrize('extra, saved', [([], 0.01), (['--glove-fill-std', 'glove'], 'glove')])
@@ -165,7 +184,8 @@ def test_reference_forms_for_new_models_and_older_models_keep_theirs(run_parlai,
     def forms():
         out = run_parlai('python', script, model_file).stdout.splitlines()
         return [x for x in out if x.startswith('FORMS')]
-    assert forms() == [f'FORMS {32 ** 0.5} True True True {2 * 32 ** 0.5} True']
+
+    assert forms() == [f'FORMS {32**0.5} True True True {2 * 32**0.5} True']
     del saved['embeddings_scale'], saved['ffn_final_relu'], saved['reference_tags']
     opt_file.write_text(json.dumps(saved))
     assert forms() == ['FORMS 1.0 False False False 1.0 False']
@@ -202,6 +222,7 @@ def test_plain_adam_for_new_models_and_older_models_keep_amsgrad(run_parlai, tmp
     def optim(*extra):
         out = run_parlai('python', script, model_file, *extra).stdout.splitlines()
         return [x for x in out if x.startswith(('OPTIM', 'STEPPED'))]
+
     assert optim() == ['OPTIM Adam [False] False True True', 'STEPPED 7']
     assert optim('true') == ['OPTIM Adam [True] True True True', 'STEPPED 7']
     del saved['amsgrad']
@@ -380,14 +401,24 @@ def test_interactive_shows_predicted_emotion_and_polarity(run_parlai, tmp_path):
     model_file, _ = _train(run_parlai, tmp_path, 'empathy/mime', TINY)
     # no --display-add-fields: the agent shows its emotion fields by default
     done = run_parlai(
-        'interactive', '-mf', model_file, '--skip-generation', 'false',
+        'interactive',
+        '-mf',
+        model_file,
+        '--skip-generation',
+        'false',
         input='I finally got the job I wanted!\n\nand I start on Monday\n[EXIT]\n',
     )
     assert 'Traceback' not in done.stderr
-    polarities = [line.split('[emotion_polarity]:')[1].strip() for line in done.stdout.splitlines()
-                  if '[emotion_polarity]:' in line]
-    emotions = [line.split('[predicted_emotion]:')[1].strip() for line in done.stdout.splitlines()
-                if '[predicted_emotion]:' in line]
+    polarities = [
+        line.split('[emotion_polarity]:')[1].strip()
+        for line in done.stdout.splitlines()
+        if '[emotion_polarity]:' in line
+    ]
+    emotions = [
+        line.split('[predicted_emotion]:')[1].strip()
+        for line in done.stdout.splitlines()
+        if '[predicted_emotion]:' in line
+    ]
     # the empty turn is answered without the model, so without fields
     assert len(polarities) == len(emotions) == 2, done.stdout[-3000:]
     assert f'[Mime]: {EMPTY_INPUT_REPLY}' in done.stdout
@@ -403,12 +434,42 @@ def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     import json
 
     model_file = tmp_path / 'model'
-    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df', f'{model_file}.dict',
-               '--dict-maxtokens', 2000)
+    run_parlai(
+        'build_dict',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-df',
+        f'{model_file}.dict',
+        '--dict-maxtokens',
+        2000,
+    )
     done = run_parlai(
-        'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-        '-o', 'empathy/mime', '-mf', model_file, '--distributed-world-size', 2, '--max-train-steps', 3,
-        '-bs', 4, '-vme', 4, '--short-final-eval', 'true', '--glove-init', 'false', *TINY,
+        'multiprocessing_train',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/mime',
+        '-o',
+        'empathy/mime',
+        '-mf',
+        model_file,
+        '--distributed-world-size',
+        2,
+        '--max-train-steps',
+        3,
+        '-bs',
+        4,
+        '-vme',
+        4,
+        '--short-final-eval',
+        'true',
+        '--glove-init',
+        'false',
+        *TINY,
         timeout=180,  # a gloo teardown that hangs at exit must fail the test, not block the suite
     )
     log = done.stdout + done.stderr
@@ -424,10 +485,30 @@ def test_mime_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
 
 def _sample_training(model_file):
     """``train_model`` arguments of a tiny MIME on the sample, plus the ``extra`` given."""
+
     def train_args(*extra):
-        return ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                '-o', 'empathy/mime', '-mf', model_file, '-bs', 8, '--dict-maxtokens', 2000,
-                '--glove-init', 'false', *TINY, *extra]
+        return [
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-o',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '-bs',
+            8,
+            '--dict-maxtokens',
+            2000,
+            '--glove-init',
+            'false',
+            *TINY,
+            *extra,
+        ]
+
     return train_args
 
 
@@ -461,11 +542,12 @@ def test_flattened_contexts_keep_their_speakers():
     from parlai_empathy.agents.emotion_generator import history_turns, utterance_speakers
     from parlai_empathy.data.moel_text import moel_tokens
 
-    turns = ["i got a new puppy today!", "that's great. what breed?", "a beagle. he's so cute."]
+    turns = ['i got a new puppy today!', "that's great. what breed?", "a beagle. he's so cute."]
     vocab = {}
 
     def parse(text):
         return [vocab.setdefault(t, len(vocab)) for t in moel_tokens(text)]
+
     separate = [parse(t) for t in turns]
     joined = '\n'.join(turns)
     flat = history_turns([joined], [parse(joined)], parse, '\n', 0)
@@ -488,9 +570,32 @@ def test_a_resumed_run_keeps_its_validation_grid(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
 
     def train(steps):
-        run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                   '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8,
-                   '--dict-maxtokens', 2000, '--glove-init', 'false', '--skip-generation', 'true', *TINY)
+        run_parlai(
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--max-train-steps',
+            steps,
+            '-vstep',
+            3,
+            '-bs',
+            4,
+            '-vme',
+            8,
+            '--dict-maxtokens',
+            2000,
+            '--glove-init',
+            'false',
+            '--skip-generation',
+            'true',
+            *TINY,
+        )
         return json.loads((tmp_path / 'model.trainstats').read_text())
 
     assert [v['train_steps'] for v in train(4)['valid_reports']] == [3, 4]
@@ -507,10 +612,41 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
     model_file = tmp_path / 'model'
 
     def train(*extra):
-        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                          '-mf', model_file, '--max-train-steps', 20, '-vstep', 2, '-vme', 8, '-vmt', 'exs',
-                          '-vmm', 'max', '--validation-cutoff', 1e9, '-vp', 1, '-bs', 4, '--dict-maxtokens', 2000,
-                          '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
+        done = run_parlai(
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--max-train-steps',
+            20,
+            '-vstep',
+            2,
+            '-vme',
+            8,
+            '-vmt',
+            'exs',
+            '-vmm',
+            'max',
+            '--validation-cutoff',
+            1e9,
+            '-vp',
+            1,
+            '-bs',
+            4,
+            '--dict-maxtokens',
+            2000,
+            '--glove-init',
+            'false',
+            '--skip-generation',
+            'true',
+            *TINY,
+            *extra,
+        )
         stats = json.loads((tmp_path / 'model.trainstats').read_text())
         return [v['train_steps'] for v in stats['valid_reports']], done.stdout + done.stderr
 
@@ -518,8 +654,10 @@ def test_validations_before_count_validations_after_neither_select_nor_exhaust_p
     assert steps == [2, 4, 6, 8] and 'ran out of patience' in log
     assert 'validation at 4 updates not counted' in log and 'validation at 6 updates not counted' not in log
     # an uncounted validation says what it does, and never announces a new best: only 6 does
-    assert ('validation at 2 updates not counted for the best model or patience (--count-validations-after 4): '
-            f'exs 8; its weights are saved to {model_file} until a counted validation replaces them') in log
+    assert (
+        'validation at 2 updates not counted for the best model or patience (--count-validations-after 4): '
+        f'exs 8; its weights are saved to {model_file} until a counted validation replaces them'
+    ) in log
     assert log.count('new best exs') == 1 and log.count('saving best valid model') == 1, log[-6000:]
     assert log.index('validation at 4 updates not counted') < log.index('new best exs')
     for name in os.listdir(tmp_path):
@@ -538,10 +676,37 @@ def test_a_run_resumed_under_another_validation_metric_recomputes_its_best(run_p
     model_file = tmp_path / 'model'
 
     def train(steps, *extra):
-        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                          '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8, '-vp', 10,
-                          '--count-validations-after', 0,
-                          '--dict-maxtokens', 2000, '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
+        done = run_parlai(
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--max-train-steps',
+            steps,
+            '-vstep',
+            3,
+            '-bs',
+            4,
+            '-vme',
+            8,
+            '-vp',
+            10,
+            '--count-validations-after',
+            0,
+            '--dict-maxtokens',
+            2000,
+            '--glove-init',
+            'false',
+            '--skip-generation',
+            'true',
+            *TINY,
+            *extra,
+        )
         return json.loads((tmp_path / 'model.trainstats').read_text()), done.stdout + done.stderr
 
     stats, _ = train(4, '-vmt', 'exs', '-vmm', 'max', '--validation-cutoff', 1e9)
@@ -568,10 +733,41 @@ def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run
     aside.mkdir()
 
     def train(steps, *extra):
-        done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                          '-mf', model_file, '--max-train-steps', steps, '-vstep', 3, '-bs', 4, '-vme', 8, '-vp', 10,
-                          '-vmt', 'ppl', '-vmm', 'min', '--count-validations-after', 0, '--dict-maxtokens', 2000,
-                          '--glove-init', 'false', '--skip-generation', 'true', *TINY, *extra)
+        done = run_parlai(
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--max-train-steps',
+            steps,
+            '-vstep',
+            3,
+            '-bs',
+            4,
+            '-vme',
+            8,
+            '-vp',
+            10,
+            '-vmt',
+            'ppl',
+            '-vmm',
+            'min',
+            '--count-validations-after',
+            0,
+            '--dict-maxtokens',
+            2000,
+            '--glove-init',
+            'false',
+            '--skip-generation',
+            'true',
+            *TINY,
+            *extra,
+        )
         return json.loads((tmp_path / 'model.trainstats').read_text()), done.stdout + done.stderr
 
     stats, _ = train(4)  # validates at 3 and 4 (the end) and, by default, checkpoints right after
@@ -596,8 +792,11 @@ def test_a_run_killed_before_its_next_checkpoint_keeps_the_better_model_file(run
     assert 'new best ppl' not in log.split('was saved at 6 updates')[1]
     assert (tmp_path / 'model').read_bytes() == weights  # not overwritten by the last weights
     # the final valid/test reports are of the model file, not of the checkpoint the run resumed from
-    loads = [line.split('Loading existing model params from ')[1].split()[0]
-             for line in log.splitlines() if 'Loading existing model params from ' in line]
+    loads = [
+        line.split('Loading existing model params from ')[1].split()[0]
+        for line in log.splitlines()
+        if 'Loading existing model params from ' in line
+    ]
     assert loads[0] == f'{model_file}.checkpoint' and loads[-1] == str(model_file), loads
 
 
@@ -608,8 +807,17 @@ def _run_search(search_class):
     from parlai.core.torch_generator_agent import BeamSearch  # noqa: F401
 
     inf = float('-inf')
-    search = search_class(2, min_length=0, block_ngram=-1, context_block_ngram=-1, length_penalty=0.0,
-                          padding_token=0, bos_token=1, eos_token=2, device='cpu')
+    search = search_class(
+        2,
+        min_length=0,
+        block_ngram=-1,
+        context_block_ngram=-1,
+        length_penalty=0.0,
+        padding_token=0,
+        bos_token=1,
+        eos_token=2,
+        device='cpu',
+    )
     steps = [
         # step 0: 'a' (-0.7) leads, the end token (-1.0) is second
         torch.tensor([[inf, inf, -1.0, -0.7, -3.0], [inf, inf, -1.0, -0.7, -3.0]]),

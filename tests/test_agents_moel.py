@@ -4,6 +4,7 @@ model trained, evaluated and chatted with, the oracle schedule, and hostile mode
 Needs the package installed non-editably (``make reinstall``). Tiny models, the embedded ED
 sample, a few steps each.
 """
+
 import json
 import os
 import pickle
@@ -24,35 +25,104 @@ def tiny(tmp_path_factory, ed_dir):
     model_file = folder / 'model'
     parlai = os.path.join(os.path.dirname(sys.executable), 'parlai')
     done = subprocess.run(
-        [parlai, 'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/moel',
-         '-mf', str(model_file), '--max-train-steps', '6', '-vstep', '6', '-bs', '8', '--dict-maxtokens', '2000',
-         '-lstep', '1', '--oracle-schedule', '1e9', *map(str, TINY)],
-        cwd=folder, capture_output=True, text=True, timeout=900,
-        env=dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, HF_HUB_OFFLINE='1'))
+        [
+            parlai,
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/moel',
+            '-mf',
+            str(model_file),
+            '--max-train-steps',
+            '6',
+            '-vstep',
+            '6',
+            '-bs',
+            '8',
+            '--dict-maxtokens',
+            '2000',
+            '-lstep',
+            '1',
+            '--oracle-schedule',
+            '1e9',
+            *map(str, TINY),
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, PARLAI_EMPATHY_ED_DIR=ed_dir, HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return str(model_file), done.stdout + done.stderr
 
 
 def test_plain_agent_trains_with_the_references_setup(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
-    run_parlai('train_model', '-t', 'empathy_ed_clean', '-m', 'empathy/moel', '-mf', model_file,
-               '--ed-datapath', 'sample', '--max-train-steps', 2, '-vme', 16, '--short-final-eval', 'true',
-               timeout=900)
+    run_parlai(
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '-m',
+        'empathy/moel',
+        '-mf',
+        model_file,
+        '--ed-datapath',
+        'sample',
+        '--max-train-steps',
+        2,
+        '-vme',
+        16,
+        '--short-final-eval',
+        'true',
+        timeout=900,
+    )
     saved = json.loads((tmp_path / 'model.opt').read_text())
     expected = {
-        'embedding_size': 300, 'n_layers': 1, 'n_heads': 2, 'attention_size': 40, 'ffn_size': 50, 'ffn_kernel': 3,
-        'top_k': 5, 'shared_listener': True, 'oracle_schedule': 10000.0, 'emotion_loss_weight': 1.0,
-        'label_smoothing': 0.1, 'dict_tokenizer': 'moel', 'optimizer': 'adam', 'amsgrad': False,
-        'betas': [0.9, 0.98], 'adam_eps': 1e-9, 'lr_scheduler': 'invsqrt', 'warmup_updates': 8000,
-        'invsqrt_lr_decay_gamma': 8000, 'gradient_clip': -1, 'batchsize': 16, 'train_experiencer_only': True,
-        'validation_every_n_steps': 2000, 'count_validations_after': 13000, 'validation_patience': 3,
-        'validation_metric': 'ppl', 'validation_metric_mode': 'min', 'inference': 'beam', 'beam_size': 5,
-        'beam_stop': 'top', 'beam_length_penalty': 0.0, 'max_response_length': 50, 'embeddings_scale': True,
-        'ffn_final_relu': True, 'reference_tags': True, 'glove_init': True, 'save_after_valid': True,
+        'embedding_size': 300,
+        'n_layers': 1,
+        'n_heads': 2,
+        'attention_size': 40,
+        'ffn_size': 50,
+        'ffn_kernel': 3,
+        'top_k': 5,
+        'shared_listener': True,
+        'oracle_schedule': 10000.0,
+        'emotion_loss_weight': 1.0,
+        'label_smoothing': 0.1,
+        'dict_tokenizer': 'moel',
+        'optimizer': 'adam',
+        'amsgrad': False,
+        'betas': [0.9, 0.98],
+        'adam_eps': 1e-9,
+        'lr_scheduler': 'invsqrt',
+        'warmup_updates': 8000,
+        'invsqrt_lr_decay_gamma': 8000,
+        'gradient_clip': -1,
+        'batchsize': 16,
+        'train_experiencer_only': True,
+        'validation_every_n_steps': 2000,
+        'count_validations_after': 13000,
+        'validation_patience': 3,
+        'validation_metric': 'ppl',
+        'validation_metric_mode': 'min',
+        'inference': 'beam',
+        'beam_size': 5,
+        'beam_stop': 'top',
+        'beam_length_penalty': 0.0,
+        'max_response_length': 50,
+        'embeddings_scale': True,
+        'ffn_final_relu': True,
+        'reference_tags': True,
+        'glove_init': True,
+        'save_after_valid': True,
     }
     for key, value in expected.items():
         assert saved[key] == (pytest.approx(value) if isinstance(value, float) else value), (key, saved[key])
-    assert saved['learningrate'] == pytest.approx(300 ** -0.5 * 8000 ** -0.5)
+    assert saved['learningrate'] == pytest.approx(300**-0.5 * 8000**-0.5)
     assert not saved.get('init_opt'), 'no preset was used'
 
 
@@ -62,8 +132,11 @@ def test_training_logs_the_oracle_and_the_emotion_loss(tiny):
     # --oracle-schedule 1e9, a report per update: the first batch never has the oracle (the coin is
     # thrown after an update), every later one has it
     lines = log.splitlines()
-    shares = [float(lines[i + 1].split()[line.split().index('oracle')]) for i, line in enumerate(lines)
-              if 'oracle' in line.split()]
+    shares = [
+        float(lines[i + 1].split()[line.split().index('oracle')])
+        for i, line in enumerate(lines)
+        if 'oracle' in line.split()
+    ]
     assert shares[:3] == [0.0, 1.0, 1.0], log[-3000:]
 
 
@@ -71,16 +144,41 @@ def test_eval_model_and_interactive_show_the_emotion_and_the_listeners(tiny, run
     from parlai_empathy.data.emotions import ED_EMOTIONS
 
     model_file, _ = tiny
-    done = run_parlai('eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', model_file,
-                      '-dt', 'valid', '--num-examples', 16, '--skip-generation', 'false', '--beam-size', 2)
+    done = run_parlai(
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-mf',
+        model_file,
+        '-dt',
+        'valid',
+        '--num-examples',
+        16,
+        '--skip-generation',
+        'false',
+        '--beam-size',
+        2,
+    )
     assert 'ppl_ex' in done.stdout and 'emo_acc' in done.stdout and 'Traceback' not in done.stderr
-    done = run_parlai('interactive', '-mf', model_file, '--skip-generation', 'false',
-                      input='My dog died last week and the house is so quiet.\n[EXIT]\n')
+    done = run_parlai(
+        'interactive',
+        '-mf',
+        model_file,
+        '--skip-generation',
+        'false',
+        input='My dog died last week and the house is so quiet.\n[EXIT]\n',
+    )
     assert 'Traceback' not in done.stderr
-    emotions = [line.split('[predicted_emotion]:')[1].strip() for line in done.stdout.splitlines()
-                if '[predicted_emotion]:' in line]
-    listeners = [line.split('[top_listeners]:')[1].strip() for line in done.stdout.splitlines()
-                 if '[top_listeners]:' in line]
+    emotions = [
+        line.split('[predicted_emotion]:')[1].strip()
+        for line in done.stdout.splitlines()
+        if '[predicted_emotion]:' in line
+    ]
+    listeners = [
+        line.split('[top_listeners]:')[1].strip() for line in done.stdout.splitlines() if '[top_listeners]:' in line
+    ]
     assert len(emotions) == len(listeners) == 1, done.stdout[-3000:]
     assert emotions[0] in ED_EMOTIONS
     ranked = [item.rsplit(' ', 1) for item in listeners[0].split(', ')]

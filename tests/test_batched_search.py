@@ -4,6 +4,7 @@ Each tiny agent (trained by ``parlai train_model``) decodes the same batch of em
 contexts twice: through the agent (the batched search) and through ParlAI's own per-example loop
 (``TorchGeneratorAgent._generate``); tokens and scores must be equal, not merely close.
 """
+
 import os
 
 import pytest
@@ -49,15 +50,21 @@ def both_searches(agent, batch, max_ts):
 @pytest.mark.parametrize('agent_name', GENERATORS)
 def test_same_tokens_and_scores_as_parlais_loop(tmp_path_factory, agent_name, inference, monkeypatch):
     model_file = cached_tiny_model(tmp_path_factory, agent_name)
-    overrides = {'inference': inference, 'beam_size': 1, 'skip_generation': False,
-                 'beam_min_length': 3, 'split_lines': True}
+    overrides = {
+        'inference': inference,
+        'beam_size': 1,
+        'skip_generation': False,
+        'beam_min_length': 3,
+        'split_lines': True,
+    }
     if agent_name != 'ethreed':
         overrides['beam_stop'] = 'finished'  # ParlAI's BeamSearch (``top`` keeps ParlAI's loop)
     agent = create_agent_from_model_file(model_file, overrides)
     used = []
     real = batched_search.batched_greedy
-    monkeypatch.setattr('parlai_empathy.agents.encoder_readout.batched_greedy',
-                        lambda *a, **k: used.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        'parlai_empathy.agents.encoder_readout.batched_greedy', lambda *a, **k: used.append(1) or real(*a, **k)
+    )
     batch = sample_batch(agent)
     lengths = set()
     for max_ts in (1, 4, 40):
@@ -94,7 +101,6 @@ def test_other_searches_keep_parlais_loop(tmp_path_factory):
         agent = create_agent_from_model_file(model_file, {'beam_size': 1, **overrides, 'skip_generation': False})
         device = torch.device('cpu')
         assert batched_search.applicable_search(agent, agent.beam_size, device, None) is None, overrides
-    agent = create_agent_from_model_file(model_file, {'inference': 'greedy', 'beam_size': 1,
-                                                      'skip_generation': False})
+    agent = create_agent_from_model_file(model_file, {'inference': 'greedy', 'beam_size': 1, 'skip_generation': False})
     assert batched_search.applicable_search(agent, 1, torch.device('cpu'), None) is not None
     assert batched_search.applicable_search(agent, 1, torch.device('cpu'), torch.ones(2, 1).long()) is None

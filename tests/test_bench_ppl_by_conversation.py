@@ -1,5 +1,6 @@
 """``projects/li_ethreed/diagnostics/ppl_by_conversation.py``: per-response and per-conversation
 perplexity from a run's ``outputs.jsonl.gz`` (the reference ETHREED's test loop weighs each conversation the same)."""
+
 import gzip
 import json
 import math
@@ -50,12 +51,15 @@ def test_a_report_from_another_run_is_refused(tmp_path):
         pbc.main(['--outputs', f'row={run}'])
 
 
-@pytest.mark.parametrize('bad, message', [
-    ({'id': 'hit:1_conv:2/6', 'tokens': 3}, ':3: field "nll" missing'),
-    ({'id': 'no-turn', 'nll': 1.0, 'tokens': 3}, ':3: field "id"'),
-    ({'id': 'hit:1_conv:2/6', 'nll': 1.0, 'tokens': 0}, ':3: field "tokens"'),
-    ('{"id": ', ':3: not a JSON line'),
-])
+@pytest.mark.parametrize(
+    'bad, message',
+    [
+        ({'id': 'hit:1_conv:2/6', 'tokens': 3}, ':3: field "nll" missing'),
+        ({'id': 'no-turn', 'nll': 1.0, 'tokens': 3}, ':3: field "id"'),
+        ({'id': 'hit:1_conv:2/6', 'nll': 1.0, 'tokens': 0}, ':3: field "tokens"'),
+        ('{"id": ', ':3: not a JSON line'),
+    ],
+)
 def test_bad_records_name_the_file_line_and_field(tmp_path, bad, message):
     run = write_run(tmp_path / 'run', RECORDS[:2] + [bad])
     with pytest.raises(SystemExit, match=message) as caught:

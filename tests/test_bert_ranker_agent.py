@@ -1,4 +1,5 @@
 """The agent in-process: vectorization, fixed candidates and the never-stale encoding cache."""
+
 import os
 
 import pytest
@@ -32,8 +33,18 @@ def make_agent(*args):
 
 @pytest.mark.parametrize('specials', [False, True])
 def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool_file, tmp_path, specials):
-    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                       '--fixed-candidates-path', pool_file, '--add-special-tokens', specials)
+    agent = make_agent(
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        tmp_path / 'm',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+        '--add-special-tokens',
+        specials,
+    )
     label = agent.fixed_candidates[3]
     obs = agent.observe({'text': 'I lost my job.', 'eval_labels': [label], 'episode_done': True})
     vec = obs['eval_labels_vec']
@@ -43,7 +54,7 @@ def test_labels_inline_and_fixed_candidates_are_vectorized_alike(tiny_bert, pool
     inline = agent._vectorize_text(label, True, True, agent.label_truncate, False)  # as inline cands
     assert torch.equal(inline, vec)
     row = agent.fixed_candidate_vecs[3]
-    assert torch.equal(row[: len(vec)], vec) and (row[len(vec):] == agent.NULL_IDX).all()
+    assert torch.equal(row[: len(vec)], vec) and (row[len(vec) :] == agent.NULL_IDX).all()
     reply = agent.act()
     assert reply['text'] in agent.fixed_candidates
     assert 'rank' in reply['metrics']  # the label was found among the fixed candidates
@@ -54,27 +65,45 @@ def test_context_is_the_last_four_turns_joined_by_the_separator_keeping_the_firs
     agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm')
     separator = agent.dict.tok2ind['[unused1]']
     utterances = [f'utterance number {i} is here' for i in range(6)]
-    obs = agent.observe({'text': utterances[-1], 'context_utterances': utterances,
-                         'eval_labels': ['ok'], 'episode_done': True})
+    obs = agent.observe(
+        {'text': utterances[-1], 'context_utterances': utterances, 'eval_labels': ['ok'], 'episode_done': True}
+    )
     assert 'utterance number 1 ' not in obs['full_text'] and obs['full_text'].startswith('utterance number 2')
     turns = [agent.dict.txt2vec(u) for u in utterances[2:]]
     expected = turns[0] + sum(([separator] + t for t in turns[1:]), [])
     assert obs['text_vec'].tolist() == expected
     agent.reset()
     long_context = [' '.join(['sad'] * 80), 'it ' + ' '.join(['happy'] * 80)]
-    long_obs = agent.observe({'text': long_context[-1], 'context_utterances': long_context,
-                              'eval_labels': ['so ' * 300], 'episode_done': True})
+    long_obs = agent.observe(
+        {
+            'text': long_context[-1],
+            'context_utterances': long_context,
+            'eval_labels': ['so ' * 300],
+            'episode_done': True,
+        }
+    )
     kept = long_obs['text_vec'].tolist()
     assert len(kept) == 100 and kept[:80] == agent.dict.txt2vec(long_context[0]) and kept[80] == separator
     assert long_obs['eval_labels_vec'].tolist() == agent.dict.txt2vec('so ' * 300)[:100]
 
 
 def test_our_recipe_keeps_the_last_100_pieces_in_cls_and_sep(tiny_bert, tmp_path):
-    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--add-special-tokens', 'true',
-                       '--truncate-side', 'left', '--turn-separator', 'none')
+    agent = make_agent(
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        tmp_path / 'm',
+        '--add-special-tokens',
+        'true',
+        '--truncate-side',
+        'left',
+        '--turn-separator',
+        'none',
+    )
     utterances = ['sad ' * 80, 'it happy ' + 'happy ' * 80]
-    long_obs = agent.observe({'text': utterances[-1], 'context_utterances': utterances,
-                              'eval_labels': ['so ' * 300], 'episode_done': True})
+    long_obs = agent.observe(
+        {'text': utterances[-1], 'context_utterances': utterances, 'eval_labels': ['so ' * 300], 'episode_done': True}
+    )
     vec = long_obs['text_vec'].tolist()
     assert len(vec) == 100 and vec[0] == agent.START_IDX and vec[-1] == agent.END_IDX
     assert vec[1:-1] == agent.dict.txt2vec('\n'.join(utterances))[-98:]  # the most recent pieces
@@ -90,8 +119,18 @@ def test_a_saved_model_keeps_the_behaviour_of_its_own_options(tiny_bert, tmp_pat
     """Options other than the reference's defaults (the CPU recipe's) come back from the saved
     model's options; no migration table is needed: every committed ranker run saved them."""
     model_file = tmp_path / 'old'
-    ours = ['--add-special-tokens', 'true', '--truncate-side', 'left', '--turn-separator', 'none',
-            '--freeze-word-embeddings', 'false', '--projection-dim', 0]
+    ours = [
+        '--add-special-tokens',
+        'true',
+        '--truncate-side',
+        'left',
+        '--turn-separator',
+        'none',
+        '--freeze-word-embeddings',
+        'false',
+        '--projection-dim',
+        0,
+    ]
     make_agent('--bert-model', tiny_bert, '-mf', model_file, *ours).save()
     loaded = make_agent('-mf', model_file)
     assert [loaded.opt[k] for k in ('add_special_tokens', 'truncate_side', 'turn_separator')] == [True, 'left', 'none']
@@ -121,20 +160,30 @@ def test_negatives_chunk_trains_with_the_same_loss_and_gradients_through_parlai(
     grads, losses = {}, {}
     for chunk in (0, 3):
         torch.manual_seed(0)
-        agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / f'm{chunk}', '-bs', 8,
-                           '--negatives-chunk', chunk)
+        agent = make_agent(
+            '--bert-model', tiny_bert, '-mf', tmp_path / f'm{chunk}', '-bs', 8, '--negatives-chunk', chunk
+        )
         for module in agent.bi_encoder.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
         agent.update_params = lambda: None  # keep the gradients to compare them
         cached_batches = []
         encode_for_cache = agent.bi_encoder.gradient_cached
-        agent.bi_encoder.gradient_cached = (
-            lambda *a, batches=cached_batches, encode=encode_for_cache: batches.append(1) or encode(*a))
+        agent.bi_encoder.gradient_cached = lambda *a, batches=cached_batches, encode=encode_for_cache: (
+            batches.append(1) or encode(*a)
+        )
         observations = []
         for e in examples:
-            observations.append(agent.observe({'text': e.context_utterances[-1], 'labels': [e.label],
-                                               'context_utterances': e.context_utterances, 'episode_done': True}))
+            observations.append(
+                agent.observe(
+                    {
+                        'text': e.context_utterances[-1],
+                        'labels': [e.label],
+                        'context_utterances': e.context_utterances,
+                        'episode_done': True,
+                    }
+                )
+            )
             agent.reset()
         batch = agent.batchify(observations)
         agent.train_step(batch)
@@ -150,9 +199,20 @@ def test_negatives_chunk_trains_with_the_same_loss_and_gradients_through_parlai(
 
 @pytest.mark.parametrize('separator', ['[unused1]', 'none'])
 def test_interactive_context_comes_from_the_dialogue_history_tokenized_once(tiny_bert, tmp_path, pool_file, separator):
-    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                       '--fixed-candidates-path', pool_file, '--interactive-mode', 'true',
-                       '--turn-separator', separator)
+    agent = make_agent(
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        tmp_path / 'm',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+        '--interactive-mode',
+        'true',
+        '--turn-separator',
+        separator,
+    )
     agent.observe({'text': 'my dog died last week', 'episode_done': False})
     first_reply = agent.act()['text']
     turns = ['my dog died last week', first_reply, 'i miss him so much']
@@ -171,8 +231,16 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
     from parlai_empathy.models.encoding_cache import load_encodings
 
     model_file = str(tmp_path / 'model')
-    fixed = ['--bert-model', tiny_bert, '-mf', model_file, '--eval-candidates', 'fixed',
-             '--fixed-candidates-path', pool_file]
+    fixed = [
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        model_file,
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+    ]
     first = make_agent(*fixed)
     first.save()
     cache = first.candidate_cache_path(pool_file)
@@ -216,11 +284,22 @@ def test_candidate_encodings_cache_is_reused_and_never_stale(tiny_bert, pool_fil
 
 def test_bf16_casts_weights_only_where_nothing_trains_and_cosine_has_its_own_cache(tiny_bert, pool_file, tmp_path):
     model_file = str(tmp_path / 'model')
-    fixed = ['--bert-model', tiny_bert, '-mf', model_file, '--eval-candidates', 'fixed',
-             '--fixed-candidates-path', pool_file, '--bf16', 'true']
+    fixed = [
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        model_file,
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+        '--bf16',
+        'true',
+    ]
     training = make_agent(*fixed)  # datatype train: float32 weights, bfloat16 autocast
     assert next(training.bi_encoder.parameters()).dtype == torch.float32
     from parlai_empathy.models.precision import native_bf16
+
     auto = make_agent(*fixed[:-1], 'auto')  # --bf16 auto: the hardware decides; the options say what it chose
     assert auto.opt['bf16'] is native_bf16() and auto.bi_encoder.context_encoder.bf16 is native_bf16()
     training.save()
@@ -241,8 +320,18 @@ def test_corrupt_cache_file_is_a_clear_error(tiny_bert, pool_file, tmp_path):
     cache = tmp_path / 'my.encs'
     cache.write_bytes(b'\x00 definitely not torch')
     with pytest.raises(CacheFormatError, match='my.encs'):
-        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                   '--fixed-candidates-path', pool_file, '--candidate-encodings-cache', cache)
+        make_agent(
+            '--bert-model',
+            tiny_bert,
+            '-mf',
+            tmp_path / 'm',
+            '--eval-candidates',
+            'fixed',
+            '--fixed-candidates-path',
+            pool_file,
+            '--candidate-encodings-cache',
+            cache,
+        )
 
 
 def test_pool_name_follows_the_ed_folder_and_is_built_once(tmp_path):
@@ -269,8 +358,9 @@ def test_pool_name_follows_the_ed_folder_and_is_built_once(tmp_path):
 
 
 def test_agent_builds_the_pool_of_its_ed_folder(tiny_bert, tmp_path):
-    agent = make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-                       '--pool-ed-datapath', 'sample')
+    agent = make_agent(
+        '--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed', '--pool-ed-datapath', 'sample'
+    )
     expected = response_pool.ensure_pool('sample', response_pool.RASHKIN_MAX_TOKENS, str(tmp_path))
     assert agent.fixed_candidates_path == expected
     assert agent.fixed_candidates == open(expected, encoding='utf-8').read().splitlines()
@@ -283,17 +373,29 @@ def emotion_classifier(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp('emoclf')
     bert = make_tiny_bert(str(folder / 'bert'))
-    return make_tiny_classifier(str(folder / 'clf' / 'model'), bert, ['sad', 'happy', 'angry', 'afraid'],
-                                multilabel=False)
+    return make_tiny_classifier(
+        str(folder / 'clf' / 'model'), bert, ['sad', 'happy', 'angry', 'afraid'], multilabel=False
+    )
 
 
 def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_file, emotion_classifier, tmp_path):
     from parlai_empathy.emotions import classifier_files, inference
 
     classes = ['sad', 'happy', 'angry', 'afraid']
-    args = ['--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-            '--fixed-candidates-path', pool_file, '--emo-prepend-k', 2,
-            '--emo-classifier-file', emotion_classifier]
+    args = [
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        tmp_path / 'm',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+        '--emo-prepend-k',
+        2,
+        '--emo-classifier-file',
+        emotion_classifier,
+    ]
     agent = make_agent(*args)
     clf = classifier_files.load_classifier(emotion_classifier)
 
@@ -309,7 +411,7 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
     assert label_words[:2] == expected_prefix(label)
     row = agent.fixed_candidate_vecs[3]  # the fixed candidate is vectorized exactly like the label
     vec = obs['eval_labels_vec']
-    assert torch.equal(row[: len(vec)], vec) and (row[len(vec):] == agent.NULL_IDX).all()
+    assert torch.equal(row[: len(vec)], vec) and (row[len(vec) :] == agent.NULL_IDX).all()
     assert agent.act()['text'] in agent.fixed_candidates  # replies are the bare candidates
     agent.reset()
 
@@ -321,8 +423,9 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
     # inline candidates (P@1,100 blocks) get their prefixes too
     cands = agent.fixed_candidates[:5]
     agent = make_agent(*args[:4], '--eval-candidates', 'inline', *args[-4:])
-    obs = agent.observe({'text': 'My dog died.', 'eval_labels': [cands[0]], 'label_candidates': cands,
-                         'episode_done': True})
+    obs = agent.observe(
+        {'text': 'My dog died.', 'eval_labels': [cands[0]], 'label_candidates': cands, 'episode_done': True}
+    )
     for cand, cvec in zip(cands, obs['label_candidates_vecs']):
         assert agent.dict.vec2txt(cvec).split()[:2] == expected_prefix(cand)
     # batch copies (eval with -bs N) share one memo: a block's candidates are classified once
@@ -333,11 +436,13 @@ def test_emo_prepend_prefixes_contexts_labels_and_candidates(tiny_bert, pool_fil
     copy = create_agent_from_shared(agent.share())
     classified = []
     original = inference_module.predict_all
-    inference_module.predict_all = (
-        lambda clf, texts, *a, **k: classified.append(list(texts)) or original(clf, texts, *a, **k))
+    inference_module.predict_all = lambda clf, texts, *a, **k: (
+        classified.append(list(texts)) or original(clf, texts, *a, **k)
+    )
     try:
-        copy.observe({'text': 'My cat died.', 'eval_labels': [cands[1]], 'label_candidates': cands,
-                      'episode_done': True})
+        copy.observe(
+            {'text': 'My cat died.', 'eval_labels': [cands[1]], 'label_candidates': cands, 'episode_done': True}
+        )
     finally:
         inference_module.predict_all = original
     assert classified == [['My cat died.']], 'the candidates were classified already, by the other copy'
@@ -362,8 +467,16 @@ def test_replies_carry_the_emotion_of_their_context(tiny_bert, pool_file, emotio
     classes = ['sad', 'happy', 'angry', 'afraid']
     clf = classifier_files.load_classifier(emotion_classifier)
     top = classes[int(inference.predict_all(clf, ['I lost my job.'])[0][0].argmax())]
-    base = ['--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--eval-candidates', 'fixed',
-            '--fixed-candidates-path', pool_file]
+    base = [
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        tmp_path / 'm',
+        '--eval-candidates',
+        'fixed',
+        '--fixed-candidates-path',
+        pool_file,
+    ]
     plain = make_agent(*base)
     shown = make_agent(*base, '--emo-classifier-file', emotion_classifier)
     prepended = make_agent(*base, '--emo-prepend-k', 2, '--emo-classifier-file', emotion_classifier)
@@ -382,11 +495,27 @@ def test_replies_carry_the_emotion_of_their_context(tiny_bert, pool_file, emotio
 
 def test_emo_prepend_k_above_the_class_count_is_refused(tiny_bert, emotion_classifier, tmp_path):
     with pytest.raises(ValueError, match='exceeds the 4 classes'):
-        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 5,
-                   '--emo-classifier-file', emotion_classifier)
+        make_agent(
+            '--bert-model',
+            tiny_bert,
+            '-mf',
+            tmp_path / 'm',
+            '--emo-prepend-k',
+            5,
+            '--emo-classifier-file',
+            emotion_classifier,
+        )
 
 
 def test_emo_prepend_without_classifier_says_what_to_train(tiny_bert, tmp_path):
     with pytest.raises(FileNotFoundError, match='empathy/emotion_classifier'):
-        make_agent('--bert-model', tiny_bert, '-mf', tmp_path / 'm', '--emo-prepend-k', 1,
-                   '--emo-classifier-file', tmp_path / 'missing')
+        make_agent(
+            '--bert-model',
+            tiny_bert,
+            '-mf',
+            tmp_path / 'm',
+            '--emo-prepend-k',
+            1,
+            '--emo-classifier-file',
+            tmp_path / 'missing',
+        )

@@ -1,5 +1,6 @@
 """The agent through the real ``parlai`` command (needs ``make reinstall``): train, evaluate with
 P@1,100 candidate blocks, and chat with bad input."""
+
 import json
 import os
 import subprocess
@@ -20,16 +21,52 @@ def tiny_bert(tmp_path_factory, ed_dir):
 def test_train_then_eval_reports_p_at_1_of_100(run_parlai, tiny_bert, tmp_path):
     model_file = tmp_path / 'ranker' / 'model'  # a folder nothing has made yet (checkpoints create it)
     run_parlai(
-        'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/bert_ranker',
-        '--bert-model', tiny_bert, '--pooling', 'mean', '-mf', model_file, '-bs', 8, '-lr', 1e-3,
-        '--max-train-steps', 6, '-vme', 100, '--short-final-eval', 'true', '--save-every-n-secs', 1,
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/bert_ranker',
+        '--bert-model',
+        tiny_bert,
+        '--pooling',
+        'mean',
+        '-mf',
+        model_file,
+        '-bs',
+        8,
+        '-lr',
+        1e-3,
+        '--max-train-steps',
+        6,
+        '-vme',
+        100,
+        '--short-final-eval',
+        'true',
+        '--save-every-n-secs',
+        1,
     )  # validated as the reference does: the in-batch loss (--eval-candidates batch)
     assert model_file.exists() and (tmp_path / 'ranker' / 'model.opt').exists()
     report_file = tmp_path / 'report.json'
     run_parlai(
-        'eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', model_file, '-dt', 'test',
-        '--ed-candidates', 'rashkin100', '--eval-candidates', 'inline', '-bs', 25,
-        '--report-filename', report_file,
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-mf',
+        model_file,
+        '-dt',
+        'test',
+        '--ed-candidates',
+        'rashkin100',
+        '--eval-candidates',
+        'inline',
+        '-bs',
+        25,
+        '--report-filename',
+        report_file,
     )
     metrics = json.loads(report_file.read_text())['report']
     assert metrics['exs'] == 100  # the sample's test split holds one full block of 100
@@ -47,15 +84,18 @@ def test_interactive_bad_input_gets_answers_not_tracebacks(tiny_bert, tmp_path):
         b'my dog died last week',
         b'',  # empty
         b'so sad ' * 200,  # far over 100 tokens
-        'I got a new puppy \U0001F600\U0001F436'.encode('utf-8'),  # emoji
+        'I got a new puppy \U0001f600\U0001f436'.encode('utf-8'),  # emoji
         b'bad bytes \xff\xfe here',  # not UTF-8
-        '\U0001F600'.encode('utf-8'),  # emoji only
+        '\U0001f600'.encode('utf-8'),  # emoji only
         b'[EXIT]',
     ]
     # raw (non-UTF-8) bytes on stdin: the stock CLI is called directly, in binary mode
     done = subprocess.run(
         [os.path.join(VENV_BIN, 'parlai'), 'interactive', '-mf', model_file, '--pool-ed-datapath', 'sample'],
-        input=b'\n'.join(lines) + b'\n', capture_output=True, cwd=tmp_path, timeout=300,
+        input=b'\n'.join(lines) + b'\n',
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=300,
         env=dict(os.environ, HF_HUB_OFFLINE='1'),
     )
     stdout, stderr = done.stdout.decode('utf-8', 'replace'), done.stderr.decode('utf-8', 'replace')

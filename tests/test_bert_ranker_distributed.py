@@ -1,4 +1,5 @@
 """``multiprocessing_train`` with 2 CPU workers (gloo) and the tiny BERT ranker."""
+
 import os
 
 import pytest
@@ -18,10 +19,30 @@ def test_multiprocessing_train_two_cpu_workers(tiny_bert, tmp_path, run_parlai):
     gradients over the workers itself."""
     model_file = tmp_path / 'model'
     done = run_parlai(
-        'multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-        '-m', 'empathy/bert_ranker', '--bert-model', tiny_bert, '-mf', model_file, '-bs', '4',
-        '--max-train-steps', '4', '--distributed-world-size', '2', '-vme', '20', '--short-final-eval', 'true',
-        '--negatives-chunk', '2', check=False,
+        'multiprocessing_train',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/bert_ranker',
+        '--bert-model',
+        tiny_bert,
+        '-mf',
+        model_file,
+        '-bs',
+        '4',
+        '--max-train-steps',
+        '4',
+        '--distributed-world-size',
+        '2',
+        '-vme',
+        '20',
+        '--short-final-eval',
+        'true',
+        '--negatives-chunk',
+        '2',
+        check=False,
         timeout=180,  # a hang at exit (the old gloo teardown deadlock) fails the test instead of CI
     )
     log = done.stdout + done.stderr

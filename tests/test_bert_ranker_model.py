@@ -1,4 +1,5 @@
 """Unit tests of the plain bi-encoder, the encoding cache and the response pool (no ParlAI loop)."""
+
 import os
 import shutil
 
@@ -30,6 +31,7 @@ def tiny_bert(tmp_path_factory, ed_dir):
 # the pretrained encoder as it is: no projection and trainable word pieces (the reference's config
 # adds a random 300-d projection, which would make two models built alike differ)
 PLAIN = BiEncoderConfig(projection_dim=0, freeze_word_embeddings=False)
+
 
 def _ids(tokenizer, texts):
     return tokenizer(texts, padding=True, return_tensors='pt')['input_ids']
@@ -111,8 +113,11 @@ def test_unpadded_inputs_call_the_native_kernel_and_match_huggingface(tiny_bert,
     tokenizer = load_tokenizer(tiny_bert)
     module_forward = torch.nn.TransformerEncoderLayer.forward
     module_calls = []
-    monkeypatch.setattr(torch.nn.TransformerEncoderLayer, 'forward',
-                        lambda self, *a, **k: module_calls.append(1) or module_forward(self, *a, **k))
+    monkeypatch.setattr(
+        torch.nn.TransformerEncoderLayer,
+        'forward',
+        lambda self, *a, **k: module_calls.append(1) or module_forward(self, *a, **k),
+    )
     model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     reference = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
     reference.load_state_dict(model.state_dict())
@@ -170,7 +175,7 @@ def test_inference_encodes_length_sorted_chunks_with_the_same_vectors(tiny_bert,
     from parlai_empathy.models import bi_encoder
 
     conversations, _ = read_clean(os.path.join(ed_dir, 'valid.csv'))
-    texts = [u.text for c in conversations[:30] for u in c.utterances][:3 * bi_encoder.INFERENCE_CHUNK_ROWS + 5]
+    texts = [u.text for c in conversations[:30] for u in c.utterances][: 3 * bi_encoder.INFERENCE_CHUNK_ROWS + 5]
     ids = _ids(load_tokenizer(tiny_bert), texts)
     assert (ids == 0).float().mean() > 0.3, 'real ED texts padded to the longest are mostly padding'
     model = BiEncoder.from_pretrained(tiny_bert, PLAIN, pooling='mean').eval()
@@ -195,8 +200,11 @@ def test_training_encodes_chunks_with_the_same_loss_and_gradients(tiny_bert, ed_
     def loss_and_grads(whole_batch: bool):
         model.zero_grad()
         if whole_batch:  # the batch encoded at once, padded to its longest row
-            loss = in_batch_loss(model.score(model.context_encoder(contexts, contexts != 0),
-                                             model.candidate_encoder(responses, responses != 0)))
+            loss = in_batch_loss(
+                model.score(
+                    model.context_encoder(contexts, contexts != 0), model.candidate_encoder(responses, responses != 0)
+                )
+            )
         else:
             loss = in_batch_loss(model(contexts, responses))
         loss.backward()
@@ -356,18 +364,23 @@ def _gradient_cached_loss(model, contexts, responses, chunk_rows):
 def test_gradient_cache_gives_the_whole_batch_loss_and_gradients(tiny_bert, ed_dir, share_encoders):
     contexts, responses = _real_pairs(ed_dir, load_tokenizer(tiny_bert))
     model = _without_dropout(
-        BiEncoder.from_pretrained(tiny_bert, PLAIN, share_encoders=share_encoders, projection_dim=300))
+        BiEncoder.from_pretrained(tiny_bert, PLAIN, share_encoders=share_encoders, projection_dim=300)
+    )
 
     def whole_batch():  # both sides encoded at once, each padded to its longest row
-        loss = in_batch_loss(model.score(model.context_encoder(contexts, contexts != 0),
-                                         model.candidate_encoder(responses, responses != 0)))
+        loss = in_batch_loss(
+            model.score(
+                model.context_encoder(contexts, contexts != 0), model.candidate_encoder(responses, responses != 0)
+            )
+        )
         loss.backward()
         return loss
 
     whole_loss, whole_grads = _loss_and_grads(model, whole_batch)
     for chunk_rows in (5, 24):  # uneven chunks, and one chunk of the whole batch
         loss, grads = _loss_and_grads(
-            model, lambda chunk_rows=chunk_rows: _gradient_cached_loss(model, contexts, responses, chunk_rows))
+            model, lambda chunk_rows=chunk_rows: _gradient_cached_loss(model, contexts, responses, chunk_rows)
+        )
         assert torch.allclose(loss, whole_loss, atol=1e-5)
         assert grads.keys() == whole_grads.keys() and len(grads) > 10
         for name, grad in grads.items():

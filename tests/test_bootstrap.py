@@ -4,6 +4,7 @@
 The paired tests are checked against small cases worked out by hand; the committed evidence's
 intervals against the per-example outputs they come from.
 """
+
 import gzip
 import json
 import math
@@ -19,10 +20,22 @@ from parlai_empathy.leaderboard import artifacts, board, rows
 from parlai_empathy.metrics import bootstrap
 
 PROJECTS = os.path.join(REPO, 'projects')
-REPLIES = ['i am so sorry to hear that .', 'that is great ! what happened ?', 'oh no , are you ok ?',
-           'i am sorry to hear that', 'wow , that is great !', 'what did you do ?']
-GOLDS = ['I am sorry to hear that. Are you ok?', 'That is great! What did you do?', 'Oh no, are you ok now?',
-         'So sorry. What happened?', 'Wow, congratulations!', 'What did you do then?']
+REPLIES = [
+    'i am so sorry to hear that .',
+    'that is great ! what happened ?',
+    'oh no , are you ok ?',
+    'i am sorry to hear that',
+    'wow , that is great !',
+    'what did you do ?',
+]
+GOLDS = [
+    'I am sorry to hear that. Are you ok?',
+    'That is great! What did you do?',
+    'Oh no, are you ok now?',
+    'So sorry. What happened?',
+    'Wow, congratulations!',
+    'What did you do then?',
+]
 
 
 def _hits(name, values):
@@ -70,8 +83,10 @@ def test_paired_bleu_is_the_difference_of_the_two_corpus_scores_on_the_shared_ex
     test = bootstrap.paired_test(a, b, 'corpus_bleu-2', resamples=20)
     shared = range(1, len(REPLIES))
     refs = [[GOLDS[i] for i in shared]]
-    expected = (bleu2.corpus_score([REPLIES[i] for i in shared], refs).score
-                - bleu2.corpus_score([(REPLIES[1:] + REPLIES[:1])[i] for i in shared], refs).score)
+    expected = (
+        bleu2.corpus_score([REPLIES[i] for i in shared], refs).score
+        - bleu2.corpus_score([(REPLIES[1:] + REPLIES[:1])[i] for i in shared], refs).score
+    )
     assert test.examples == len(REPLIES) - 1
     assert test.difference == pytest.approx(expected)
     assert test.test == 'paired bootstrap' and 0 < test.p <= 1
@@ -92,8 +107,18 @@ def test_item_statistics_give_the_figures_the_text_gives():
     without = [dict(id=str(i), **s) for i, s in enumerate(bootstrap.item_statistics(REPLIES, GOLDS))]
     assert all('reply' not in r for r in without)
     everything = np.arange(len(REPLIES))
-    for key in ('avg_bleu', 'corpus_bleu-4', 'multi_bleu', 'avg_bleu_lc', 'dist-1', 'dist-2', 'dist-1_nltk',
-                'utt_dist-2', 'distinct_replies', 'reply_tokens'):
+    for key in (
+        'avg_bleu',
+        'corpus_bleu-4',
+        'multi_bleu',
+        'avg_bleu_lc',
+        'dist-1',
+        'dist-2',
+        'dist-1_nltk',
+        'utt_dist-2',
+        'distinct_replies',
+        'reply_tokens',
+    ):
         from_text = bootstrap.FIGURES[key][1](with_text)(everything)
         assert bootstrap.FIGURES[key][1](without)(everything) == pytest.approx(from_text), key
     figures = evidence.recompute(with_text)
@@ -104,13 +129,39 @@ def test_item_statistics_give_the_figures_the_text_gives():
 def test_intervals_cover_every_figure_with_a_per_example_statistic():
     rng = np.random.default_rng(0)
     n = 300
-    out = [{'id': str(i), 'reply': REPLIES[i % 6], 'gold': GOLDS[(i * 7) % 6], 'nll': float(rng.uniform(5, 30)),
-            'nll_gold': float(rng.uniform(5, 30)), 'tokens': int(rng.integers(3, 12)), 'nll_reply': 10.0, 'words': 5,
-            'bertscore_f': float(rng.uniform(0.2, 0.4)), 'emo_acc': int(i % 3 == 0), 'p@1,100': int(i % 4 == 0)}
-           for i in range(n)]
+    out = [
+        {
+            'id': str(i),
+            'reply': REPLIES[i % 6],
+            'gold': GOLDS[(i * 7) % 6],
+            'nll': float(rng.uniform(5, 30)),
+            'nll_gold': float(rng.uniform(5, 30)),
+            'tokens': int(rng.integers(3, 12)),
+            'nll_reply': 10.0,
+            'words': 5,
+            'bertscore_f': float(rng.uniform(0.2, 0.4)),
+            'emo_acc': int(i % 3 == 0),
+            'p@1,100': int(i % 4 == 0),
+        }
+        for i in range(n)
+    ]
     ci = bootstrap.intervals(out, resamples=100)
-    assert {'avg_bleu', 'corpus_bleu-1', 'multi_bleu', 'dist-1', 'dist-2', 'utt_dist-1', 'bertscore_f', 'ppl',
-            'ppl_ex', 'ppl_gold', 'ppl_ex_gold', 'ppl_word', 'emo_acc', 'p@1,100'} <= set(ci)
+    assert {
+        'avg_bleu',
+        'corpus_bleu-1',
+        'multi_bleu',
+        'dist-1',
+        'dist-2',
+        'utt_dist-1',
+        'bertscore_f',
+        'ppl',
+        'ppl_ex',
+        'ppl_gold',
+        'ppl_ex_gold',
+        'ppl_word',
+        'emo_acc',
+        'p@1,100',
+    } <= set(ci)
     for key in ('ppl', 'bertscore_f', 'emo_acc', 'avg_bleu'):
         figure = bootstrap.FIGURES[key][1](out)(np.arange(n))
         assert ci[key][0] <= figure <= ci[key][1], key
@@ -124,16 +175,19 @@ def test_per_word_ppl_counts_words_as_the_definition_says():
 
 
 # ----- hostile rows ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize('row,field', [
-    ({'id': '1', 'nll': float('nan'), 'tokens': 3}, 'nll'),
-    ({'id': '1', 'bleu': [1, 2, 3]}, 'bleu'),
-    ({'id': '1', 'bleu': 'ten counts'}, 'bleu'),
-    ({'id': '1', 'emo_acc': 0.5}, 'emo_acc'),
-    ({'id': '1', 'ng': [[1, 2], [-1]]}, 'ng'),
-    ({'id': 7, 'emo_acc': 1}, 'id'),
-    ({'emo_acc': 1}, 'id'),
-    ({'id': '1', 'tokens': 0, 'nll': 1.0}, 'tokens'),
-])
+@pytest.mark.parametrize(
+    'row,field',
+    [
+        ({'id': '1', 'nll': float('nan'), 'tokens': 3}, 'nll'),
+        ({'id': '1', 'bleu': [1, 2, 3]}, 'bleu'),
+        ({'id': '1', 'bleu': 'ten counts'}, 'bleu'),
+        ({'id': '1', 'emo_acc': 0.5}, 'emo_acc'),
+        ({'id': '1', 'ng': [[1, 2], [-1]]}, 'ng'),
+        ({'id': 7, 'emo_acc': 1}, 'id'),
+        ({'emo_acc': 1}, 'id'),
+        ({'id': '1', 'tokens': 0, 'nll': 1.0}, 'tokens'),
+    ],
+)
 def test_rows_the_statistics_cannot_use_are_refused_naming_line_and_field(row, field):
     with pytest.raises(ValueError, match=rf"^f\.gz, line 2, field '{field}'"):
         bootstrap.check_rows([{'id': '0'}, row], 'f.gz')
@@ -153,14 +207,14 @@ def test_an_entry_file_that_is_not_outputs_is_refused_in_one_line(tmp_path, monk
         rows.read_entry_rows(str(tmp_path / 'nope'))
     plain = tmp_path / 'plain.gz'
     plain.write_text(good)
-    with pytest.raises(ValueError, match=r"plain\.gz, line 1: not a gzip file"):
+    with pytest.raises(ValueError, match=r'plain\.gz, line 1: not a gzip file'):
         rows.read_entry_rows(str(plain))
-    with pytest.raises(ValueError, match=r"bad\.gz, line 2: not valid JSON"):
+    with pytest.raises(ValueError, match=r'bad\.gz, line 2: not valid JSON'):
         rows.read_entry_rows(_gz(tmp_path / 'bad.gz', good + '\n{"id": \n'))
-    with pytest.raises(ValueError, match=r"nan\.gz, line 1: NaN is not a number"):
+    with pytest.raises(ValueError, match=r'nan\.gz, line 1: NaN is not a number'):
         rows.read_entry_rows(_gz(tmp_path / 'nan.gz', '{"id": "0", "bertscore_f": NaN}\n'))
     monkeypatch.setenv('PARLAI_EMPATHY_CAP_DATA_BYTES', '100')
-    with pytest.raises(ValueError, match=r"big\.gz.*PARLAI_EMPATHY_CAP_DATA_BYTES"):
+    with pytest.raises(ValueError, match=r'big\.gz.*PARLAI_EMPATHY_CAP_DATA_BYTES'):
         rows.read_entry_rows(_gz(tmp_path / 'big.gz', (good + '\n') * 50))
 
 
@@ -172,8 +226,9 @@ def _response_rows():
             yield folder, report
 
 
-@pytest.mark.parametrize('folder,report', list(_response_rows()),
-                         ids=lambda v: os.path.relpath(v, PROJECTS) if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    'folder,report', list(_response_rows()), ids=lambda v: os.path.relpath(v, PROJECTS) if isinstance(v, str) else None
+)
 def test_every_figure_of_every_response_row_has_its_interval_from_its_outputs(folder, report):
     out = bootstrap.prepared(evidence.read_outputs(os.path.join(folder, evidence.OUTPUTS)))
     for key, value in report['values'].items():
@@ -223,9 +278,20 @@ def test_the_interval_listing_names_every_figure_of_every_row():
 
 def test_compare_prints_difference_interval_and_p_for_mime_against_moel(run_parlai, tmp_path):
     runs = os.path.join(PROJECTS, 'published', 'runs')
-    done = run_parlai('empathy_score', '--compare', f'MIME={runs}/mime_beam', f'MoEL={runs}/moel',
-                      '--compare-metrics', 'multi_bleu,reply_emotion_acc', '--resamples', '200', '--seed', '1',
-                      '--json-out', 'tests.json')
+    done = run_parlai(
+        'empathy_score',
+        '--compare',
+        f'MIME={runs}/mime_beam',
+        f'MoEL={runs}/moel',
+        '--compare-metrics',
+        'multi_bleu,reply_emotion_acc',
+        '--resamples',
+        '200',
+        '--seed',
+        '1',
+        '--json-out',
+        'tests.json',
+    )
     assert '200 resamples, seed 1' in done.stdout
     assert '| MIME | MoEL | multi_bleu | 5255 | 2.616 | 2.482 | 0.1345 |' in done.stdout
     assert '| McNemar exact |' in done.stdout

@@ -6,6 +6,7 @@ ranker's candidate encodings (through the real 2-worker ``multiprocessing_eval``
 ``encoding_cache.load_or_build``), the GoEmotions tag cache of ED, the ED response pool, the
 cleaned-ED report and the streaming example counts.
 """
+
 import json
 import os
 import subprocess
@@ -30,14 +31,27 @@ def race(tmp_path, setup: str, body: str, workers: int = 2):
     and run ``body`` together; each prints one JSON line last. Returns (parsed line, stderr)."""
     barrier = tmp_path / 'go'
     script = tmp_path / 'worker.py'
-    script.write_text('import json, os, sys, time\n' + textwrap.dedent(setup) + textwrap.dedent('''
+    script.write_text(
+        'import json, os, sys, time\n'
+        + textwrap.dedent(setup)
+        + textwrap.dedent("""
         barrier, worker = sys.argv[1], int(sys.argv[2])
         open(f'{barrier}.ready{worker}', 'w').close()
         while not os.path.exists(barrier):
             time.sleep(0.005)
-    ''') + textwrap.dedent(body))
-    procs = [subprocess.Popen([sys.executable, str(script), str(barrier), str(n)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=tmp_path) for n in range(workers)]
+    """)
+        + textwrap.dedent(body)
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(barrier), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for n in range(workers)
+    ]
     while not all(os.path.exists(f'{barrier}.ready{n}') for n in range(workers)):
         if any(p.poll() is not None for p in procs):
             break
@@ -53,10 +67,13 @@ def race(tmp_path, setup: str, body: str, workers: int = 2):
 
 def test_candidate_encodings_built_once(tmp_path):
     cache = tmp_path / 'pool.encs'
-    results = race(tmp_path, '''
+    results = race(
+        tmp_path,
+        """
         import torch
         from parlai_empathy.models.encoding_cache import load_or_build
-    ''', f'''
+    """,
+        f"""
         def build():
             with open({str(tmp_path / 'builds.log')!r}, 'a') as log:
                 log.write(f'{{worker}}\\n')
@@ -64,7 +81,8 @@ def test_candidate_encodings_built_once(tmp_path):
             return torch.arange(12, dtype=torch.float32).reshape(4, 3)
         encs, built = load_or_build({str(cache)!r}, {{'model': 'm1'}}, build, rows=4)
         print(json.dumps({{'built': built, 'encs': encs.tolist()}}))
-    ''')
+    """,
+    )
     assert sorted(r['built'] for r, _ in results) == [False, True]
     assert (tmp_path / 'builds.log').read_text().count('\n') == 1
     assert results[0][0]['encs'] == results[1][0]['encs']
@@ -78,10 +96,35 @@ def test_two_ranker_workers_encode_the_pool_once(tmp_path, ed_dir, run_parlai):
     waits for it and reuses the file (each rank's own log lines, with --verbose)."""
     bert = build_tiny_bert(str(tmp_path / 'bert'), os.path.join(ed_dir, 'train.csv'))
     cache = tmp_path / 'pool.encs'
-    done = run_parlai('multiprocessing_eval', '--distributed-world-size', 2, '--verbose', '-m', 'empathy/bert_ranker',
-                      '--bert-model', bert, '--pooling', 'mean', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-                      '-dt', 'test', '--eval-candidates', 'fixed', '--pool-ed-datapath', 'sample',
-                      '--candidate-encodings-cache', cache, '--datapath', tmp_path / 'data', '-bs', 32, timeout=900)
+    done = run_parlai(
+        'multiprocessing_eval',
+        '--distributed-world-size',
+        2,
+        '--verbose',
+        '-m',
+        'empathy/bert_ranker',
+        '--bert-model',
+        bert,
+        '--pooling',
+        'mean',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-dt',
+        'test',
+        '--eval-candidates',
+        'fixed',
+        '--pool-ed-datapath',
+        'sample',
+        '--candidate-encodings-cache',
+        cache,
+        '--datapath',
+        tmp_path / 'data',
+        '-bs',
+        32,
+        timeout=900,
+    )
     log = done.stdout + done.stderr
     saved = [line for line in log.splitlines() if 'candidate encodings to' in line]
     reused = [line for line in log.splitlines() if 'Reusing' in line and 'cached candidate encodings' in line]
@@ -98,12 +141,16 @@ def test_tag_cache_tagged_once(tmp_path, goemotions_dir):
     classes = goemotions.read_taxonomy(goemotions_dir).classes('none')
     classifier = make_tiny_classifier(str(tmp_path / 'goemo' / 'model'), bert, classes)
     root = tmp_path / 'tags'
-    results = race(tmp_path, '''
+    results = race(
+        tmp_path,
+        """
         from parlai_empathy.emotions import tag_cache
-    ''', f'''
+    """,
+        f"""
         run = tag_cache.tag_ed({classifier!r}, {SAMPLE!r}, {str(root)!r}, chunk_size=300, progress=False)
         print(json.dumps({{'dir': run.directory, 'tagged': run.tagged, 'reused': run.reused, 'total': run.total}}))
-    ''')
+    """,
+    )
     runs = [r for r, _ in results]
     total = runs[0]['total']
     assert runs[0]['dir'] == runs[1]['dir']
@@ -117,19 +164,23 @@ def test_report_pool_and_stream_counts_built_once(tmp_path):
     """Two teachers of the cleaned ED, streaming, started together: the cleaning report, the
     response pool and the streaming example counts are each written once and read whole."""
     data = tmp_path / 'data'
-    results = race(tmp_path, '''
+    results = race(
+        tmp_path,
+        """
         from parlai.core.params import ParlaiParser
         from parlai.core.teachers import create_task_agent_from_taskname
         from parlai_empathy.data import response_pool
         from parlai_empathy.tasks import ed  # noqa: F401
-    ''', f'''
+    """,
+        f"""
         opt = ParlaiParser(True, False).parse_args(['-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
                                                      '-dt', 'valid:stream', '--datapath', {str(data)!r}])
         teacher = create_task_agent_from_taskname(opt)[0]
         pool = response_pool.ensure_pool('sample', 20, {str(data / 'pools')!r})
         print(json.dumps({{'exs': teacher.num_examples(), 'eps': teacher.num_episodes(),
                           'pool_lines': sum(1 for _ in open(pool))}}))
-    ''')
+    """,
+    )
     assert results[0][0] == results[1][0] and results[0][0]['exs'] > 0
     written = [os.path.join(d, f) for d, _, files in os.walk(data) for f in files]
     assert not [p for p in written if '.tmp' in p]

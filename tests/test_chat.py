@@ -5,6 +5,7 @@ headless Chromium holds a three-turn conversation with a tiny trained ETHREED, w
 the speaker emotion it tracks and the one planned for the reply, and saves a screenshot
 (``$TMPDIR/parlai_empathy_chat.png``; README's copy is ``docs/chat.png``).
 """
+
 import collections
 import contextlib
 import json
@@ -27,18 +28,28 @@ from test_humaneval_browser import browser  # noqa: F401  (the shared Chromium f
 from tiny_models import PARLAI, cached_tiny_model
 
 SCREENSHOT = os.path.join(tempfile.gettempdir(), 'parlai_empathy_chat.png')
-TURNS = ['I failed my driving test this morning.', 'I practised for weeks and still messed up the parking.',
-         'Thanks, I will try again next month!']
+TURNS = [
+    'I failed my driving test this morning.',
+    'I practised for weeks and still messed up the parking.',
+    'Thanks, I will try again next month!',
+]
 
 
 def chat_server(model_file, cwd) -> LocalServer:
-    return LocalServer(lambda port: [PARLAI, 'empathy_chat', '-mf', model_file, '--port', port],
-                       ready_path='/healthz', cwd=cwd, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    return LocalServer(
+        lambda port: [PARLAI, 'empathy_chat', '-mf', model_file, '--port', port],
+        ready_path='/healthz',
+        cwd=cwd,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+    )
 
 
 def post_json(url, payload, cookie=None):
-    request = urllib.request.Request(url, json.dumps(payload).encode('utf-8'),
-                                     {'Content-Type': 'application/json', **({'Cookie': cookie} if cookie else {})})
+    request = urllib.request.Request(
+        url,
+        json.dumps(payload).encode('utf-8'),
+        {'Content-Type': 'application/json', **({'Cookie': cookie} if cookie else {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=3600) as response:
             return response.status, json.loads(response.read()), response.headers.get('Set-Cookie')
@@ -69,8 +80,7 @@ def test_api_replies_carry_the_predicted_emotion_on_127_0_0_1(tmp_path_factory, 
         status, reply, cookie = post_json(server.url + '/api/chat', {'text': 'I got the job I wanted!'})
         assert status == 200 and reply['text'].strip()
         assert reply['predicted_emotion'] in ED_EMOTIONS and reply['emotion_polarity'] in ('positive', 'negative')
-        status, reply, _ = post_json(server.url + '/api/chat', {'text': 'and I start on Monday'},
-                                     cookie.split(';')[0])
+        status, reply, _ = post_json(server.url + '/api/chat', {'text': 'and I start on Monday'}, cookie.split(';')[0])
         assert status == 200 and reply['text'].strip()
         # an empty message gets the answer every agent gives it at the prompt, not an error
         for empty in ('', '   '):
@@ -102,8 +112,9 @@ def test_moel_replies_show_the_detected_emotion_and_the_listeners_it_weighed(tmp
         assert status == 200 and reply['text'].strip() and reply['predicted_emotion'] in ED_EMOTIONS
         listeners = [part.rsplit(' ', 1) for part in reply['top_listeners'].split(', ')]
         assert listeners and all(name in ED_EMOTIONS and 0 <= float(weight) <= 1 for name, weight in listeners)
-        with urllib.request.urlopen(urllib.request.Request(server.url + '/', headers={'Cookie': cookie.split(';')[0]}),
-                                    timeout=3600) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(server.url + '/', headers={'Cookie': cookie.split(';')[0]}), timeout=3600
+        ) as response:
             page = response.read().decode('utf-8')
         assert f'listeners: {reply["top_listeners"]}' in page and 'class="emotion listeners"' in page
     finally:
@@ -180,8 +191,12 @@ def raw_http(port, method: bytes, target: bytes, headers=(), body: bytes = b'', 
     head += list(headers)
     if chunked:
         head.append(b'Transfer-Encoding: chunked')
-        payload = b''.join(b'%x\r\n' % len(body[i:i + 1024]) + body[i:i + 1024] + b'\r\n'
-                           for i in range(0, len(body), 1024)) + b'0\r\n\r\n'
+        payload = (
+            b''.join(
+                b'%x\r\n' % len(body[i : i + 1024]) + body[i : i + 1024] + b'\r\n' for i in range(0, len(body), 1024)
+            )
+            + b'0\r\n\r\n'
+        )
     else:
         if body or method in (b'POST', b'PUT', b'PATCH'):
             head.append(b'Content-Length: %d' % len(body))
@@ -260,8 +275,12 @@ HOSTILE_BODIES = [  # (what, headers, body, chunked)
     ('form over the character cap', [FORM], b'text=' + b'x' * 4_001, False),
     ('JSON sent as a form', [FORM], b'{"text": "hi"}', False),
     ('form sent as JSON', [JSON], b'text=hi', False),
-    ('multipart', [b'Content-Type: multipart/form-data; boundary=x'],
-     b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\nhi\r\n--x--\r\n', False),
+    (
+        'multipart',
+        [b'Content-Type: multipart/form-data; boundary=x'],
+        b'--x\r\nContent-Disposition: form-data; name="text"\r\n\r\nhi\r\n--x--\r\n',
+        False,
+    ),
     ('odd content type', [b'Content-Type: text/plain; charset=utf-16\xff'], b'{"text": "hi"}', False),
     ('chunked body over the limit', [JSON], b'{"text": "' + b'x' * 60_000 + b'"}', True),
     ('chunked body within the limit', [JSON], b'{"text": "chunked hello"}', True),
@@ -334,8 +353,14 @@ def test_hostile_requests_to_every_route_get_no_5xx_and_the_conversation_survive
                     send(what, method, path, headers, body)
                 for cookie_header in HOSTILE_COOKIES:
                     send('hostile cookie', method, path, [cookie_header, JSON], b'{"text": "hi"}')
-            for target in (path + b'?text=%ED%A0%80', path + b'?' + b'a=' * 3_000, path + b'%ff', path + b'\xff',
-                           path + b'/../' * 50, path + b'?%'):
+            for target in (
+                path + b'?text=%ED%A0%80',
+                path + b'?' + b'a=' * 3_000,
+                path + b'%ff',
+                path + b'\xff',
+                path + b'/../' * 50,
+                path + b'?%',
+            ):
                 send('hostile target', b'GET', target, cookies[-1])
                 send('hostile target', b'POST', target, [FORM] + cookies[-1], b'text=hi')
             send('the page, after the requests to ' + route.path, b'GET', b'/', [user])
@@ -414,9 +439,11 @@ def test_squatting_addresses_cannot_keep_new_users_out(chat_model):
                 assert refused.status == 429
     assert all(model.find(token) is not None for token in users.values())
     held = collections.Counter(c.client for c in model.sessions.values())
-    print(f'squatters: {squatted}; after 30 new users: {len(model.sessions)} conversations, the new users '
-          f'holding {sum(held[f"127.0.2.{i + 1}"] for i in range(30))}, the most one squatter holds '
-          f'{max(held[f"127.0.1.{n + 1}"] for n in range(20))}')
+    print(
+        f'squatters: {squatted}; after 30 new users: {len(model.sessions)} conversations, the new users '
+        f'holding {sum(held[f"127.0.2.{i + 1}"] for i in range(30))}, the most one squatter holds '
+        f'{max(held[f"127.0.1.{n + 1}"] for n in range(20))}'
+    )
     assert len(model.sessions) <= MAX_SESSIONS
     assert all(held[f'127.0.2.{i + 1}'] == 1 for i in range(30))
     assert squatted[429] and set(squatted) <= {'served', 429}
@@ -507,7 +534,8 @@ def test_a_message_being_answered_holds_up_no_page_and_no_other_conversation(cha
         _, response = http_json(port, '/api/chat', b'{"text": "hello from b"}')
         b = cookie_of(response)
         slow = threading.Thread(
-            target=lambda: results.setdefault('a', http_json(port, '/api/chat', b'{"text": "SLOW"}', a)))
+            target=lambda: results.setdefault('a', http_json(port, '/api/chat', b'{"text": "SLOW"}', a))
+        )
         slow.start()
         assert entered.wait(HANG_GUARD)  # a's message is in the model, holding the model lock
         try:
@@ -517,7 +545,8 @@ def test_a_message_being_answered_holds_up_no_page_and_no_other_conversation(cha
             assert status == 429 and b'still answering' in response  # one message per conversation
             # b's message waits for the model lock: for the one call in progress, then runs
             other = threading.Thread(
-                target=lambda: results.setdefault('b', http_json(port, '/api/chat', b'{"text": "hi"}', b)))
+                target=lambda: results.setdefault('b', http_json(port, '/api/chat', b'{"text": "hi"}', b))
+            )
             other.start()
             status, response = http_json(port, '/api/chat', b'{"text": "' + b'x' * 4_001 + b'"}', b, PROMPT)
             assert status == 400  # refused without waiting for the model

@@ -1,4 +1,5 @@
 """parlai_empathy.integration.compat: the version shims ParlAI 1.7.2 needs on torch 2.13 / numpy 2 / setuptools>=81."""
+
 import subprocess
 import sys
 import textwrap
@@ -88,7 +89,9 @@ def test_a_process_that_runs_no_crowd_command_gets_no_mephisto_patches():
     import subprocess
     import sys
 
-    code = ('import sys, parlai.core.params; from parlai_empathy.integration import compat; '
-            'print(any(isinstance(f, compat._PatchSourceOnImport) for f in sys.meta_path))')
+    code = (
+        'import sys, parlai.core.params; from parlai_empathy.integration import compat; '
+        'print(any(isinstance(f, compat._PatchSourceOnImport) for f in sys.meta_path))'
+    )
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == 'False', done.stderr[-2000:]

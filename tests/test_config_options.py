@@ -1,5 +1,6 @@
 """Model configs as agent options (``parlai_empathy.agents.config_options``): one name per setting
 from the command line to the config, the config's defaults the options' defaults."""
+
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
@@ -63,8 +64,13 @@ def test_option_names_types_defaults_and_help_come_from_the_fields():
     assert actions['kind'].choices == ['simple', 'bilinear']
     assert actions['latent_size'].type is int  # Optional[int]: an int option
     assert option_name('latent_size') == '--latent-size'
-    assert option_defaults(Toy) == {'width_size': 8, 'rate': 0.5, 'use_gate': True, 'kind': 'simple',
-                                    'latent_size': 300}
+    assert option_defaults(Toy) == {
+        'width_size': 8,
+        'rate': 0.5,
+        'use_gate': True,
+        'kind': 'simple',
+        'latent_size': 300,
+    }
 
 
 def test_round_trip_from_the_command_line_to_the_config():
@@ -94,11 +100,17 @@ def test_defaults_replace_only_the_named_options_and_inherited_leaves_the_base_f
     actions = _actions(_parser(Toy, defaults={'use_gate': None}))
     assert actions['use_gate'].default is None and actions['rate'].default == 0.5
     assert set(_actions(_parser(MimeConfig, inherited=EmotionTransformerConfig))) == {
-        'latent_size', 'mimicry', 'emotion_grouping', 'stochastic', 'elbo_weight'}
+        'latent_size',
+        'mimicry',
+        'emotion_grouping',
+        'stochastic',
+        'elbo_weight',
+    }
 
 
-@pytest.mark.parametrize('config_cls', [TransformerSize, EmotionTransformerConfig, MimeConfig,
-                                        MultitaskConfig, MoelConfig, EthreedConfig])
+@pytest.mark.parametrize(
+    'config_cls', [TransformerSize, EmotionTransformerConfig, MimeConfig, MultitaskConfig, MoelConfig, EthreedConfig]
+)
 def test_configs_are_frozen_and_built_by_keyword(config_cls):
     config = config_cls()
     name = dataclasses.fields(config_cls)[0].name
@@ -137,15 +149,30 @@ def test_every_config_field_is_an_option_of_its_agent_with_the_same_default(mode
     opt = _parse(parser, [])
     derived = {}
     if config_cls is not EthreedConfig:
-        derived = dict(max_positions=TransformerSize().max_positions,
-                       **{key: option_defaults(config_cls)[key] for key in NEW_MODEL_FLAGS})
+        derived = dict(
+            max_positions=TransformerSize().max_positions,
+            **{key: option_defaults(config_cls)[key] for key in NEW_MODEL_FLAGS},
+        )
     assert config_from_opt(config_cls, opt, **derived) == config_cls()
 
 
 def test_a_changed_option_reaches_the_config_under_the_same_name():
     parser, _ = _agent_actions('empathy/mime')
-    opt = _parse(parser, ['--latent-size', '16', '--emotion-grouping', 'false', '-esz', '32',
-                          '--attention-size', '8', '--emotion-loss-weight', '2'])
+    opt = _parse(
+        parser,
+        [
+            '--latent-size',
+            '16',
+            '--emotion-grouping',
+            'false',
+            '-esz',
+            '32',
+            '--attention-size',
+            '8',
+            '--emotion-loss-weight',
+            '2',
+        ],
+    )
     config = config_from_opt(MimeConfig, opt, max_positions=1024, ffn_final_relu=True, reference_tags=True)
     assert (config.latent_size, config.emotion_grouping, config.emotion_loss_weight) == (16, False, 2.0)
     assert (config.size.embedding_size, config.size.attention_size) == (32, 8)
@@ -155,6 +182,7 @@ def test_a_changed_option_reaches_the_config_under_the_same_name():
 
 
 # ----- options that saved models lack: one migration table per agent ------------------------------
+
 
 def test_migrations_fill_only_what_the_saved_options_lack_in_version_order():
     from parlai_empathy.agents.config_options import migrate_saved_opt
@@ -211,8 +239,12 @@ def test_upgrade_opt_gives_a_saved_model_what_it_had():
     saved = {'inference': 'beam', 'beam_size': 5}  # what ParlAI's own upgrades read
 
     mime = _agent_class('empathy/mime').upgrade_opt(Opt({**saved, 'ffn_final_relu': True}))
-    assert (mime['ffn_final_relu'], mime['reference_tags'], mime['embeddings_scale'], mime['amsgrad']) == \
-        (True, False, False, True)
+    assert (mime['ffn_final_relu'], mime['reference_tags'], mime['embeddings_scale'], mime['amsgrad']) == (
+        True,
+        False,
+        False,
+        True,
+    )
     ethreed = _agent_class('empathy/ethreed').upgrade_opt(Opt(saved))
     assert ethreed['amsgrad'] is True
 

@@ -1,5 +1,6 @@
 """``make demo`` shows the main job: what it prints and leaves, run exactly as the Makefile says
 (``make demo-run``: the demo without the install step, against this venv)."""
+
 import csv
 import json
 import os
@@ -15,16 +16,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def install_lines():
     """The lines `make demo`'s install step prints on a fresh clone: one per step it echoes."""
-    dry = subprocess.run(['make', '--no-print-directory', '-B', '-n', 'install'], cwd=REPO,
-                         capture_output=True, text=True, check=True)
+    dry = subprocess.run(
+        ['make', '--no-print-directory', '-B', '-n', 'install'], cwd=REPO, capture_output=True, text=True, check=True
+    )
     return sum(1 for line in dry.stdout.splitlines() if line.startswith('echo "== install'))
 
 
 def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
     demo_dir = tmp_path / 'demo'
-    done = subprocess.run(['make', '--no-print-directory', 'demo-run', f'DEMO_DIR={demo_dir}', f'PARLAI={PARLAI}'],
-                          cwd=REPO, capture_output=True, text=True, timeout=3600,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        ['make', '--no-print-directory', 'demo-run', f'DEMO_DIR={demo_dir}', f'PARLAI={PARLAI}'],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
     # what a person reads: each step's result, the board, the chat; under 150 lines with the install
     shown = done.stdout.splitlines() + done.stderr.splitlines()
@@ -39,8 +46,9 @@ def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
         assert hidden in full and hidden not in done.stdout, hidden
     # one line per training step: its updates, the validation figure and the model
     for model in ('mime', 'emotion', 'ranker'):
-        assert re.search(rf'^[\d,]+ updates in \d+ s; valid \S+ [\d.e+-]+; model {demo_dir}/{model}/model$',
-                         done.stdout, flags=re.M), model
+        assert re.search(
+            rf'^[\d,]+ updates in \d+ s; valid \S+ [\d.e+-]+; model {demo_dir}/{model}/model$', done.stdout, flags=re.M
+        ), model
     with open(demo_dir / 'leaderboard' / 'results.json') as f:
         rows = {r['name']: r for r in json.load(f)['results']}
     assert set(rows) == {'mime', 'ranker'}
@@ -55,7 +63,7 @@ def test_demo_trains_mime_ranks_two_models_and_chats(tmp_path):
 
     # the demo ends with the ranker: each of the three messages gets a human reply retrieved from
     # the sample's listener turns and the emotion the classifier read in it
-    chat = done.stdout[done.stdout.index('demo 6/6'):]
+    chat = done.stdout[done.stdout.index('demo 6/6') :]
     replies = re.findall(r'^\[BertRanker\]: (.+)$', chat, flags=re.M)
     emotions = re.findall(r'\[predicted_emotion\]: (\S+)$', chat, flags=re.M)  # may follow the prompt
     assert len(replies) == 3 and len(emotions) == 3, chat[-3000:]

@@ -1,4 +1,5 @@
 """Generated replies reach the metric suite as plain text, like the gold responses."""
+
 import csv
 import os
 
@@ -8,7 +9,7 @@ from parlai_empathy.agents.detokenize import detokenize
 def test_undoes_the_re_tokenizer_spacing():
     assert detokenize("I ' m so sorry to hear that .") == "I'm so sorry to hear that."
     assert detokenize("that ' s great ! did you win ?") == "that's great! did you win?"
-    assert detokenize("my co - worker and / or me") == "my co-worker and/or me"
+    assert detokenize('my co - worker and / or me') == 'my co-worker and/or me'
     assert detokenize("well . . . i don ' t know , ( maybe ) .") == "well... i don't know, (maybe)."
     assert detokenize('') == ''
 

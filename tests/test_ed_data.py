@@ -1,4 +1,5 @@
 """EmpatheticDialogues readers and teachers on the real shared data and on hand-written quirks."""
+
 import http.server
 import io
 import json
@@ -96,8 +97,8 @@ def test_rashkin_p_at_1_100_blocks(parlai_datapath, ed_dir):
     assert len(blocked) == 5200  # 5,259 examples, the last partial block of 59 dropped
     assert [m['eval_labels'] for m in blocked] == [m['eval_labels'] for m in plain[:5200]]
     for start in (0, 100, 5100):
-        block_labels = [m['eval_labels'][0] for m in blocked[start:start + 100]]
-        for message in blocked[start:start + 100]:
+        block_labels = [m['eval_labels'][0] for m in blocked[start : start + 100]]
+        for message in blocked[start : start + 100]:
             assert message['label_candidates'] == block_labels
     assert blocked[-1]['episode_done'] is True
 
@@ -121,7 +122,7 @@ def test_shuffled_p_at_1_100_blocks_mix_conversations_and_are_seeded(parlai_data
         assert message['text'] == '\n'.join(message['context_utterances'])
     assert any(len(m['context_utterances']) > 1 for m in shuffled[:50])
     for start in (0, 5100):
-        block = shuffled[start:start + 100]
+        block = shuffled[start : start + 100]
         labels = [m['eval_labels'][0] for m in block]
         assert all(m['label_candidates'] == labels for m in block)
         # a consecutive block spans ~50 conversations (two Listener turns each); a shuffled one ~100
@@ -145,8 +146,13 @@ def test_shared_data_needs_no_recovery_but_whitespace_and_quotes(ed_dir):
         conversations, report = ed_raw.read_clean(os.path.join(ed_dir, split + '.csv'))
         assert report.rows_read == report.rows_kept == rows
         assert report.unrecoverable == []
-        assert set(report.fixes) <= {'stray_quote', 'csv_quoting', 'edge_whitespace', 'double_space',
-                                     'short_conversation'}
+        assert set(report.fixes) <= {
+            'stray_quote',
+            'csv_quoting',
+            'edge_whitespace',
+            'double_space',
+            'short_conversation',
+        }
         for conv in conversations:
             for utt in conv.utterances:
                 assert utt.text == utt.text.strip() and '  ' not in utt.text and '_comma_' not in utt.text
@@ -171,10 +177,22 @@ def cleaned_quirks():
 def test_every_quirk_is_recovered_and_reported(cleaned_quirks):
     conversations, report = cleaned_quirks
     expected = {
-        'prompt_repeated_shift': [3], 'unescaped_comma': [4], 'stray_quote': [5, 6], 'duplicate_row': [6],
-        'index_gap': [7, 9], 'empty_utterance': [8], 'inline_candidates': [11], 'repeated_index': [12],
-        'csv_quoting': [13], 'missing_trailing_fields': [14], 'blank_line': [15], 'short_conversation': [18],
-        'invalid_utf8': [19], 'double_space': [5, 6], 'edge_whitespace': [8], 'candidates_missing_gold': [11],
+        'prompt_repeated_shift': [3],
+        'unescaped_comma': [4],
+        'stray_quote': [5, 6],
+        'duplicate_row': [6],
+        'index_gap': [7, 9],
+        'empty_utterance': [8],
+        'inline_candidates': [11],
+        'repeated_index': [12],
+        'csv_quoting': [13],
+        'missing_trailing_fields': [14],
+        'blank_line': [15],
+        'short_conversation': [18],
+        'invalid_utf8': [19],
+        'double_space': [5, 6],
+        'edge_whitespace': [8],
+        'candidates_missing_gold': [11],
     }
     assert {kind: entry['example_lines'] for kind, entry in report.fixes.items()} == expected
     assert [(bad['line'], bad['reason'].split(':')[0]) for bad in report.unrecoverable] == [
@@ -203,8 +221,11 @@ def test_every_quirk_is_recovered_and_reported(cleaned_quirks):
         'Are you going to do something outside?',
         "I love it when it's nice out. Are you going to do something outside?",  # the gold, appended
     ]
-    assert [u.text for u in second.utterances[2:]] == ['Yes, a picnic!', 'That sounds lovely.',
-                                                       'We will bring sandwiches']
+    assert [u.text for u in second.utterances[2:]] == [
+        'Yes, a picnic!',
+        'That sounds lovely.',
+        'We will bring sandwiches',
+    ]
     assert conversations[3].utterances[0].text == 'Congrats! caf\ufffd time!'
 
 
@@ -251,10 +272,14 @@ def test_the_faithful_teacher_shows_the_error_not_an_assert(tmp_path):
         ed_teacher_examples(FaithfulTeacher, 'valid', tmp_path, '--ed-datapath', folder)
     assert isinstance(exited.value.error, ed_raw.EDFormatError) and exited.value.error.line_no == 6
     # candidates without the gold: ParlAI's teacher dies on a bare RuntimeError; ours names the line
-    lacking = _write(tmp_path, 'cands.csv', [
-        'hit:1_conv:2,1,sad,p,1,My dog died,5|5|5_5|5|5,',
-        'hit:1_conv:2,2,sad,p,2,So sorry,5|5|5_5|5|5,,Nice!|Great news',
-    ])
+    lacking = _write(
+        tmp_path,
+        'cands.csv',
+        [
+            'hit:1_conv:2,1,sad,p,1,My dog died,5|5|5_5|5|5,',
+            'hit:1_conv:2,2,sad,p,2,So sorry,5|5|5_5|5|5,,Nice!|Great news',
+        ],
+    )
     for split in ed_source.SPLITS:
         (folder / (split + '.csv')).write_bytes(open(lacking, 'rb').read())
     with pytest.raises(DataFileExit, match=r"line 3, field 'candidates'"):
@@ -264,8 +289,11 @@ def test_the_faithful_teacher_shows_the_error_not_an_assert(tmp_path):
         (folder / (split + '.csv')).write_bytes(open(QUIRKS, 'rb').read())
     examples = ed_teacher_examples(CleanTeacher, 'valid', tmp_path, '--ed-datapath', folder)
     assert [m['eval_labels'][0] for m in examples] == [
-        "Oh ya? I don't really see how", 'I do actually hit blank walls a lot', 'Wait, what are sweatings | lol',
-        "I love it when it's nice out. Are you going to do something outside?", 'That sounds lovely.',
+        "Oh ya? I don't really see how",
+        'I do actually hit blank walls a lot',
+        'Wait, what are sweatings | lol',
+        "I love it when it's nice out. Are you going to do something outside?",
+        'That sounds lovely.',
         'Thank you so much!',
     ]
     reports = list((tmp_path / 'empathy_ed_clean').glob('*/valid.cleaning_report.json'))
@@ -394,9 +422,12 @@ def test_official_build_rejects_a_corrupt_download(tarball_server, tmp_path):
 
 
 def test_episode_builder_sides():
-    conv = ed_raw.Conversation('hit:0_conv:1', 'proud', 's', [
-        ed_raw.Utterance(t, i, i + 1) for i, t in enumerate(['a', 'b', 'c', 'd', 'e'], start=1)
-    ])
+    conv = ed_raw.Conversation(
+        'hit:0_conv:1',
+        'proud',
+        's',
+        [ed_raw.Utterance(t, i, i + 1) for i, t in enumerate(['a', 'b', 'c', 'd', 'e'], start=1)],
+    )
     listener_only = ed_episodes.build_episodes([conv], both_sides=False)
     assert [[(x.text, x.label) for x in ep] for ep in listener_only] == [[('a', 'b'), ('c', 'd')]]
     both = ed_episodes.build_episodes([conv], both_sides=True)
@@ -414,8 +445,9 @@ def test_streaming_caches_lengths_in_the_datapath_not_beside_the_source(tmp_path
 
         parser = ParlaiParser(True, False)
         CleanTeacher.add_cmdline_args(parser)
-        opt = parser.parse_args(['-dt', 'train:stream', '--datapath', str(tmp_path / 'dp'),
-                                 '--ed-datapath', str(folder)])
+        opt = parser.parse_args(
+            ['-dt', 'train:stream', '--datapath', str(tmp_path / 'dp'), '--ed-datapath', str(folder)]
+        )
         teacher = CleanTeacher(opt)
         count = teacher.num_examples()
         assert count == len(ed_teacher_examples(CleanTeacher, 'train', tmp_path / 'dp2', '--ed-datapath', folder))
@@ -426,9 +458,12 @@ def test_streaming_caches_lengths_in_the_datapath_not_beside_the_source(tmp_path
 
 
 def test_candidate_modes_on_a_tiny_split():
-    conv = ed_raw.Conversation('hit:0_conv:1', 'proud', 's', [
-        ed_raw.Utterance(t, i, i + 1) for i, t in enumerate(['a', 'same', 'c', 'same', 'e', 'f'], start=1)
-    ])
+    conv = ed_raw.Conversation(
+        'hit:0_conv:1',
+        'proud',
+        's',
+        [ed_raw.Utterance(t, i, i + 1) for i, t in enumerate(['a', 'same', 'c', 'same', 'e', 'f'], start=1)],
+    )
     episodes = ed_episodes.build_episodes([conv], both_sides=True)
     with pytest.raises(ValueError, match='at least 100 examples, this split has 5'):
         ed_episodes.attach_rashkin_candidates(episodes)
@@ -453,21 +488,42 @@ OVERSIZED = HEADER_LINE + b'hit:1_conv:2,1,sad,p,1,' + b'x' * (1 << 20) + b',,\n
 HOSTILE_ED = {
     'empty': (b'', (None, None, 'no examples (empty file)'), 'no examples (empty file)'),
     'header only': (HEADER_LINE, (None, None, 'no examples (header only)'), 'no examples (header only)'),
-    'header and blank lines': (HEADER_LINE + b'\n\n', (2, 'line', 'has 1 comma-separated fields'),
-                               'no examples (header only)'),
+    'header and blank lines': (
+        HEADER_LINE + b'\n\n',
+        (2, 'line', 'has 1 comma-separated fields'),
+        'no examples (header only)',
+    ),
     'binary garbage': (GARBAGE, (1, 'conv_id', 'not UTF-8: byte 0x'), "line 1, field 'conv_id': NUL byte at column "),
-    'not UTF-8 at line 3': (HEADER_LINE + ROW_1 + ROW_2.replace(b'So sorry', b'So \xff sorry'),
-                            (3, 'utterance', 'not UTF-8: byte 0xff at column 37'), None),
-    'wrong header': (b'text\tids\tid\nhello\t1\tab\n', (1, 'conv_id', 'is not the EmpatheticDialogues header'),
-                     'no examples (none of its 2 rows can be read; the first, line 1, field conv_id'),
-    'wrong field count': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,p\n',
-                          (3, 'line', 'has 4 comma-separated fields'), None),
-    'every row unreadable': (HEADER_LINE + b'nonsense,1,2\nmore,3,4\n', (2, 'line', 'has 3 comma-separated fields'),
-                             'no examples (none of its 2 rows can be read; the first, line 2, field conv_id'),
-    'oversized line': (OVERSIZED, (2, None, 'no line break within the cap of 1,048,576'),
-                       'line 2: no line break within the cap of 1,048,576'),
-    'NUL bytes': (HEADER_LINE + ROW_1.replace(b'lost', b'lo\0st') + ROW_2,
-                  (2, 'utterance', 'NUL byte at column 38'), "line 2, field 'utterance': NUL byte at column 38"),
+    'not UTF-8 at line 3': (
+        HEADER_LINE + ROW_1 + ROW_2.replace(b'So sorry', b'So \xff sorry'),
+        (3, 'utterance', 'not UTF-8: byte 0xff at column 37'),
+        None,
+    ),
+    'wrong header': (
+        b'text\tids\tid\nhello\t1\tab\n',
+        (1, 'conv_id', 'is not the EmpatheticDialogues header'),
+        'no examples (none of its 2 rows can be read; the first, line 1, field conv_id',
+    ),
+    'wrong field count': (
+        HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,p\n',
+        (3, 'line', 'has 4 comma-separated fields'),
+        None,
+    ),
+    'every row unreadable': (
+        HEADER_LINE + b'nonsense,1,2\nmore,3,4\n',
+        (2, 'line', 'has 3 comma-separated fields'),
+        'no examples (none of its 2 rows can be read; the first, line 2, field conv_id',
+    ),
+    'oversized line': (
+        OVERSIZED,
+        (2, None, 'no line break within the cap of 1,048,576'),
+        'line 2: no line break within the cap of 1,048,576',
+    ),
+    'NUL bytes': (
+        HEADER_LINE + ROW_1.replace(b'lost', b'lo\0st') + ROW_2,
+        (2, 'utterance', 'NUL byte at column 38'),
+        "line 2, field 'utterance': NUL byte at column 38",
+    ),
     'UTF-16': (GOOD.decode().encode('utf-16'), (1, None, 'UTF-16 text'), 'line 1: UTF-16 text'),
     'CRLF line ends': (GOOD.replace(b'\n', b'\r\n'), None, None),
     'UTF-8 byte order mark': (b'\xef\xbb\xbf' + GOOD, None, None),
@@ -509,18 +565,22 @@ def test_hostile_ed_files_name_file_and_line(tmp_path, case):
 # Broken CSV quoting, which no ED release has: case -> (content, the clean reader's (line, field, words))
 QUOTING = {
     # a CSV writer's quoted field holding a comma and a line break: the row ends early at the break
-    'quoted field over two lines': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, truly\n'
-                                    b'sorry",5|5|5_5|5|5,\n',
-                                    (3, 'utterance', 'unbalanced double quote in a row of 7 comma-separated fields '
-                                                     '(the row ends early)')),
-    'quote opening before raw commas': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, so '
-                                        b'sorry,5|5|5_5|5|5,\n',
-                                        (3, 'utterance', 'in a row of 9 comma-separated fields (raw commas after '
-                                                         'the quote)')),
-    'quote in the emotion field': (HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,"sad",My dog died,2,So sorry,'
-                                   b'5|5|5_5|5|5,\n', (3, 'context', 'holds a double quote (\'"sad"\')')),
-    'tail of a quoted field': (HEADER_LINE + ROW_1 + b'the end",2,sad,x,2,y,5|5|5_5|5|5,\n',
-                               (3, 'conv_id', 'holds a double quote')),
+    'quoted field over two lines': (
+        HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, truly\nsorry",5|5|5_5|5|5,\n',
+        (3, 'utterance', 'unbalanced double quote in a row of 7 comma-separated fields (the row ends early)'),
+    ),
+    'quote opening before raw commas': (
+        HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,sad,My dog died,2,"So sorry, so sorry,5|5|5_5|5|5,\n',
+        (3, 'utterance', 'in a row of 9 comma-separated fields (raw commas after the quote)'),
+    ),
+    'quote in the emotion field': (
+        HEADER_LINE + ROW_1 + b'hit:1_conv:2,2,"sad",My dog died,2,So sorry,5|5|5_5|5|5,\n',
+        (3, 'context', 'holds a double quote (\'"sad"\')'),
+    ),
+    'tail of a quoted field': (
+        HEADER_LINE + ROW_1 + b'the end",2,sad,x,2,y,5|5|5_5|5|5,\n',
+        (3, 'conv_id', 'holds a double quote'),
+    ),
 }
 
 
@@ -576,44 +636,80 @@ def _ed_folder(tmp_path, name, valid=None, **others):
     return folder
 
 
-@pytest.mark.parametrize('task, case, expected', [
-    ('empathy_ed', 'empty', '{valid}: no examples (empty file)'),
-    ('empathy_ed_clean', 'header only', '{valid}: no examples (header only)'),
-    ('empathy_ed_clean', 'binary garbage', "{valid}, line 1, field 'conv_id': NUL byte at column 69: not text (a "
-                                           "binary file, or UTF-16 without a byte order mark?)"),
-    ('empathy_ed_clean', 'NUL bytes', "{valid}, line 2, field 'utterance': NUL byte at column 38: not text (a binary "
-                                      "file, or UTF-16 without a byte order mark?)"),
-    ('empathy_ed', 'not UTF-8 at line 3', "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
-                                          "(invalid start byte); the file must be UTF-8 text"),
-    ('empathy_ed_clean', 'quoted field over two lines',
-     "{valid}, line 3, field 'utterance': unbalanced double quote in a row of 7 comma-separated fields (the row "
-     "ends early): CSV quoting of a field that holds commas or a line break, which EmpatheticDialogues files do "
-     "not use (commas are written _comma_); rewrite the row without CSV quoting"),
-    ('empathy_ed', 'missing split', "--ed-datapath points at '{folder}', which lacks valid.csv. It must be a folder "
-                                    "holding EmpatheticDialogues' train.csv, valid.csv and test.csv (as unpacked from "
-                                    "empatheticdialogues.tar.gz)."),
-])
+@pytest.mark.parametrize(
+    'task, case, expected',
+    [
+        ('empathy_ed', 'empty', '{valid}: no examples (empty file)'),
+        ('empathy_ed_clean', 'header only', '{valid}: no examples (header only)'),
+        (
+            'empathy_ed_clean',
+            'binary garbage',
+            "{valid}, line 1, field 'conv_id': NUL byte at column 69: not text (a "
+            'binary file, or UTF-16 without a byte order mark?)',
+        ),
+        (
+            'empathy_ed_clean',
+            'NUL bytes',
+            "{valid}, line 2, field 'utterance': NUL byte at column 38: not text (a binary "
+            'file, or UTF-16 without a byte order mark?)',
+        ),
+        (
+            'empathy_ed',
+            'not UTF-8 at line 3',
+            "{valid}, line 3, field 'utterance': not UTF-8: byte 0xff at column 37 "
+            '(invalid start byte); the file must be UTF-8 text',
+        ),
+        (
+            'empathy_ed_clean',
+            'quoted field over two lines',
+            "{valid}, line 3, field 'utterance': unbalanced double quote in a row of 7 comma-separated fields (the row "
+            'ends early): CSV quoting of a field that holds commas or a line break, which EmpatheticDialogues files do '
+            'not use (commas are written _comma_); rewrite the row without CSV quoting',
+        ),
+        (
+            'empathy_ed',
+            'missing split',
+            "--ed-datapath points at '{folder}', which lacks valid.csv. It must be a folder "
+            "holding EmpatheticDialogues' train.csv, valid.csv and test.csv (as unpacked from "
+            'empatheticdialogues.tar.gz).',
+        ),
+    ],
+)
 def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, tmp_path, task, case, expected):
     """What a user types and sees: the one message naming the file, no traceback, exit status 1."""
     content = None if case == 'missing split' else (HOSTILE_ED.get(case) or QUOTING[case])[0]
     folder = _ed_folder(tmp_path, 'ed', content)
     if case == 'binary garbage':
         assert GARBAGE.count(b'\n') == 15  # 16 lines, as the message says
-    done = run_parlai('display_data', '-t', task, '-dt', 'valid', '--ed-datapath', folder,
-                      '--datapath', tmp_path / 'dp', check=False, timeout=300)
+    done = run_parlai(
+        'display_data',
+        '-t',
+        task,
+        '-dt',
+        'valid',
+        '--ed-datapath',
+        folder,
+        '--datapath',
+        tmp_path / 'dp',
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'Traceback' not in done.stdout + done.stderr
     assert done.stderr.strip() == expected.format(valid=folder / 'valid.csv', folder=folder)
 
 
-@pytest.mark.parametrize('content, words', [
-    (b'', 'no examples (no candidates: empty file)'),
-    (b'\n  \n', 'no examples (no candidates: only blank lines)'),
-    (b'fine\nso \xff sorry\n', 'line 2: not UTF-8: byte 0xff at column 4'),
-    (b'fine\nNUL\0 here\n', 'line 2: NUL byte at column 4'),
-    (GARBAGE, 'line 1: not UTF-8: byte 0xb4 at column 2'),
-    ('one\ntwo\n'.encode('utf-16'), 'line 1: UTF-16 text'),
-])
+@pytest.mark.parametrize(
+    'content, words',
+    [
+        (b'', 'no examples (no candidates: empty file)'),
+        (b'\n  \n', 'no examples (no candidates: only blank lines)'),
+        (b'fine\nso \xff sorry\n', 'line 2: not UTF-8: byte 0xff at column 4'),
+        (b'fine\nNUL\0 here\n', 'line 2: NUL byte at column 4'),
+        (GARBAGE, 'line 1: not UTF-8: byte 0xb4 at column 2'),
+        ('one\ntwo\n'.encode('utf-16'), 'line 1: UTF-16 text'),
+    ],
+)
 def test_hostile_candidate_files_name_file_and_line(tmp_path, content, words):
     from parlai_empathy.data import response_pool
 
@@ -632,8 +728,18 @@ def test_build_candidates_ends_with_the_file_error_alone(run_parlai, tmp_path):
     assert (done.returncode, done.stderr.strip()) == (1, f'{folder / "train.csv"}: no examples (header only)')
     assert 'Traceback' not in done.stdout + done.stderr and not (tmp_path / 'pool.cands').exists()
     (folder / 'train.csv').write_bytes(GOOD)
-    done = run_parlai('empathy_build_candidates', '--ed-datapath', folder, '--max-tokens', '1',
-                      '-o', tmp_path / 'pool.cands', check=False)
+    done = run_parlai(
+        'empathy_build_candidates',
+        '--ed-datapath',
+        folder,
+        '--max-tokens',
+        '1',
+        '-o',
+        tmp_path / 'pool.cands',
+        check=False,
+    )
     assert (done.returncode, done.stderr.strip()) == (
-        1, f'{folder / "train.csv"}: no examples (no listener responses of at most 1 tokens to build a candidate '
-           'pool from)')
+        1,
+        f'{folder / "train.csv"}: no examples (no listener responses of at most 1 tokens to build a candidate '
+        'pool from)',
+    )

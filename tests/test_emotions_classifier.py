@@ -1,5 +1,6 @@
 """The emotion classifier: plain model, F1 metrics, and the ParlAI agent end to end through the
 real ``parlai`` command on real GoEmotions / ED data, with a tiny random BERT."""
+
 import json
 import os
 import shutil
@@ -54,7 +55,7 @@ def test_f1_metrics_match_sklearn():
     pred[:, 5] = 0  # a class never predicted
     macro = micro = None
     for start in range(0, 200, 64):  # accumulated batch by batch, as in ParlAI
-        tp, fp, fn = f1_counts(pred[start:start + 64], gold[start:start + 64])
+        tp, fp, fn = f1_counts(pred[start : start + 64], gold[start : start + 64])
         macro = F1Metric(tp, fp, fn, macro=True) + macro
         micro = F1Metric(tp, fp, fn, macro=False) + micro
     assert macro.value() == pytest.approx(f1_score(gold, pred, average='macro', zero_division=0))
@@ -73,14 +74,37 @@ def test_train_and_eval_goemotions_end_to_end(run_parlai, tiny_bert, goemotions_
     env = {'PARLAI_EMPATHY_GOEMOTIONS_DIR': goemotions_dir}
     mf = tmp_path / 'goemo' / 'model'
     done = run_parlai(
-        'train_model', '-t', 'empathy_goemotions', '-m', 'empathy/emotion_classifier', '--encoder', tiny_bert,
-        '-mf', mf, '-bs', 16, '--max-train-steps', 6, '-vstep', 3, '--validation-max-exs', 48,
-        '--short-final-eval', 'true',
-        '--learningrate', 1e-3, '--max-length', 24, env=env,
+        'train_model',
+        '-t',
+        'empathy_goemotions',
+        '-m',
+        'empathy/emotion_classifier',
+        '--encoder',
+        tiny_bert,
+        '-mf',
+        mf,
+        '-bs',
+        16,
+        '--max-train-steps',
+        6,
+        '-vstep',
+        3,
+        '--validation-max-exs',
+        48,
+        '--short-final-eval',
+        'true',
+        '--learningrate',
+        1e-3,
+        '--max-length',
+        24,
+        env=env,
     )
     assert 'macro_f1' in done.stdout + done.stderr
-    assert (os.path.isfile(mf) and os.path.isfile(str(mf) + '.hf/config.json')
-            and os.path.isfile(str(mf) + '.hf/tokenizer.json'))
+    assert (
+        os.path.isfile(mf)
+        and os.path.isfile(str(mf) + '.hf/config.json')
+        and os.path.isfile(str(mf) + '.hf/tokenizer.json')
+    )
     # the trained model reloads from its own files, without the encoder directory
     report, printed = _eval_report(
         run_parlai, tmp_path, '-t', 'empathy_goemotions', '-mf', mf, '-dt', 'test', '-ne', 64, '-bs', 32, env=env
@@ -93,12 +117,33 @@ def test_train_and_eval_goemotions_end_to_end(run_parlai, tiny_bert, goemotions_
 def test_single_label_ed_situation_classifier(run_parlai, tiny_bert, tmp_path):
     mf = tmp_path / 'ed' / 'model'
     run_parlai(
-        'train_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-m', 'empathy/emotion_classifier',
-        '--encoder', tiny_bert, '-mf', mf, '-bs', 8, '--max-train-steps', 4, '-vstep', 2, '--validation-max-exs', 16,
-        '--short-final-eval', 'true', '--learningrate', 1e-3,
+        'train_model',
+        '-t',
+        'empathy_ed_emotion',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/emotion_classifier',
+        '--encoder',
+        tiny_bert,
+        '-mf',
+        mf,
+        '-bs',
+        8,
+        '--max-train-steps',
+        4,
+        '-vstep',
+        2,
+        '--validation-max-exs',
+        16,
+        '--short-final-eval',
+        'true',
+        '--learningrate',
+        1e-3,
     )
-    report, _ = _eval_report(run_parlai, tmp_path, '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-mf', mf,
-                             '-dt', 'valid')
+    report, _ = _eval_report(
+        run_parlai, tmp_path, '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-mf', mf, '-dt', 'valid'
+    )
     assert report['exs'] > 0 and 0.0 <= report['accuracy'] <= 1.0
     # single-label: micro F1 is the accuracy
     assert report['micro_f1'] == pytest.approx(report['accuracy'], abs=1e-6)
@@ -110,8 +155,24 @@ def test_label_set_mismatch_is_a_clear_error(run_parlai, tiny_bert, goemotions_d
     env = {'PARLAI_EMPATHY_GOEMOTIONS_DIR': goemotions_dir}
     mf = tmp_path / 'goemo' / 'model'
     run_parlai(
-        'train_model', '-t', 'empathy_goemotions', '-m', 'empathy/emotion_classifier', '--encoder', tiny_bert,
-        '-mf', mf, '-bs', 16, '--max-train-steps', 1, '--validation-max-exs', 16, '--short-final-eval', 'true', env=env,
+        'train_model',
+        '-t',
+        'empathy_goemotions',
+        '-m',
+        'empathy/emotion_classifier',
+        '--encoder',
+        tiny_bert,
+        '-mf',
+        mf,
+        '-bs',
+        16,
+        '--max-train-steps',
+        1,
+        '--validation-max-exs',
+        16,
+        '--short-final-eval',
+        'true',
+        env=env,
     )
     done = run_parlai(
         'eval_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-mf', mf, '-ne', 8, check=False, env=env
@@ -130,10 +191,31 @@ def test_a_killed_classifier_run_resumes_from_its_checkpoint(run_parlai, tiny_be
 
     def train(steps):
         return run_parlai(
-            'train_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample', '-m', 'empathy/emotion_classifier',
-            '--encoder', tiny_bert, '-mf', mf, '-bs', 8, '--max-train-steps', steps, '-vstep', 3,
-            '--validation-max-exs', 16, '--save-every-n-secs', 1e-6, '--short-final-eval', 'true',
-            '--learningrate', 1e-3,
+            'train_model',
+            '-t',
+            'empathy_ed_emotion',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/emotion_classifier',
+            '--encoder',
+            tiny_bert,
+            '-mf',
+            mf,
+            '-bs',
+            8,
+            '--max-train-steps',
+            steps,
+            '-vstep',
+            3,
+            '--validation-max-exs',
+            16,
+            '--save-every-n-secs',
+            1e-6,
+            '--short-final-eval',
+            'true',
+            '--learningrate',
+            1e-3,
         )
 
     train(2)

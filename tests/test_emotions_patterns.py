@@ -4,6 +4,7 @@ The tags come from a transparent keyword rule (written in the real cache format)
 trained classifier, so the expected transitions are known: Speakers who say "sorry"/"sad" words
 get 'sadness', Listeners who answer "sorry" get 'caring', and so on.
 """
+
 import json
 import os
 
@@ -67,8 +68,9 @@ def test_pattern_set_is_parametric(train_pairs):
     loose = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20))
     strict = patterns.select_patterns(trans, PatternParams(min_lift=2.0, min_support=200))
     assert len(strict) < len(loose)
-    assert (set(map(tuple, strict[['speaker', 'listener']].values))
-            <= set(map(tuple, loose[['speaker', 'listener']].values)))
+    assert set(map(tuple, strict[['speaker', 'listener']].values)) <= set(
+        map(tuple, loose[['speaker', 'listener']].values)
+    )
     assert (loose['lift'] >= 1.1).all() and (loose['count'] >= 20).all() and 'neutral' not in set(loose['speaker'])
     with_neutral = patterns.select_patterns(trans, PatternParams(min_lift=1.1, min_support=20, exclude_neutral=False))
     assert len(with_neutral) >= len(loose)
@@ -94,11 +96,15 @@ def test_report_files(train_pairs, tmp_path):
     assert len(written) == len(CLASSES) ** 2
     rows_written = list(zip(written['speaker'], written['listener'], written['count'], written['lift']))
     assert {(a, b): n for a, b, n, _ in rows_written} == {
-        (a, b): counts.get((a, b), 0) for a in CLASSES for b in CLASSES}
+        (a, b): counts.get((a, b), 0) for a in CLASSES for b in CLASSES
+    }
     # patterns.csv: exactly the transitions passing the thresholds, strongest lift first
     chosen = pd.read_csv(tmp_path / 'patterns.csv')
-    expected = {(a, b) for a, b, n, lift in rows_written
-                if lift >= params.min_lift and n >= params.min_support and 'neutral' not in (a, b)}
+    expected = {
+        (a, b)
+        for a, b, n, lift in rows_written
+        if lift >= params.min_lift and n >= params.min_support and 'neutral' not in (a, b)
+    }
     assert set(zip(chosen.speaker, chosen.listener)) == expected and len(chosen) == figures['patterns']
     assert list(chosen['lift']) == sorted(chosen['lift'], reverse=True)
     # the lift matrix is the transitions' lift, speaker rows by listener columns
@@ -114,12 +120,14 @@ def test_report_files(train_pairs, tmp_path):
     group_counts = _pair_counts(devastated)
     assert list(rows['count']) == [group_counts[key] for key in zip(rows['speaker'], rows['listener'])]
     # the summary's headline figures, recomputed from the pairs
-    with_pattern = [any((a, b) in expected for a in s for b in lst)
-                    for s, lst in zip(train_pairs['speaker_labels'], train_pairs['listener_labels'])]
+    with_pattern = [
+        any((a, b) in expected for a in s for b in lst)
+        for s, lst in zip(train_pairs['speaker_labels'], train_pairs['listener_labels'])
+    ]
     assert figures['pairs_with_pattern'] == pytest.approx(sum(with_pattern) / len(train_pairs))
     summary = (tmp_path / 'summary.md').read_text()
-    assert f"{len(train_pairs)} turn pairs in {train_pairs['conv_id'].nunique()} conversations." in summary
-    assert f"**{len(expected)} transitions**; {sum(with_pattern) / len(train_pairs):.1%} of turn pairs" in summary
+    assert f'{len(train_pairs)} turn pairs in {train_pairs["conv_id"].nunique()} conversations.' in summary
+    assert f'**{len(expected)} transitions**; {sum(with_pattern) / len(train_pairs):.1%} of turn pairs' in summary
     # each heatmap a PNG of the size it is drawn at (11 x 9 inches at 110 dpi)
     for column in ('count', 'rate', 'lift'):
         with open(tmp_path / f'heatmap_{column}.png', 'rb') as f:
@@ -144,8 +152,9 @@ def test_subsets_fractions_disjoint_pools_and_reproducible(train_pairs, tmp_path
     assert with_['stats']['conversations_with_pattern'] == 1.0 and without['stats']['pattern_transitions'] == 0
     # seeded: same inputs -> byte-identical manifest; another seed -> another draw
     first = subsets.write_manifest(with_, str(tmp_path / 'a'))
-    again = subsets.write_manifest(subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3),
-                                   str(tmp_path / 'b'))
+    again = subsets.write_manifest(
+        subsets.select(train_pairs, ids, CLASSES, params, preset='with43', seed=3), str(tmp_path / 'b')
+    )
     assert os.path.basename(first) == os.path.basename(again)
     assert open(first).read() == open(again).read()
     pools = with_['selection']['pool_sizes']
@@ -165,8 +174,19 @@ def test_patterns_teacher_serves_the_subset(rule_tags, ed_dir, tmp_path):
     def teacher(datatype, *args):
         parser = ParlaiParser(True, False)
         EDPatternsTeacher.add_cmdline_args(parser)
-        opt = parser.parse_args(['-dt', datatype, '--ed-datapath', ed_dir, '--datapath', str(tmp_path),
-                                 '--goemotions-tags-dir', rule_tags.directory] + list(args))
+        opt = parser.parse_args(
+            [
+                '-dt',
+                datatype,
+                '--ed-datapath',
+                ed_dir,
+                '--datapath',
+                str(tmp_path),
+                '--goemotions-tags-dir',
+                rule_tags.directory,
+            ]
+            + list(args)
+        )
         return EDPatternsTeacher(opt)
 
     train = teacher('train:ordered', '--pattern-subset', 'p57')
@@ -215,7 +235,7 @@ def test_two_reports_compared(train_pairs, tmp_path):
     counts = {k: v for k, v in _pair_counts(train_pairs).items() if 'neutral' not in k}
     (speaker, listener), count = max(counts.items(), key=lambda item: item[1])
     trans = pd.read_csv(old / 'transitions.csv').set_index(['speaker', 'listener'])
-    lift = f"{trans.loc[(speaker, listener), 'lift']:.2f}"
+    lift = f'{trans.loc[(speaker, listener), "lift"]:.2f}'
     assert f'| 1 | {speaker} -> {listener} | {count} | {lift} | {speaker} -> {listener} | {count} | {lift} |' in text
 
 
@@ -242,8 +262,16 @@ def test_min_lift_auto_is_the_lowest_grid_lift_leaving_43_percent_without(train_
 
     parser = ParlaiParser(True, False)
     EDPatternsTeacher.add_cmdline_args(parser)
-    args = ['-dt', 'train:ordered', '--ed-datapath', ed_dir, '--datapath', str(tmp_path),
-            '--goemotions-tags-dir', rule_tags.directory]
+    args = [
+        '-dt',
+        'train:ordered',
+        '--ed-datapath',
+        ed_dir,
+        '--datapath',
+        str(tmp_path),
+        '--goemotions-tags-dir',
+        rule_tags.directory,
+    ]
     opt = parser.parse_args(args)
     assert opt['pattern_min_lift'] == 'auto'
     assert pattern_params(opt, train_pairs, CLASSES).min_lift == lift

@@ -3,13 +3,41 @@
 Random weights make the tests fast and offline; they exercise every code path a real encoder
 does (tokenizer files, config, safetensors), only the predictions are meaningless.
 """
+
 import os
 import string
 
 SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[unused1]']  # [unused1]: the ranker's turn separator
-WORDS = ['i', 'you', 'the', 'a', 'is', 'was', 'so', 'my', 'it', 'and', 'to', 'that', 'love',
-         'happy', 'sad', 'sorry', 'thanks', 'great', 'bad', 'what', 'not', 'he', 'she', '!', '?',
-         '.', ',', "'"]
+WORDS = [
+    'i',
+    'you',
+    'the',
+    'a',
+    'is',
+    'was',
+    'so',
+    'my',
+    'it',
+    'and',
+    'to',
+    'that',
+    'love',
+    'happy',
+    'sad',
+    'sorry',
+    'thanks',
+    'great',
+    'bad',
+    'what',
+    'not',
+    'he',
+    'she',
+    '!',
+    '?',
+    '.',
+    ',',
+    "'",
+]
 
 
 def make_tiny_bert(directory, hidden=32, layers=2, seed=0):
@@ -26,8 +54,12 @@ def make_tiny_bert(directory, hidden=32, layers=2, seed=0):
     tokenizer.save_pretrained(directory)
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-        intermediate_size=2 * hidden, max_position_embeddings=128,
+        vocab_size=len(vocab),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
     )
     BertModel(config).save_pretrained(directory)
     return directory
@@ -46,9 +78,14 @@ def make_tiny_classifier(model_file, bert_dir, classes, multilabel=True, thresho
     model = EmotionClassifier.from_pretrained(bert_dir, len(classes), multilabel, pooling='mean')
     os.makedirs(os.path.dirname(model_file), exist_ok=True)
     torch.save({'model': model.state_dict()}, model_file)
-    opt = {'model': 'empathy/emotion_classifier', 'classes': list(classes), 'multilabel': multilabel,
-           'multilabel_threshold': threshold,
-           'max_length': 32, 'pooling': 'mean'}
+    opt = {
+        'model': 'empathy/emotion_classifier',
+        'classes': list(classes),
+        'multilabel': multilabel,
+        'multilabel_threshold': threshold,
+        'max_length': 32,
+        'pooling': 'mean',
+    }
     with open(model_file + '.opt', 'w') as f:
         json.dump(opt, f)
     load_tokenizer(bert_dir).save_pretrained(model_file + '.hf')

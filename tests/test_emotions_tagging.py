@@ -1,6 +1,7 @@
 """Tagging ED with a GoEmotions classifier: resumable cache, the real command killed mid-run,
 the tagged teacher, and bad input (missing/corrupt cache, label-set mismatch, empty texts).
 Real ED (the embedded real sample and the shared data), tiny random classifiers."""
+
 import json
 import os
 import signal
@@ -46,14 +47,16 @@ def test_partial_cache_resumes_without_recomputing(classifier_file, tmp_path):
     rows = [table.lookup(u.split, u.conv_id, u.utterance_idx) for u in utterances]
     np.testing.assert_allclose(table.probs[rows], probs, atol=1e-5)
     assert (table.labels[rows] == labels).all() and labels.dtype == bool
-    assert table.meta['counts']['by_split'] == {s: sum(u.split == s for u in utterances)
-                                                for s in ('test', 'train', 'valid')}
+    assert table.meta['counts']['by_split'] == {
+        s: sum(u.split == s for u in utterances) for s in ('test', 'train', 'valid')
+    }
 
 
 def test_bf16_tagging_is_recorded_close_and_never_mixed(classifier_file, tmp_path):
     exact = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'fp32'), chunk_size=300, progress=False)
-    partial = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, max_chunks=1,
-                               progress=False, bf16=True)
+    partial = tag_cache.tag_ed(
+        classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, max_chunks=1, progress=False, bf16=True
+    )
     with pytest.raises(tag_cache.TagCacheError, match='started in bf16.*--bf16 true'):
         tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, progress=False)
     fast = tag_cache.tag_ed(classifier_file, SAMPLE, str(tmp_path / 'bf16'), chunk_size=300, progress=False, bf16=True)
@@ -66,14 +69,30 @@ def test_bf16_tagging_is_recorded_close_and_never_mixed(classifier_file, tmp_pat
 
 
 def test_command_killed_mid_run_resumes(classifier_file, tmp_path):
-    args = [os.path.join(os.path.dirname(sys.executable), 'parlai'), 'empathy_tag_ed', '-mf', classifier_file,
-            '--ed-datapath', 'sample', '--tag-cache-dir', str(tmp_path), '--chunk-size', '20', '--threads', '1']
+    args = [
+        os.path.join(os.path.dirname(sys.executable), 'parlai'),
+        'empathy_tag_ed',
+        '-mf',
+        classifier_file,
+        '--ed-datapath',
+        'sample',
+        '--tag-cache-dir',
+        str(tmp_path),
+        '--chunk-size',
+        '20',
+        '--threads',
+        '1',
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parts = None
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        found = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs
-                 if f.startswith('part-') and f.endswith('.npz')]
+        found = [
+            os.path.join(r, f)
+            for r, _, fs in os.walk(tmp_path)
+            for f in fs
+            if f.startswith('part-') and f.endswith('.npz')
+        ]
         if len(found) >= 2:
             parts = found
             break
@@ -155,8 +174,19 @@ def test_tagged_teacher_fields_and_prepend(classifier_file, tmp_path):
     def examples(*args):
         parser = ParlaiParser(True, False)
         EDGoEmotionsTeacher.add_cmdline_args(parser)
-        opt = parser.parse_args(['-dt', 'valid', '--ed-datapath', 'sample', '--datapath', str(tmp_path),
-                                 '--goemotions-classifier', classifier_file] + list(args))
+        opt = parser.parse_args(
+            [
+                '-dt',
+                'valid',
+                '--ed-datapath',
+                'sample',
+                '--datapath',
+                str(tmp_path),
+                '--goemotions-classifier',
+                classifier_file,
+            ]
+            + list(args)
+        )
         teacher = EDGoEmotionsTeacher(opt)
         out = []
         while not teacher.epoch_done():
@@ -178,15 +208,22 @@ def test_tagged_teacher_fields_and_prepend(classifier_file, tmp_path):
     assert prepended[0]['text'].split(' ')[:2] == top2 and prepended[0]['text'].endswith(ex['text'])
 
 
-@pytest.mark.parametrize('name, content, words', [
-    ('model.opt', b'', 'model.opt: empty file'),
-    ('model.opt', b'{"classes": ["joy",\n"sad"\n', 'model.opt, line 3: not valid JSON'),
-    ('model.opt', b'{"classes": ["j\xffoy"]}', 'model.opt, line 1: not UTF-8: byte 0xff at column 16'),
-    ('model.opt', b'["joy"]', 'model.opt, line 1: not an options file (a JSON list, not an object of options)'),
-    ('model.opt', __import__('random').Random(7).randbytes(3000), 'model.opt, line 1: not UTF-8'),
-    ('model', b'', 'model: not the weights of a trained emotion classifier'),
-    ('model', __import__('random').Random(7).randbytes(3000), 'model: not the weights of a trained emotion classifier'),
-])
+@pytest.mark.parametrize(
+    'name, content, words',
+    [
+        ('model.opt', b'', 'model.opt: empty file'),
+        ('model.opt', b'{"classes": ["joy",\n"sad"\n', 'model.opt, line 3: not valid JSON'),
+        ('model.opt', b'{"classes": ["j\xffoy"]}', 'model.opt, line 1: not UTF-8: byte 0xff at column 16'),
+        ('model.opt', b'["joy"]', 'model.opt, line 1: not an options file (a JSON list, not an object of options)'),
+        ('model.opt', __import__('random').Random(7).randbytes(3000), 'model.opt, line 1: not UTF-8'),
+        ('model', b'', 'model: not the weights of a trained emotion classifier'),
+        (
+            'model',
+            __import__('random').Random(7).randbytes(3000),
+            'model: not the weights of a trained emotion classifier',
+        ),
+    ],
+)
 def test_hostile_classifier_files_name_the_file(classifier_file, tmp_path, name, content, words):
     import shutil
 
@@ -216,9 +253,21 @@ def test_tag_ed_on_a_folder_without_examples_ends_with_the_file_error_alone(clas
     ed.mkdir()
     for split in ('train', 'valid', 'test'):
         (ed / f'{split}.csv').write_text('conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n')
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'parlai'), 'empathy_tag_ed', '-mf',
-                           classifier_file, '--ed-datapath', str(ed), '--tag-cache-dir', str(tmp_path / 'cache')],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), 'parlai'),
+            'empathy_tag_ed',
+            '-mf',
+            classifier_file,
+            '--ed-datapath',
+            str(ed),
+            '--tag-cache-dir',
+            str(tmp_path / 'cache'),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert 'Traceback' not in done.stderr and 'no examples (header only)' in done.stderr, done.stderr[-3000:]
     assert str(ed) in done.stderr.strip().splitlines()[-1]

@@ -7,6 +7,7 @@ utterance and an empty turn, and ``parlai interactive`` with piped input. Also: 
 ``-t ... -m empathy/ethreed -mf ...`` run saves the paper's settings, the learning rate follows
 the reference's milestones, and an out-of-vocabulary word of the user's is copied into the reply.
 """
+
 import json
 import os
 import shutil
@@ -24,8 +25,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = os.path.join(REPO, 'opt_presets', 'empathy', 'ethreed.opt')
 from resume_helpers import PARLAI  # noqa: E402
 
-TINY = ['--hidden-size', 16, '--embedding-size', 16, '--dict-maxtokens', 1500, '-bs', 4,
-        '-vme', 12, '--short-final-eval', 'true', '--validation-every-n-epochs', -1]
+TINY = [
+    '--hidden-size',
+    16,
+    '--embedding-size',
+    16,
+    '--dict-maxtokens',
+    1500,
+    '-bs',
+    4,
+    '-vme',
+    12,
+    '--short-final-eval',
+    'true',
+    '--validation-every-n-epochs',
+    -1,
+]
 
 
 @pytest.fixture(scope='module')
@@ -36,14 +51,28 @@ def ed32_tagged(tmp_path_factory):
     model_file = make_tiny_classifier(str(base / 'clf' / 'model'), bert, ED_EMOTIONS, multilabel=False)
     # the one command that produces listener labels, as a user runs it
     done = subprocess.run(
-        [PARLAI, 'empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample',
-         '--tag-cache-dir', str(base / 'cache')],
-        capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'), timeout=600,
+        [
+            PARLAI,
+            'empathy_tag_ed',
+            '-mf',
+            model_file,
+            '--ed-datapath',
+            'sample',
+            '--tag-cache-dir',
+            str(base / 'cache'),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'cache complete' in done.stdout
-    return {'classifier': model_file, 'root': str(base / 'cache'),
-            'folder': done.stdout.split('tag cache: ', 1)[1].split()[0]}
+    return {
+        'classifier': model_file,
+        'root': str(base / 'cache'),
+        'folder': done.stdout.split('tag cache: ', 1)[1].split()[0],
+    }
 
 
 @pytest.fixture(scope='module')
@@ -52,8 +81,23 @@ def listener_tags(ed32_tagged):
 
 
 def train_args(model_file, tags, *extra):
-    return ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/ethreed',
-            '-o', PRESET, '-mf', model_file, '--listener-emotions', tags, *TINY, *extra]
+    return [
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/ethreed',
+        '-o',
+        PRESET,
+        '-mf',
+        model_file,
+        '--listener-emotions',
+        tags,
+        *TINY,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope='module')
@@ -77,9 +121,25 @@ def test_resumes_after_sigkill_and_reports_losses(trained):
 def test_eval_model_generates_and_logs_predicted_emotions(trained, run_parlai, tmp_path):
     model_file = trained[0]
     world_log = tmp_path / 'world.jsonl'
-    done = run_parlai('eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test',
-                      '-mf', model_file, '--skip-generation', 'false', '--num-examples', 6,
-                      '--world-logs', world_log, '-bs', 3)
+    done = run_parlai(
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-dt',
+        'test',
+        '-mf',
+        model_file,
+        '--skip-generation',
+        'false',
+        '--num-examples',
+        6,
+        '--world-logs',
+        world_log,
+        '-bs',
+        3,
+    )
     log = done.stdout + done.stderr
     for metric in ('emo_acc', 'ppl', 'ppl_ex', 'dist-1', 'dist-2_nltk'):
         assert metric in log
@@ -100,14 +160,14 @@ def test_interactive_answers_a_single_utterance_and_an_empty_turn(trained, run_p
         "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False,"
         " 'interactive_mode': True, 'beam_size': 2, 'inference': 'beam'})\n"
         "agent.observe({'text': 'I passed my driving test today!', 'episode_done': False})\n"
-        "reply = agent.act()\n"
+        'reply = agent.act()\n'
         "print('REPLY', reply['predicted_emotion'], reply['predicted_listener_emotion'], bool(reply['text'].strip()))\n"
         "agent.observe({'text': '', 'episode_done': False})\n"
         "print('EMPTY', agent.act()['text'])\n"
         '# outside chat (an evaluation example) the model answers an empty turn from its dialogue state\n'
         "agent = create_agent_from_model_file(sys.argv[1], {'skip_generation': False, 'inference': 'greedy'})\n"
         "agent.observe({'text': '', 'episode_done': True})\n"
-        "reply = agent.act()\n"
+        'reply = agent.act()\n'
         "print('REPLY', reply['predicted_emotion'], reply['predicted_listener_emotion'], bool(reply['text'].strip()))\n"
     )
     done = run_parlai('python', script, trained[0])
@@ -139,8 +199,17 @@ def test_exported_labels_train_ethreed_without_the_cache(ed32_tagged, run_parlai
     """``parlai empathy_tag_ed --export-labels DIR`` writes the portable label folder (the tag
     cache is reused, not recomputed); ETHREED trains on it alone, and refuses it for other text."""
     labels = tmp_path / 'labels'
-    done = run_parlai('empathy_tag_ed', '-mf', ed32_tagged['classifier'], '--ed-datapath', 'sample',
-                      '--tag-cache-dir', ed32_tagged['root'], '--export-labels', labels)
+    done = run_parlai(
+        'empathy_tag_ed',
+        '-mf',
+        ed32_tagged['classifier'],
+        '--ed-datapath',
+        'sample',
+        '--tag-cache-dir',
+        ed32_tagged['root'],
+        '--export-labels',
+        labels,
+    )
     assert 'tagged now' in done.stdout and ' 0 tagged now' in done.stdout and 'listener labels:' in done.stdout
     done = run_parlai(*train_args(tmp_path / 'model', labels, '--max-train-steps', 2))
     assert 'loss_emo' in done.stdout + done.stderr
@@ -160,24 +229,52 @@ def test_exported_labels_train_ethreed_without_the_cache(ed32_tagged, run_parlai
 
 def test_multiprocessing_train_on_two_cpu_workers(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
-    run_parlai('build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-df',
-               f'{model_file}.dict', '--dict-maxtokens', 1500)
-    done = run_parlai('multiprocessing_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-                      '-m', 'empathy/ethreed', '-o', PRESET, '-mf', model_file, '--listener-emotions',
-                      'none', '--glove-init', 'false', '--distributed-world-size', 2,
-                      '--max-train-steps', 3, *TINY, timeout=180)
+    run_parlai(
+        'build_dict',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-df',
+        f'{model_file}.dict',
+        '--dict-maxtokens',
+        1500,
+    )
+    done = run_parlai(
+        'multiprocessing_train',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/ethreed',
+        '-o',
+        PRESET,
+        '-mf',
+        model_file,
+        '--listener-emotions',
+        'none',
+        '--glove-init',
+        'false',
+        '--distributed-world-size',
+        2,
+        '--max-train-steps',
+        3,
+        *TINY,
+        timeout=180,
+    )
     log = done.stdout + done.stderr
     assert 'Distributed group initialized' in log and 'Traceback' not in log
     assert 'emo_acc' in log and model_file.exists()
 
 
 def test_interactive_cli_shows_the_tracked_and_the_planned_emotion(trained, run_parlai):
-    done = run_parlai('interactive', '-mf', trained[0],
-                      input='I passed my driving test today!\nThanks, I was so nervous.\n[EXIT]\n')
+    done = run_parlai(
+        'interactive', '-mf', trained[0], input='I passed my driving test today!\nThanks, I was so nervous.\n[EXIT]\n'
+    )
     out = done.stdout
     speaker = [line.split(']:', 1)[1].strip() for line in out.splitlines() if '[predicted_emotion]:' in line]
-    planned = [line.split(']:', 1)[1].strip() for line in out.splitlines()
-               if '[predicted_listener_emotion]:' in line]
+    planned = [line.split(']:', 1)[1].strip() for line in out.splitlines() if '[predicted_listener_emotion]:' in line]
     replies = [line.split(']:', 1)[1].strip() for line in out.splitlines() if '[Ethreed]:' in line]
     assert len(speaker) == len(planned) == len(replies) == 2, out[-3000:]
     assert all(e in ED_EMOTIONS for e in speaker + planned) and all(replies)
@@ -185,19 +282,53 @@ def test_interactive_cli_shows_the_tracked_and_the_planned_emotion(trained, run_
 
 def test_plain_training_run_saves_the_papers_settings(run_parlai, tmp_path):
     model_file = tmp_path / 'model'
-    run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/ethreed',
-               '-mf', model_file, '--hidden-size', 16, '--embedding-size', 16,
-               '--glove-init', 'false', '--max-train-steps', 2, '-vme', 8, '--short-final-eval', 'true')
+    run_parlai(
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/ethreed',
+        '-mf',
+        model_file,
+        '--hidden-size',
+        16,
+        '--embedding-size',
+        16,
+        '--glove-init',
+        'false',
+        '--max-train-steps',
+        2,
+        '-vme',
+        8,
+        '--short-final-eval',
+        'true',
+    )
     with open(f'{model_file}.opt') as f:
         opt = json.load(f)
     expected = {
         # the listener labels of the li_ethreed/ed32_utterance row, shipped with the package
         'listener_emotions': 'ed32-utterance',
-        'dict_tokenizer': 'ethreed', 'dict_minfreq': 3, 'dict_maxtokens': -1, 'dropout': 0.5,
-        'batchsize': 16, 'optimizer': 'adam', 'learningrate': 5e-4, 'gradient_clip': 1.0,
-        'lr_scheduler': 'fixed', 'lr_scheduler_decay': 0.3, 'lr_milestones': '4,5', 'num_epochs': 7,
-        'label_truncate': 40, 'utterance_truncate': 40, 'inference': 'greedy', 'kl_weight': 1.0,
-        'history_attention': 'simple', 'train_experiencer_only': True, 'validation_metric': 'ppl',
+        'dict_tokenizer': 'ethreed',
+        'dict_minfreq': 3,
+        'dict_maxtokens': -1,
+        'dropout': 0.5,
+        'batchsize': 16,
+        'optimizer': 'adam',
+        'learningrate': 5e-4,
+        'gradient_clip': 1.0,
+        'lr_scheduler': 'fixed',
+        'lr_scheduler_decay': 0.3,
+        'lr_milestones': '4,5',
+        'num_epochs': 7,
+        'label_truncate': 40,
+        'utterance_truncate': 40,
+        'inference': 'greedy',
+        'kl_weight': 1.0,
+        'history_attention': 'simple',
+        'train_experiencer_only': True,
+        'validation_metric': 'ppl',
     }
     assert {key: opt.get(key) for key in expected} == expected
     with open(f'{model_file}.dict') as f:
@@ -251,8 +382,9 @@ def test_a_word_outside_the_vocabulary_is_copied_into_the_reply_and_scored(train
         "print('LOSS', math.isfinite(float(loss)))\n"
     )
     done = run_parlai('python', script, trained[0])
-    lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()
-             if line[:4] in ('REPL', 'SOUR', 'LOSS')}
+    lines = {
+        line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line[:4] in ('REPL', 'SOUR', 'LOSS')
+    }
     assert lines['REPLY'][0] == 'zyzzyvas', done.stdout[-2000:]
     assert lines['SOURCE'] == ['1', 'LABEL', '1', 'UNK', '1']  # the label's unknown word has the source's id
     assert lines['LOSS'] == ['True']

@@ -9,6 +9,7 @@
 * every table row has a plan with known placeholders and its own model file;
 * an evaluation whose P@1,100 blocks are broken stops with an error naming the example.
 """
+
 import filecmp
 import gzip
 import json
@@ -59,15 +60,18 @@ def test_tables_and_board_regenerate_byte_identical_from_the_artifacts(tmp_path,
     board = tmp_path / 'board'
     run_parlai('empathy_leaderboard', '--from-artifacts', projects, '--outdir', board)
     for paper, _ in _specs():
-        assert (projects / paper / 'README.md').read_text() == \
-            open(os.path.join(PROJECTS, paper, 'README.md')).read(), f'{paper} README table differs from its artifacts'
+        assert (projects / paper / 'README.md').read_text() == open(
+            os.path.join(PROJECTS, paper, 'README.md')
+        ).read(), f'{paper} README table differs from its artifacts'
     for name in ('results.json', 'leaderboard.md', 'leaderboard.csv'):
-        assert filecmp.cmp(board / name, os.path.join(BOARD, name), shallow=False), \
+        assert filecmp.cmp(board / name, os.path.join(BOARD, name), shallow=False), (
             f'projects/leaderboard/{name} is stale'
+        )
 
 
-@pytest.mark.parametrize('paper,row,folder', list(_rows_with_artifacts()),
-                         ids=lambda v: v if isinstance(v, str) and '/' not in v else None)
+@pytest.mark.parametrize(
+    'paper,row,folder', list(_rows_with_artifacts()), ids=lambda v: v if isinstance(v, str) and '/' not in v else None
+)
 def test_each_rows_artifacts_are_complete_consistent_and_portable(paper, row, folder):
     published = evidence.read_report(folder).get('kind') == PUBLISHED_KIND
     for name in PUBLISHED_ROW_FILES if published else evidence.ROW_FILES:
@@ -106,7 +110,7 @@ def test_every_row_has_a_plan_of_its_own():
             trains = [s for s in plan.steps if s.argv[0] == 'train_model']
             for step in trains:
                 model = step.argv[step.argv.index('-mf') + 1]
-                assert model not in models, f'{paper}/{entry} trains into {models.get(model)}\'s model file'
+                assert model not in models, f"{paper}/{entry} trains into {models.get(model)}'s model file"
                 models[model] = f'{paper}/{entry}'
             for need in plan.needs:
                 need_paper, _, need_entry = need.rpartition('/')
@@ -115,8 +119,18 @@ def test_every_row_has_a_plan_of_its_own():
 
 def test_reproduce_dry_run_prints_the_plan_needs_first(run_parlai):
     """EmoPrepend-1 reads the situation classifier's predictions: that row's plan is printed first."""
-    done = run_parlai('empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows',
-                      'bert_emoprepend1', '--projects-dir', PROJECTS, '--runs-dir', 'r', '--dry-run')
+    done = run_parlai(
+        'empathy_reproduce',
+        '--project',
+        'rashkin2019_empatheticdialogues',
+        '--rows',
+        'bert_emoprepend1',
+        '--projects-dir',
+        PROJECTS,
+        '--runs-dir',
+        'r',
+        '--dry-run',
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
     assert 'empathy_ed_emotion' in lines[0] and '-m empathy/emotion_classifier' in lines[0]
     assert any('-m empathy/bert_ranker' in line for line in lines[2:])
@@ -124,8 +138,18 @@ def test_reproduce_dry_run_prints_the_plan_needs_first(run_parlai):
 
 def test_ethreeds_plan_is_the_plain_command(run_parlai):
     """Its listener labels ship with the package: the row needs no other row first."""
-    done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--rows', 'ethreed', '--projects-dir',
-                      PROJECTS, '--runs-dir', 'r', '--dry-run')
+    done = run_parlai(
+        'empathy_reproduce',
+        '--project',
+        'li_ethreed',
+        '--rows',
+        'ethreed',
+        '--projects-dir',
+        PROJECTS,
+        '--runs-dir',
+        'r',
+        '--dry-run',
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith('parlai ')]
     assert len(lines) == 2 and lines[0].startswith('parlai train_model -t empathy_ed_clean -m empathy/ethreed -mf ')
     assert lines[0].endswith('/r/li_ethreed/ethreed/model --save-every-n-secs 600')
@@ -133,8 +157,12 @@ def test_ethreeds_plan_is_the_plain_command(run_parlai):
 
 
 def _block_logs(path, n_candidates, ranked):
-    teacher = {'conv_id': 'conv:1', 'turn': 2, 'eval_labels': ['gold'],
-               'label_candidates': ['gold'] + [f'c{i}' for i in range(n_candidates - 1)]}
+    teacher = {
+        'conv_id': 'conv:1',
+        'turn': 2,
+        'eval_labels': ['gold'],
+        'label_candidates': ['gold'] + [f'c{i}' for i in range(n_candidates - 1)],
+    }
     with open(path, 'w') as f:
         f.write(json.dumps({'dialog': [[teacher, {'text': 'x', 'text_candidates': ranked}]]}) + '\n')
 
@@ -154,8 +182,20 @@ def test_p100_hits_refuses_short_blocks_and_missing_rankings_and_counts_duplicat
 
 
 def test_a_model_that_ranks_nothing_stops_the_p100_evaluation(run_parlai):
-    done = run_parlai('eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test',
-                      '--ed-candidates', 'rashkin100', '-m', 'repeat_label', check=False)
+    done = run_parlai(
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-dt',
+        'test',
+        '--ed-candidates',
+        'rashkin100',
+        '-m',
+        'repeat_label',
+        check=False,
+    )
     assert done.returncode != 0
     assert 'P@1,100: the model returned no ranked candidates for empathy_ed_clean test example conv' in done.stderr
 
@@ -170,8 +210,10 @@ def test_outputs_and_json_are_written_reproducibly(tmp_path):
     with gzip.open(first, 'rt') as f:
         assert json.loads(f.readline())['id'] == 'a/1'
     places = {'/home/me/runs': '{runs}', '/home/me': '~'}
-    assert evidence.portable('parlai eval_model -mf /home/me/runs/x/model --y /home/me/z', places) == \
-        'parlai eval_model -mf {runs}/x/model --y ~/z'
+    assert (
+        evidence.portable('parlai eval_model -mf /home/me/runs/x/model --y /home/me/z', places)
+        == 'parlai eval_model -mf {runs}/x/model --y ~/z'
+    )
     portable = evidence.portable_opt({'starttime': 'now', 'model_file': '/home/me/runs/m'}, places)
     assert portable == {'model_file': '{runs}/m'}
 
@@ -183,8 +225,10 @@ def test_bootstrap_intervals_hold_the_figure_and_are_seeded(ed_dir):
 
     with open(os.path.join(ed_dir, 'test.csv')) as f:
         utterances = [row[5].replace('_comma_', ',') for row in csv.reader(f)][1:401]
-    rows = [{'id': str(i), 'gold': utterances[i], 'reply': utterances[(i + 1) % 400], 'emo_acc': i % 3 == 0}
-            for i in range(400)]
+    rows = [
+        {'id': str(i), 'gold': utterances[i], 'reply': utterances[(i + 1) % 400], 'emo_acc': i % 3 == 0}
+        for i in range(400)
+    ]
     figures = evidence.recompute(rows)
     first = bootstrap.intervals(rows, resamples=200)
     assert first == bootstrap.intervals(rows, resamples=200)  # seeded
@@ -197,9 +241,13 @@ def test_bootstrap_intervals_hold_the_figure_and_are_seeded(ed_dir):
 def test_learning_curve_and_time_to_target():
     from parlai_empathy.evidence import learning_curve
 
-    stats = {'valid_reports': [{'train_time': 600, 'total_train_updates': 1000, 'total_epochs': 0.4, 'ppl': 80.0},
-                               {'train_time': 1800, 'total_train_updates': 3000, 'total_epochs': 1.2, 'ppl': 36.0},
-                               {'train_time': 2400, 'total_train_updates': 4000, 'total_epochs': 1.6, 'ppl': 35.0}]}
+    stats = {
+        'valid_reports': [
+            {'train_time': 600, 'total_train_updates': 1000, 'total_epochs': 0.4, 'ppl': 80.0},
+            {'train_time': 1800, 'total_train_updates': 3000, 'total_epochs': 1.2, 'ppl': 36.0},
+            {'train_time': 2400, 'total_train_updates': 4000, 'total_epochs': 1.6, 'ppl': 35.0},
+        ]
+    }
     rows = learning_curve.curve(stats)
     assert [r['minutes'] for r in rows] == [10.0, 30.0, 40.0]
     assert learning_curve.time_to_target(rows, 'ppl', 37.5)['updates'] == 3000
@@ -233,8 +281,12 @@ def test_code_version_is_dirty_for_code_changes_not_for_evidence(tmp_path, monke
     from parlai_empathy.evidence.artifacts import code_version
 
     monkeypatch.delenv('PARLAI_EMPATHY_COMMIT', raising=False)
-    files = {'parlai_empathy/x.py': 'A = 1\n', 'projects/p/runs/r/report.json': '{}\n',
-             'projects/p/README.md': '| row |\n', 'projects/p/table.json': '{}\n'}
+    files = {
+        'parlai_empathy/x.py': 'A = 1\n',
+        'projects/p/runs/r/report.json': '{}\n',
+        'projects/p/README.md': '| row |\n',
+        'projects/p/table.json': '{}\n',
+    }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)

@@ -6,6 +6,7 @@ Hostile inputs here are fresh ones: FIFOs and devices in place of files, deep an
 inflating checkpoints and archives, NUL bytes, broken literals. A hang would show as the guard
 thread (or the subprocess timeout) expiring, never as a time measured.
 """
+
 import io
 import json
 import os
@@ -85,12 +86,18 @@ def test_a_fifo_a_device_a_folder_and_a_link_to_a_device_are_refused_at_once(tmp
     fifo = tmp_path / 'model.opt'
     os.mkfifo(fifo)
     (tmp_path / 'zero').symlink_to('/dev/zero')
-    cases = {fifo: 'a FIFO, not a regular file', '/dev/zero': 'a character device',
-             tmp_path / 'zero': 'a character device', tmp_path: 'a folder'}
+    cases = {
+        fifo: 'a FIFO, not a regular file',
+        '/dev/zero': 'a character device',
+        tmp_path / 'zero': 'a character device',
+        tmp_path: 'a folder',
+    }
     for path, words in cases.items():
-        for reader in (lambda p: bounded.read_bytes(p, 'an options file', 'opt_bytes'),
-                       lambda p: list(bounded.iter_lines(p, 'TSV')),
-                       lambda p: bounded.check_file(p, 'a dictionary', 'dict_bytes')):
+        for reader in (
+            lambda p: bounded.read_bytes(p, 'an options file', 'opt_bytes'),
+            lambda p: list(bounded.iter_lines(p, 'TSV')),
+            lambda p: bounded.check_file(p, 'a dictionary', 'dict_bytes'),
+        ):
             message = refused(reader, path)
             assert message.startswith(f'{path}: ') and words in message, message
 
@@ -100,8 +107,9 @@ def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch)
     with open(sparse, 'wb') as f:  # 20 GiB that take no disk: only the size is looked at
         f.truncate(20 << 30)
     message = refused(bounded.read_bytes, sparse, 'a dictionary', 'dict_bytes')
-    assert message.startswith(f'{sparse}: 21,474,836,480 bytes, over the cap of 268,435,456 '
-                              '(PARLAI_EMPATHY_CAP_DICT_BYTES)'), message
+    assert message.startswith(
+        f'{sparse}: 21,474,836,480 bytes, over the cap of 268,435,456 (PARLAI_EMPATHY_CAP_DICT_BYTES)'
+    ), message
     monkeypatch.setenv('PARLAI_EMPATHY_CAP_LINE_BYTES', '100')
     long_line = tmp_path / 'long.tsv'
     long_line.write_bytes(b'ok\n' + b'x' * 500 + b'\n')
@@ -110,35 +118,40 @@ def test_a_file_over_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch)
 
 
 # ----- JSON ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize('text, words', [
-    ('[' * 200_000 + ']' * 200_000, 'line 1: nested deeper than the cap of 64'),
-    ('{"a":\n' * 70 + '1' + '}' * 70, 'line 65: nested deeper than the cap of 64'),
-    ('{"n": ' + '7' * 5000 + '}', 'an integer of 5,000 digits, over the cap of 40'),
-    ('{"score": NaN}', 'NaN is not a number a figure may have'),
-    ('{"score": -Infinity}', '-Infinity is not a number a figure may have'),
-    ('{"score": 1e999}', 'the number 1e999 overflows to infinity'),
-    ('{"text": "' + 'x' * 200_000 + '"}', "field 'text': a string of 200,000 characters, over the cap of 100,000"),
-    ('{"a": 1,}', 'not valid JSON for a JSON file (Expecting property name enclosed in double quotes at column 9)'),
-])
+@pytest.mark.parametrize(
+    'text, words',
+    [
+        ('[' * 200_000 + ']' * 200_000, 'line 1: nested deeper than the cap of 64'),
+        ('{"a":\n' * 70 + '1' + '}' * 70, 'line 65: nested deeper than the cap of 64'),
+        ('{"n": ' + '7' * 5000 + '}', 'an integer of 5,000 digits, over the cap of 40'),
+        ('{"score": NaN}', 'NaN is not a number a figure may have'),
+        ('{"score": -Infinity}', '-Infinity is not a number a figure may have'),
+        ('{"score": 1e999}', 'the number 1e999 overflows to infinity'),
+        ('{"text": "' + 'x' * 200_000 + '"}', "field 'text': a string of 200,000 characters, over the cap of 100,000"),
+        ('{"a": 1,}', 'not valid JSON for a JSON file (Expecting property name enclosed in double quotes at column 9)'),
+    ],
+)
 def test_hostile_json_is_refused_naming_file_and_line(text, words):
     message = refused(bounded.loads_json, text, 'log.jsonl', None)
     assert message.startswith('log.jsonl') and words in message, message
 
 
 def test_json_within_the_caps_reads_as_json():
-    assert bounded.loads_json('{"a": [1, 2.5, "x", null, {"b": true}]}', 'f') == \
-        {'a': [1, 2.5, 'x', None, {'b': True}]}
+    assert bounded.loads_json('{"a": [1, 2.5, "x", null, {"b": true}]}', 'f') == {'a': [1, 2.5, 'x', None, {'b': True}]}
     assert bounded.loads_json('null', 'f') is None
 
 
 # ----- archives and checkpoints --------------------------------------------------------------------
-@pytest.mark.parametrize('members, words', [
-    ([('model\0.opt', 10)], "field 'member name': 'model\\x00.opt' holds a NUL byte"),
-    ([(f'f{i}', 1) for i in range(10_001)], 'over the cap of 10,000 (PARLAI_EMPATHY_CAP_ARCHIVE_MEMBERS) members'),
-    ([('a/' * 20 + 'x', 1)], 'is nested 21 folders deep, over the cap of 16'),
-    ([('model', 6 << 30), ('model.dict', 3 << 30)], 'unpacks to over the cap of 8,589,934,592'),
-    ([('model', 1 << 50)], 'unpacks to over the cap'),
-])
+@pytest.mark.parametrize(
+    'members, words',
+    [
+        ([('model\0.opt', 10)], "field 'member name': 'model\\x00.opt' holds a NUL byte"),
+        ([(f'f{i}', 1) for i in range(10_001)], 'over the cap of 10,000 (PARLAI_EMPATHY_CAP_ARCHIVE_MEMBERS) members'),
+        ([('a/' * 20 + 'x', 1)], 'is nested 21 folders deep, over the cap of 16'),
+        ([('model', 6 << 30), ('model.dict', 3 << 30)], 'unpacks to over the cap of 8,589,934,592'),
+        ([('model', 1 << 50)], 'unpacks to over the cap'),
+    ],
+)
 def test_archive_members_are_checked_before_unpacking(tmp_path, monkeypatch, members, words):
     monkeypatch.setenv('PARLAI_EMPATHY_CAP_ARCHIVE_RATIO', str(1 << 40))  # the size caps alone
     message = refused(bounded.check_archive, 'model.tar.gz', members, str(tmp_path))
@@ -280,17 +293,26 @@ def _episode(teacher=None, model=None):
     return json.dumps({'dialog': [[turn, {'text': 'hey', **(model or {})}]]})
 
 
-@pytest.mark.parametrize('line, words', [
-    (_episode(model={'emotion_scores': {'sad': float('nan')}}),
-     'line 1: NaN is not a number a figure may have'),
-    (_episode(teacher={'context_utterances': 'not a list'}),
-     "line 1, field 'context_utterances': expected a list of strings, got str"),
-    (_episode(model={'metrics': {'ppl': 'high'}}), "line 1, field 'metrics.ppl': not a number"),
-    (_episode(model={'emotion_scores': {'sad': 'very'}}), "line 1, field 'emotion_scores': expected label -> number"),
-    ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
-    (_episode(model={'n': 7}).replace('"n": 7', '"n": ' + '7' * 5000),
-     'line 1: an integer of 5,000 digits, over the cap of 40'),
-])
+@pytest.mark.parametrize(
+    'line, words',
+    [
+        (_episode(model={'emotion_scores': {'sad': float('nan')}}), 'line 1: NaN is not a number a figure may have'),
+        (
+            _episode(teacher={'context_utterances': 'not a list'}),
+            "line 1, field 'context_utterances': expected a list of strings, got str",
+        ),
+        (_episode(model={'metrics': {'ppl': 'high'}}), "line 1, field 'metrics.ppl': not a number"),
+        (
+            _episode(model={'emotion_scores': {'sad': 'very'}}),
+            "line 1, field 'emotion_scores': expected label -> number",
+        ),
+        ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
+        (
+            _episode(model={'n': 7}).replace('"n": 7', '"n": ' + '7' * 5000),
+            'line 1: an integer of 5,000 digits, over the cap of 40',
+        ),
+    ],
+)
 def test_world_log_values_that_are_not_what_they_should_be_are_refused(tmp_path, line, words):
     from parlai_empathy.metrics.saved_outputs import read_outputs
 
@@ -300,12 +322,18 @@ def test_world_log_values_that_are_not_what_they_should_be_are_refused(tmp_path,
     assert message.startswith(f'{path}, ') and words in message, message
 
 
-@pytest.mark.parametrize('content, words', [
-    ('ctx\tgold\tréponse\n'.encode('latin-1'), "line 1: not UTF-8: byte 0xe9 at column 11"),
-    (b'ctx\tgo\0ld\treply\n', 'line 1: NUL byte at column 7'),
-    (b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n', 'line 1: no line break within the cap of 1,048,576'),
-    (b'ctx\tgold\t' + b'x' * 200_000 + b'\n', "line 1, field 'response': 200,000 characters, over the cap of 100,000"),
-])
+@pytest.mark.parametrize(
+    'content, words',
+    [
+        ('ctx\tgold\tréponse\n'.encode('latin-1'), 'line 1: not UTF-8: byte 0xe9 at column 11'),
+        (b'ctx\tgo\0ld\treply\n', 'line 1: NUL byte at column 7'),
+        (b'ctx\tgold\t' + b'x' * (10 << 20) + b'\n', 'line 1: no line break within the cap of 1,048,576'),
+        (
+            b'ctx\tgold\t' + b'x' * 200_000 + b'\n',
+            "line 1, field 'response': 200,000 characters, over the cap of 100,000",
+        ),
+    ],
+)
 def test_tsv_outputs_that_are_not_text_or_too_large_are_refused_naming_the_line(tmp_path, content, words):
     from parlai_empathy.metrics.saved_outputs import read_outputs
 
@@ -321,8 +349,10 @@ def test_a_released_context_list_is_read_token_by_token_within_its_cap(tmp_path)
     assert _context_list("['I lost it.', \"It's gone\"]", 'f', 3, 'context') == ('I lost it.', "It's gone")
     huge = '[' + ', '.join(["'a'"] * 1_500_000) + ']'  # 6 MB: literal_eval would build ~2 GB of syntax tree
     message = refused(_context_list, huge, 'out.txt', 7, 'context')
-    assert message.startswith(f"out.txt, line 7, field 'context': {len(huge):,} characters, over the cap of "
-                              '1,048,576 (PARLAI_EMPATHY_CAP_LITERAL_CHARS)'), message
+    assert message.startswith(
+        f"out.txt, line 7, field 'context': {len(huge):,} characters, over the cap of "
+        '1,048,576 (PARLAI_EMPATHY_CAP_LITERAL_CHARS)'
+    ), message
     for bad in ("['a', __import__('os')]", "['a'] + ['b']", "[['a']]", "['a',,]", "f'{x}'", "['a'"):
         assert 'not a non-empty list of strings' in refused(_context_list, bad, 'f', 1, 'c'), bad
 
@@ -330,8 +360,15 @@ def test_a_released_context_list_is_read_token_by_token_within_its_cap(tmp_path)
 # ----- through the commands a user types ------------------------------------------------------------
 def parlai(*args, cwd, env=None, input=None):
     full_env = dict(os.environ, HF_HUB_OFFLINE='1', **(env or {}))
-    return subprocess.run([os.path.join(VENV_BIN, 'parlai'), *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=300, input=input)
+    return subprocess.run(
+        [os.path.join(VENV_BIN, 'parlai'), *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        input=input,
+    )
 
 
 def one_line_exit(done):
@@ -345,8 +382,10 @@ def test_parlai_interactive_on_a_fifo_opt_ends_at_once_with_one_line(tmp_path):
     (tmp_path / 'model').write_bytes(b'')
     for command in ('interactive', 'empathy_chat'):
         done = parlai(command, '-mf', tmp_path / 'model', cwd=tmp_path, input='')
-        assert one_line_exit(done) == f'{tmp_path}/model.opt: a FIFO, not a regular file; an options file must be ' \
-                                      'a plain file', command
+        assert (
+            one_line_exit(done) == f'{tmp_path}/model.opt: a FIFO, not a regular file; an options file must be '
+            'a plain file'
+        ), command
 
 
 def test_an_over_limit_opt_naming_a_module_never_imports_it(tmp_path):
@@ -358,8 +397,9 @@ def test_an_over_limit_opt_naming_a_module_never_imports_it(tmp_path):
     (tmp_path / 'model').write_bytes(b'')
     for command in ('interactive', 'empathy_chat', 'eval_model'):
         extra = ['-t', 'empathy_ed_clean'] if command == 'eval_model' else []
-        done = parlai(command, '-mf', tmp_path / 'model', *extra, cwd=tmp_path, input='',
-                      env={'PYTHONPATH': str(modules)})
+        done = parlai(
+            command, '-mf', tmp_path / 'model', *extra, cwd=tmp_path, input='', env={'PYTHONPATH': str(modules)}
+        )
         line = one_line_exit(done)
         assert line.startswith(f'{tmp_path}/model.opt: 5,242,9') and 'over the cap of 4,194,304' in line, line
         assert not marker.exists(), f'{command} imported the module the file names'
@@ -368,14 +408,19 @@ def test_an_over_limit_opt_naming_a_module_never_imports_it(tmp_path):
 def test_empathy_score_on_a_200000_deep_world_log_ends_with_one_line(tmp_path):
     (tmp_path / 'deep.jsonl').write_text('[' * 200_000 + ']' * 200_000 + '\n')
     done = parlai('empathy_score', '-o', tmp_path / 'deep.jsonl', '--bertscore-model', 'none', cwd=tmp_path)
-    assert one_line_exit(done) == f'empathy_score: {tmp_path}/deep.jsonl, line 1: nested deeper than the cap of 64 ' \
-                                  '(PARLAI_EMPATHY_CAP_JSON_DEPTH) levels (at column 65), for a world-log line'
+    assert (
+        one_line_exit(done) == f'empathy_score: {tmp_path}/deep.jsonl, line 1: nested deeper than the cap of 64 '
+        '(PARLAI_EMPATHY_CAP_JSON_DEPTH) levels (at column 65), for a world-log line'
+    )
 
 
-@pytest.mark.parametrize('line, words', [
-    ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
-    ('{"dialog": [], "n": ' + '7' * 5000 + '}', 'line 1: an integer of 5,000 digits'),
-])
+@pytest.mark.parametrize(
+    'line, words',
+    [
+        ('{"dialog": ' + '[' * 200_000 + ']' * 200_000 + '}', 'line 1: nested deeper than the cap of 64'),
+        ('{"dialog": [], "n": ' + '7' * 5000 + '}', 'line 1: an integer of 5,000 digits'),
+    ],
+)
 def test_humaneval_inputs_refuse_deep_and_huge_json_with_file_and_line(tmp_path, line, words):
     from parlai_empathy.humaneval.inputs import InputError, read_pairings, read_world_log
 
@@ -384,8 +429,9 @@ def test_humaneval_inputs_refuse_deep_and_huge_json_with_file_and_line(tmp_path,
     for reader in (read_world_log, read_pairings):
         box = finishes(reader, str(path))
         assert isinstance(box.get('error'), InputError), box
-        assert str(box['error']).startswith(f'{path}:1: ') and words[len('line 1: '):] in str(box['error']), \
-            str(box['error'])
+        assert str(box['error']).startswith(f'{path}:1: ') and words[len('line 1: ') :] in str(box['error']), str(
+            box['error']
+        )
 
 
 # ----- readers of our own artifacts, handed over by a user: outputs, table.json, caches, packages ------
@@ -427,8 +473,12 @@ def _hostile_files(tmp_path, name):
     return made
 
 
-HOSTILE_WORDS = {'fifo': ': a FIFO, not a regular file', 'zero': ': a character device, not a regular file',
-                 'deep': ', line 1: nested deeper than the cap of 64', 'nul': ', line 1: NUL byte at column 10'}
+HOSTILE_WORDS = {
+    'fifo': ': a FIFO, not a regular file',
+    'zero': ': a character device, not a regular file',
+    'deep': ', line 1: nested deeper than the cap of 64',
+    'nul': ', line 1: NUL byte at column 10',
+}
 
 
 def _check_refusals(made, reader, error_type, words=HOSTILE_WORDS, skip=()):
@@ -470,8 +520,9 @@ def test_a_table_json_or_meta_json_is_read_within_the_caps(tmp_path):
     words = dict(HOSTILE_WORDS, bomb=': 2,1')  # not gzip: 2 MB of packed bytes are no JSON
     words['nul'] = ': NUL byte at column 10'
     words['deep'] = ', line 1: nested deeper than the cap of 64'
-    _check_refusals(made, lambda p: read_json(p, reproduce.ReproduceSpecError), reproduce.ReproduceSpecError,
-                    words, skip=('bomb',))
+    _check_refusals(
+        made, lambda p: read_json(p, reproduce.ReproduceSpecError), reproduce.ReproduceSpecError, words, skip=('bomb',)
+    )
 
 
 def test_a_tag_cache_and_listener_labels_are_read_within_the_caps(tmp_path):

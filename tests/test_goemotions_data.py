@@ -1,5 +1,6 @@
 """GoEmotions reader, groupings, official-download conventions and the empathy_goemotions teacher,
 on the real release in ../shared/data/goemotions."""
+
 import os
 import shutil
 
@@ -177,16 +178,19 @@ def _small_release(goemotions_dir, folder):
     return str(folder)
 
 
-@pytest.mark.parametrize('file_name, content, words', [
-    ('emotions.txt', b'', 'emotions.txt: no examples (no emotion names: empty file)'),
-    ('emotions.txt', b'joy\nsad\njoy\n', "emotions.txt, line 3, field 'name': 'joy' is already on line 1"),
-    ('emotions.txt', b'joy\nsad\nbl\xffe\n', "emotions.txt, line 3: not UTF-8: byte 0xff at column 3"),
-    ('emotions.txt', GARBAGE, 'emotions.txt, line 1: not UTF-8'),
-    ('ekman_mapping.json', b'', 'ekman_mapping.json: no examples (empty file)'),
-    ('ekman_mapping.json', b'{"joy": [\n"joy",\n"gl\xffee"]}', 'ekman_mapping.json, line 3: not UTF-8: byte 0xff'),
-    ('ekman_mapping.json', b'{"joy": [\n"joy",\n', "ekman_mapping.json, line 3, field 'json': Expecting value"),
-    ('sentiment_dict.json', b'["joy", "sadness"]', "sentiment_dict.json, line 1, field 'json': expected an object"),
-])
+@pytest.mark.parametrize(
+    'file_name, content, words',
+    [
+        ('emotions.txt', b'', 'emotions.txt: no examples (no emotion names: empty file)'),
+        ('emotions.txt', b'joy\nsad\njoy\n', "emotions.txt, line 3, field 'name': 'joy' is already on line 1"),
+        ('emotions.txt', b'joy\nsad\nbl\xffe\n', 'emotions.txt, line 3: not UTF-8: byte 0xff at column 3'),
+        ('emotions.txt', GARBAGE, 'emotions.txt, line 1: not UTF-8'),
+        ('ekman_mapping.json', b'', 'ekman_mapping.json: no examples (empty file)'),
+        ('ekman_mapping.json', b'{"joy": [\n"joy",\n"gl\xffee"]}', 'ekman_mapping.json, line 3: not UTF-8: byte 0xff'),
+        ('ekman_mapping.json', b'{"joy": [\n"joy",\n', "ekman_mapping.json, line 3, field 'json': Expecting value"),
+        ('sentiment_dict.json', b'["joy", "sadness"]', "sentiment_dict.json, line 1, field 'json': expected an object"),
+    ],
+)
 def test_hostile_taxonomy_files_name_file_and_line(goemotions_dir, tmp_path, file_name, content, words):
     folder = _small_release(goemotions_dir, tmp_path / 'ge')
     with open(os.path.join(folder, file_name), 'wb') as f:
@@ -196,20 +200,37 @@ def test_hostile_taxonomy_files_name_file_and_line(goemotions_dir, tmp_path, fil
     assert str(err.value).startswith(folder) and words in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize('case, expected', [
-    ('empty', '{dev}: no examples (empty file)'),
-    ('not UTF-8 at line 3', "{dev}, line 3, field 'comment_id': not UTF-8: byte 0xe9 at column 8 (invalid continuation "
-                            "byte); the file must be UTF-8 text"),
-    ('missing split', "GoEmotions file missing: {dev}"),
-])
+@pytest.mark.parametrize(
+    'case, expected',
+    [
+        ('empty', '{dev}: no examples (empty file)'),
+        (
+            'not UTF-8 at line 3',
+            "{dev}, line 3, field 'comment_id': not UTF-8: byte 0xe9 at column 8 (invalid continuation "
+            'byte); the file must be UTF-8 text',
+        ),
+        ('missing split', 'GoEmotions file missing: {dev}'),
+    ],
+)
 def test_parlai_display_data_ends_with_the_file_error_alone(run_parlai, goemotions_dir, tmp_path, case, expected):
     """What a user types and sees: the one message naming the file, no traceback, exit status 1."""
     folder = _small_release(goemotions_dir, tmp_path / 'ge')
     if case != 'missing split':
         with open(os.path.join(folder, 'dev.tsv'), 'wb') as f:
             f.write(HOSTILE_SPLITS[case][0])
-    done = run_parlai('display_data', '-t', 'empathy_goemotions', '-dt', 'valid', '--goemotions-datapath', folder,
-                      '--datapath', tmp_path / 'dp', check=False, timeout=300)
+    done = run_parlai(
+        'display_data',
+        '-t',
+        'empathy_goemotions',
+        '-dt',
+        'valid',
+        '--goemotions-datapath',
+        folder,
+        '--datapath',
+        tmp_path / 'dp',
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'Traceback' not in done.stdout + done.stderr
     assert done.stderr.strip() == expected.format(dev=os.path.join(folder, 'dev.tsv'))

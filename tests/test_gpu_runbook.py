@@ -2,6 +2,7 @@
 hand: the environment overrides it relies on, the GloVe cut, the gpu plans, and
 ``tools/gpu/run.sh cpu-tiny`` end to end from a freshly built bundle, in an environment that holds
 only the packages of the GPU machine's image (plus what the bundle brings)."""
+
 import glob
 import importlib.metadata
 import json
@@ -25,8 +26,13 @@ import runbook
 
 # one row of each agent and task, and through their needs both classifiers and the GoEmotions
 # tagger with its thresholds, ED tags and patterns
-TINY_ROWS = ['rashkin2019_empatheticdialogues/bert_zero_shot', 'rashkin2019_empatheticdialogues/bert_emoprepend1',
-             'metz2020_emotion_patterns/bert_p87', 'majumder2020_mime/mime', 'li_ethreed/ethreed']
+TINY_ROWS = [
+    'rashkin2019_empatheticdialogues/bert_zero_shot',
+    'rashkin2019_empatheticdialogues/bert_emoprepend1',
+    'metz2020_emotion_patterns/bert_p87',
+    'majumder2020_mime/mime',
+    'li_ethreed/ethreed',
+]
 
 
 def test_minilm_dir_follows_the_environment(tmp_path, monkeypatch):
@@ -103,8 +109,11 @@ def test_profiles_add_their_options_last():
     assert runbook.with_profile(train, runbook.PROFILES['full']) == train
     tiny = runbook.with_profile(train, runbook.PROFILES['cpu-tiny'])
     assert tiny[:5] == train and '--latent-size' in tiny and tiny[tiny.index('--max-train-steps') + 1] == '2'
-    assert (runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke'])
-            == ['empathy_tag_ed', '-mf', 'm'])
+    assert runbook.with_profile(['empathy_tag_ed', '-mf', 'm'], runbook.PROFILES['smoke']) == [
+        'empathy_tag_ed',
+        '-mf',
+        'm',
+    ]
 
 
 def test_session_train_args_go_to_the_named_rows_only(tmp_path):
@@ -113,8 +122,14 @@ def test_session_train_args_go_to_the_named_rows_only(tmp_path):
     projects = os.path.join(REPO, 'projects')
     emoprepend = 'rashkin2019_empatheticdialogues/bert_emoprepend1'
     situation = 'rashkin2019_empatheticdialogues/ed32_situation'
-    rows = runbook.select_rows(projects, str(tmp_path), [emoprepend], 'full', runbook.PROFILES['full'],
-                               {emoprepend: ['--max-train-time', '200']})
+    rows = runbook.select_rows(
+        projects,
+        str(tmp_path),
+        [emoprepend],
+        'full',
+        runbook.PROFILES['full'],
+        {emoprepend: ['--max-train-time', '200']},
+    )
     assert set(rows) == {emoprepend, situation}
     train = {key: next(s.argv for s in row.plan.steps if s.argv[0] == 'train_model') for key, row in rows.items()}
     assert train[emoprepend][-2:] == ['--max-train-time', '200'] and rows[emoprepend].plan.profile == 'gpu+full'
@@ -126,8 +141,14 @@ def test_session_train_args_go_to_the_named_rows_only(tmp_path):
 def test_ethreed_needs_no_classifier_row_on_the_gpu(tmp_path):
     """ETHREED's listener labels ship with the package (--listener-emotions ed32-utterance, its
     default): its rows start at once, without the utterance classifier's hours."""
-    rows = runbook.select_rows(os.path.join(REPO, 'projects'), str(tmp_path), ['li_ethreed/ethreed'], 'full',
-                               runbook.PROFILES['full'], {'li_ethreed/ethreed': ['--max-train-time', '200']})
+    rows = runbook.select_rows(
+        os.path.join(REPO, 'projects'),
+        str(tmp_path),
+        ['li_ethreed/ethreed'],
+        'full',
+        runbook.PROFILES['full'],
+        {'li_ethreed/ethreed': ['--max-train-time', '200']},
+    )
     assert set(rows) == {'li_ethreed/ethreed'}
     ethreed = next(s.argv for s in rows['li_ethreed/ethreed'].plan.steps if s.argv[0] == 'train_model')
     assert ethreed[-2:] == ['--max-train-time', '200'] and '--listener-emotions' not in ethreed
@@ -173,14 +194,17 @@ def test_a_model_travels_in_float16_pieces_and_comes_back_float32(tmp_path):
     there = tmp_path / 'there'
     there.mkdir()
     for folder in sorted((tmp_path / 'pieces').iterdir()):
-        assert sum(f.stat().st_size for f in folder.iterdir()) <= 16 * 2 ** 20 + 2 ** 20
+        assert sum(f.stat().st_size for f in folder.iterdir()) <= 16 * 2**20 + 2**20
         for f in folder.iterdir():
             shutil.copy(f, there / f.name)
     back = load_file(os.path.join(mpnet_pieces.join(str(there), str(tmp_path / 'model')), 'model.safetensors'))
     original = load_file(os.path.join(minilm_dir(), 'model.safetensors'))
     assert back.keys() == original.keys()
-    assert all(back[k].dtype == original[k].dtype and torch.equal(back[k], original[k].half().to(original[k].dtype))
-               for k in original if original[k].is_floating_point())
+    assert all(
+        back[k].dtype == original[k].dtype and torch.equal(back[k], original[k].half().to(original[k].dtype))
+        for k in original
+        if original[k].is_floating_point()
+    )
     assert (tmp_path / 'model' / 'vocab.txt').is_file()
     env = runbook.prepare_mpnet(str(there), str(tmp_path / 'scratch'))  # what run.sh's GPU_MPNET_PIECES does
     assert os.path.isfile(os.path.join(env['PARLAI_EMPATHY_MPNET_DIR'], 'model.safetensors'))
@@ -230,17 +254,21 @@ def image_like_python(root) -> str:
                 os.symlink(os.path.join(site, top), os.path.join(view, top))
     python = os.path.join(root, 'image')
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', python], check=True)
-    purelib = subprocess.run([os.path.join(python, 'bin', 'python'), '-c',
-                              'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [os.path.join(python, 'bin', 'python'), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     with open(os.path.join(purelib, '_image_view.pth'), 'w') as f:
         f.write(f'import site; site.addsitedir({view!r})\n')
     return os.path.join(python, 'bin', 'python')
 
 
 def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
-    if (not os.path.isdir(os.path.join(SHARED_DATA, 'empatheticdialogues'))
-            and not os.environ.get('PARLAI_EMPATHY_ED_DIR')):
+    if not os.path.isdir(os.path.join(SHARED_DATA, 'empatheticdialogues')) and not os.environ.get(
+        'PARLAI_EMPATHY_ED_DIR'
+    ):
         pytest.fail(f'test data not found: set PARLAI_EMPATHY_ED_DIR or put the shared data at {SHARED_DATA}')
     try:
         bundle.build(str(tmp_path / 'bundle'))
@@ -255,38 +283,71 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
     assert {'parlai', 'parlai_empathy', 'nltk', 'iopath', 'bert_score'} <= wheels
 
     out = tmp_path / 'out'
-    env = dict(os.environ, OUT=str(out), GPU_BUNDLE=str(tmp_path / 'bundle'), GPU_SCRATCH=str(tmp_path / 'scratch'),
-               GPU_PYTHON=image_like_python(str(tmp_path)), GPU_ROWS=','.join(TINY_ROWS),
-               GPU_WEIGHTS='li_ethreed/ethreed')
-    for name in ('PARLAI_EMPATHY_ED_DIR', 'PARLAI_EMPATHY_GOEMOTIONS_DIR', 'PARLAI_EMPATHY_MINILM_DIR',
-                 'PARLAI_EMPATHY_GLOVE_DIR', 'PARLAI_DATAPATH'):
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        GPU_BUNDLE=str(tmp_path / 'bundle'),
+        GPU_SCRATCH=str(tmp_path / 'scratch'),
+        GPU_PYTHON=image_like_python(str(tmp_path)),
+        GPU_ROWS=','.join(TINY_ROWS),
+        GPU_WEIGHTS='li_ethreed/ethreed',
+    )
+    for name in (
+        'PARLAI_EMPATHY_ED_DIR',
+        'PARLAI_EMPATHY_GOEMOTIONS_DIR',
+        'PARLAI_EMPATHY_MINILM_DIR',
+        'PARLAI_EMPATHY_GLOVE_DIR',
+        'PARLAI_DATAPATH',
+    ):
         env.pop(name, None)
-    done = subprocess.run([os.path.join(REPO, 'tools', 'gpu', 'run.sh'), 'cpu-tiny'], env=env, capture_output=True,
-                          text=True, timeout=3600)
+    done = subprocess.run(
+        [os.path.join(REPO, 'tools', 'gpu', 'run.sh'), 'cpu-tiny'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-4000:]
 
     # what comes back: at most 8 files, each <= 16 MiB, 64 MiB in all
     assert runbook.check_out(str(out)) == []
     files = sorted(os.listdir(out))
-    assert files == sorted(['driver.log', 'summary.json', 'leaderboard.tar.gz', 'li_ethreed.tar.gz',
-                            'majumder2020_mime.tar.gz', 'metz2020_emotion_patterns.tar.gz',
-                            'rashkin2019_empatheticdialogues.tar.gz', 'li_ethreed.ethreed.model.00'])
+    assert files == sorted(
+        [
+            'driver.log',
+            'summary.json',
+            'leaderboard.tar.gz',
+            'li_ethreed.tar.gz',
+            'majumder2020_mime.tar.gz',
+            'metz2020_emotion_patterns.tar.gz',
+            'rashkin2019_empatheticdialogues.tar.gz',
+            'li_ethreed.ethreed.model.00',
+        ]
+    )
     summary = json.loads((out / 'summary.json').read_text())
 
     # the trained ETHREED comes back (float16 pieces) and chats through the real CLI
     import model_pieces
 
-    model = model_pieces.join(str(out), 'li_ethreed.ethreed', str(tmp_path / 'ethreed'),
-                              summary['weights']['li_ethreed/ethreed']['sha256'])
-    chat = subprocess.run([os.path.join(VENV_BIN, 'parlai'), 'interactive', '-mf', model],
-                          input='i lost my job today\n[DONE]\n', capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PARLAI_DATAPATH=str(tmp_path / 'chat_data')))
+    model = model_pieces.join(
+        str(out), 'li_ethreed.ethreed', str(tmp_path / 'ethreed'), summary['weights']['li_ethreed/ethreed']['sha256']
+    )
+    chat = subprocess.run(
+        [os.path.join(VENV_BIN, 'parlai'), 'interactive', '-mf', model],
+        input='i lost my job today\n[DONE]\n',
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PARLAI_DATAPATH=str(tmp_path / 'chat_data')),
+    )
     assert chat.returncode == 0, chat.stdout[-3000:] + chat.stderr[-3000:]
     assert '[Ethreed]:' in chat.stdout, chat.stdout[-3000:]
     assert {row: info['status'] for row, info in summary['rows'].items()} == {row: 'ok' for row in summary['rows']}
     # the rows they need; ETHREED needs none (its listener labels ship with the package)
-    assert set(TINY_ROWS) | {'rashkin2019_empatheticdialogues/ed32_situation',
-                             'metz2020_emotion_patterns/goemotions'} == set(summary['rows'])
+    assert set(TINY_ROWS) | {
+        'rashkin2019_empatheticdialogues/ed32_situation',
+        'metz2020_emotion_patterns/goemotions',
+    } == set(summary['rows'])
 
     # the artifacts alone regenerate the tables, from the READMEs as the repository has them
     regen = tmp_path / 'regen'
@@ -296,16 +357,29 @@ def test_cpu_tiny_runs_the_runbook_end_to_end(tmp_path):
     for project in {row.split('/')[0] for row in summary['rows']}:
         shutil.copy(os.path.join(REPO, 'projects', project, 'README.md'), regen / 'projects' / project / 'README.md')
         assert (regen / 'logs' / project).is_dir() and list((regen / 'trainstats' / project).glob('*.trainstats'))
-    done = subprocess.run([os.path.join(VENV_BIN, 'parlai'), 'empathy_leaderboard', '--from-artifacts',
-                           regen / 'projects', '--outdir', regen / 'board'],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            os.path.join(VENV_BIN, 'parlai'),
+            'empathy_leaderboard',
+            '--from-artifacts',
+            regen / 'projects',
+            '--outdir',
+            regen / 'board',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     board = json.loads((regen / 'board' / 'results.json').read_text())
     # the board holds this run's rows, and the rows whose evidence the repository already commits
     # (the archives carry a copy of projects/ in which only this run's rows were replaced)
-    committed = {f'{p}/{r}' for p in os.listdir(os.path.join(REPO, 'projects'))
-                 if os.path.isdir(os.path.join(REPO, 'projects', p, 'runs'))
-                 for r in os.listdir(os.path.join(REPO, 'projects', p, 'runs'))}
+    committed = {
+        f'{p}/{r}'
+        for p in os.listdir(os.path.join(REPO, 'projects'))
+        if os.path.isdir(os.path.join(REPO, 'projects', p, 'runs'))
+        for r in os.listdir(os.path.join(REPO, 'projects', p, 'runs'))
+    }
     names = {r['name'] for r in board['results']}
     assert set(summary['rows']) <= names and names - set(summary['rows']) <= committed
     for row in summary['rows']:

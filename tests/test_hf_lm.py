@@ -1,5 +1,6 @@
 """-m empathy/hf_lm: only safetensors or GGUF weights are opened, and the gold reply's likelihood
 does not depend on how a batch is padded."""
+
 import os
 
 import pytest
@@ -39,9 +40,11 @@ def smollm2():
 
 
 def test_smollm2_prompt_and_likelihood_do_not_depend_on_the_batch(smollm2):
-    turns = [[('user', 'I passed my driving test!')],
-             [('user', 'My dog died.'), ('assistant', 'Oh no, I am so sorry.'), ('user', 'I miss him a lot.')],
-             [('user', 'Someone stole my bike from the garage last night and I am furious.')]]
+    turns = [
+        [('user', 'I passed my driving test!')],
+        [('user', 'My dog died.'), ('assistant', 'Oh no, I am so sorry.'), ('user', 'I miss him a lot.')],
+        [('user', 'Someone stole my bike from the garage last night and I am furious.')],
+    ]
     golds = ['Congratulations!', 'That must be hard _comma_ he was family.', 'That is awful.']
     together = smollm2.run(turns, golds, generate=False)
     alone = [smollm2.run([t], [g], generate=False)[0] for t, g in zip(turns, golds)]
@@ -64,11 +67,22 @@ def test_world_log_rows_keep_the_per_word_parts_and_the_prompt(tmp_path):
 
     golds = ["I can't _comma_ sorry.", 'Great news!']  # 7 and 3 words: I can ' t , sorry .
     nll_reply, nll_end, tokens = [6.0, 1.5], [2.0, 0.5], [5, 3]
-    pairs = [[{'conv_id': 'c', 'turn': i + 2, 'eval_labels': [g]},
-              {'text': 'ok', 'hf_prompt': f'<p{i}>',
-               'metrics': {'loss': (nll_reply[i] + nll_end[i]) / tokens[i], 'llen': tokens[i],
-                           'nll_end': nll_end[i], 'ppl_word': math.exp(nll_reply[i] / [7, 3][i])}}]
-             for i, g in enumerate(golds)]
+    pairs = [
+        [
+            {'conv_id': 'c', 'turn': i + 2, 'eval_labels': [g]},
+            {
+                'text': 'ok',
+                'hf_prompt': f'<p{i}>',
+                'metrics': {
+                    'loss': (nll_reply[i] + nll_end[i]) / tokens[i],
+                    'llen': tokens[i],
+                    'nll_end': nll_end[i],
+                    'ppl_word': math.exp(nll_reply[i] / [7, 3][i]),
+                },
+            },
+        ]
+        for i, g in enumerate(golds)
+    ]
     logs = tmp_path / 'logs.jsonl'
     logs.write_text(json.dumps({'dialog': pairs}) + '\n')
     rows = generation_rows(str(logs))

@@ -4,6 +4,7 @@ assignments, hostile inputs to every route, and a huge streamed body.
 
 The squatter, lease and body tests run against a real uvicorn process on 127.0.0.1; clients
 play distinct addresses by connecting from 127.0.0.x (Linux loopback accepts any of them)."""
+
 import collections
 import re
 import socket
@@ -87,8 +88,11 @@ def test_a_squatter_on_the_entry_link_leaves_units_for_honest_workers(logs, tmp_
             r = s.get(entry_link(db, server.base, f'HONEST{i}', f'HS{i}'))
             assert r.status_code == 200, r.text[-300:]
             started = s.post(r.url + '/start')
-            results[i] = (started.status_code, 'name="slot"' in started.text,
-                          _finish(s, r.url) if 'name="slot"' in started.text else started.text)
+            results[i] = (
+                started.status_code,
+                'name="slot"' in started.text,
+                _finish(s, r.url) if 'name="slot"' in started.text else started.text,
+            )
 
         threads = [threading.Thread(target=honest, args=(i,)) for i in range(4)]
         for t in threads:
@@ -102,11 +106,11 @@ def test_a_squatter_on_the_entry_link_leaves_units_for_honest_workers(logs, tmp_
         assert got_units, f'honest worker {i} got no units (HTTP {status}): {final[-300:]}'
         assert 'id="completion-code"' in final
     assert len(reserved) <= 2 and set(refused) == {429}
-    held = _sql(str(db_path), 'SELECT COUNT(*) FROM assignments WHERE client = ? AND completed '
-                'IS NULL', ('127.0.0.66',))[0][0]
+    held = _sql(
+        str(db_path), 'SELECT COUNT(*) FROM assignments WHERE client = ? AND completed IS NULL', ('127.0.0.66',)
+    )[0][0]
     assert held <= 2
-    assert _sql(str(db_path), "SELECT COUNT(*) FROM workers WHERE external_id LIKE 'SQUAT%'"
-                )[0][0] <= 6
+    assert _sql(str(db_path), "SELECT COUNT(*) FROM workers WHERE external_id LIKE 'SQUAT%'")[0][0] <= 6
 
 
 def test_concurrent_starts_give_one_worker_one_assignment(logs, tmp_path):
@@ -117,11 +121,11 @@ def test_concurrent_starts_give_one_worker_one_assignment(logs, tmp_path):
     try:
         for _round in range(3):
             link = providers.local_links(db, server.base, 1)[0]
-            path = link[len(server.base):] + '/start'
-            request = (f'POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n'
-                       'Connection: close\r\n\r\n').encode()
-            socks = [socket.create_connection(('127.0.0.1', server.port), timeout=60)
-                     for _ in range(16)]
+            path = link[len(server.base) :] + '/start'
+            request = (
+                f'POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+            ).encode()
+            socks = [socket.create_connection(('127.0.0.1', server.port), timeout=60) for _ in range(16)]
             barrier = threading.Barrier(len(socks))
 
             def fire(sock, barrier=barrier, request=request):
@@ -159,8 +163,10 @@ def test_two_starts_that_both_saw_no_open_assignment_still_give_one(logs, tmp_pa
     assert _sql(str(db_path), 'SELECT COUNT(*) FROM assignments')[0][0] == 1
     with pytest.raises(sqlite3.IntegrityError):  # and the schema refuses a second open one
         con = sqlite3.connect(str(db_path))
-        con.execute('INSERT INTO assignments (worker_id, created, last_active, completion_code) '
-                    'VALUES (?, 0, 0, ?)', (worker['worker_id'], 'X'))
+        con.execute(
+            'INSERT INTO assignments (worker_id, created, last_active, completion_code) VALUES (?, 0, 0, ?)',
+            (worker['worker_id'], 'X'),
+        )
         con.commit()
 
 
@@ -197,9 +203,12 @@ def test_leases_are_renewed_by_answers_only_and_unanswered_holds_give_way(logs, 
         assert 'name="slot"' not in back
     finally:
         server.kill()
-    over = _sql(str(db_path), 'SELECT u.unit_id, u.needed, COUNT(a.answer_id) FROM units u JOIN '
-                'answers a USING (unit_id) GROUP BY u.unit_id HAVING COUNT(a.answer_id) > '
-                'u.needed')
+    over = _sql(
+        str(db_path),
+        'SELECT u.unit_id, u.needed, COUNT(a.answer_id) FROM units u JOIN '
+        'answers a USING (unit_id) GROUP BY u.unit_id HAVING COUNT(a.answer_id) > '
+        'u.needed',
+    )
     assert over == []
 
 
@@ -218,8 +227,11 @@ def test_twenty_squatters_beside_thirty_honest_participants_every_honest_one_is_
         s = session_from(f'127.0.1.{n + 1}')
         links = []
         for i in range(6):  # the per-address cap of new participants
-            r = s.get(entry_link(db, server.base, f'5f{n:02d}{i:020x}', f'6a{n:02d}{i:020x}',
-                                 study='64c0ffee00000000000000aa'))
+            r = s.get(
+                entry_link(
+                    db, server.base, f'5f{n:02d}{i:020x}', f'6a{n:02d}{i:020x}', study='64c0ffee00000000000000aa'
+                )
+            )
             statuses.append(r.status_code)
             if r.status_code == 200:
                 links.append(r.url)
@@ -274,17 +286,24 @@ def test_twenty_squatters_beside_thirty_honest_participants_every_honest_one_is_
         for t in background:
             t.join(300)
         server.kill()
-    print(f'squatters held {held} of 40 assignments before the honest came; '
-          f'{collections.Counter(statuses)}')
+    print(f'squatters held {held} of 40 assignments before the honest came; {collections.Counter(statuses)}')
     assert held == 40  # the squatters held the whole pool
     served = [i for i, page in results.items() if 'id="completion-code"' in page]
     assert sorted(served) == list(range(30)), {i: p[-300:] for i, p in results.items() if i not in served}
     assert not [code for code in statuses if code >= 500]
-    stored = dict(_sql(str(db_path), "SELECT w.external_id, COUNT(*) FROM answers a JOIN workers w "
-                       "USING (worker_id) WHERE w.external_id LIKE '60%' GROUP BY w.external_id"))
+    stored = dict(
+        _sql(
+            str(db_path),
+            'SELECT w.external_id, COUNT(*) FROM answers a JOIN workers w '
+            "USING (worker_id) WHERE w.external_id LIKE '60%' GROUP BY w.external_id",
+        )
+    )
     assert stored == {f'60{i:022x}': n for i, n in acknowledged.items()} and sum(stored.values()) >= 30
-    over = _sql(str(db_path), 'SELECT u.unit_id FROM units u JOIN answers a USING (unit_id) GROUP BY '
-                'u.unit_id HAVING COUNT(a.answer_id) > u.needed')
+    over = _sql(
+        str(db_path),
+        'SELECT u.unit_id FROM units u JOIN answers a USING (unit_id) GROUP BY '
+        'u.unit_id HAVING COUNT(a.answer_id) > u.needed',
+    )
     assert over == []
 
 
@@ -353,8 +372,9 @@ class FakeMTurk:
 
 
 def _mturk_answers(client, db, params):
-    r = client.get('/mturk?entry=' + db.links.entry('mturk') + '&' + '&'.join(
-        f'{k}={quote(v)}' for k, v in params.items()))
+    r = client.get(
+        '/mturk?entry=' + db.links.entry('mturk') + '&' + '&'.join(f'{k}={quote(v)}' for k, v in params.items())
+    )
     if r.status_code != 200 or 'id="start"' not in r.text:
         return r.status_code, r.text
     link = r.url.path
@@ -372,8 +392,12 @@ def test_forged_mturk_assignments_are_refused_or_not_counted(logs, tmp_path):
 
     db_path = tmp_path / 'mturk.db'
     db = _task(logs, db_path, num_items=8, items_per_assignment=2)
-    real = {'assignmentId': 'REALASG1', 'workerId': 'REALWKR1', 'hitId': 'OURHIT1',
-            'turkSubmitTo': 'https://workersandbox.mturk.com'}
+    real = {
+        'assignmentId': 'REALASG1',
+        'workerId': 'REALWKR1',
+        'hitId': 'OURHIT1',
+        'turkSubmitTo': 'https://workersandbox.mturk.com',
+    }
     forged = dict(real, assignmentId='MADEUPASG', workerId='MADEUPWKR')
     # no MTurk client at the entry (no credentials): both get in, as before ...
     plain = TestClient(create_app(str(db_path)), client=('127.0.0.41', 5000))
@@ -384,30 +408,29 @@ def test_forged_mturk_assignments_are_refused_or_not_counted(logs, tmp_path):
     held = pd.read_csv(out['unverified'])
     assert set(held['external_id']) == {'REALWKR1', 'MADEUPWKR'}
     assert 'MTurk answers left out: nothing to verify them against' in open(out['markdown']).read()
-    mturk = FakeMTurk({'OURHIT1'}, {'REALASG1': {'WorkerId': 'REALWKR1', 'HITId': 'OURHIT1',
-                                                 'AssignmentStatus': 'Submitted'}})
-    out = analysis.analyze(str(db_path), str(tmp_path / 'api'),
-                           mturk=analysis.mturk_verifier(mturk))
+    mturk = FakeMTurk(
+        {'OURHIT1'}, {'REALASG1': {'WorkerId': 'REALWKR1', 'HITId': 'OURHIT1', 'AssignmentStatus': 'Submitted'}}
+    )
+    out = analysis.analyze(str(db_path), str(tmp_path / 'api'), mturk=analysis.mturk_verifier(mturk))
     held = pd.read_csv(out['unverified'])
     assert list(held['external_id']) == ['MADEUPWKR'] and held['answers'].sum() == 2
     assert 'not confirmed by MTurk' in held['reason'][0]
     assert pd.read_csv(out['csv'])['ratings'].sum() == 2  # the real worker's two
     export = tmp_path / 'batch.csv'
-    export.write_text('HITId,AssignmentId,WorkerId,AssignmentStatus\n'
-                      'OURHIT1,REALASG1,REALWKR1,Approved\nOURHIT1,MADEUPASG,SOMEONE,Approved\n')
-    out = analysis.analyze(str(db_path), str(tmp_path / 'file'),
-                           mturk=analysis.mturk_verifier(export_path=str(export)))
+    export.write_text(
+        'HITId,AssignmentId,WorkerId,AssignmentStatus\n'
+        'OURHIT1,REALASG1,REALWKR1,Approved\nOURHIT1,MADEUPASG,SOMEONE,Approved\n'
+    )
+    out = analysis.analyze(str(db_path), str(tmp_path / 'file'), mturk=analysis.mturk_verifier(export_path=str(export)))
     held = pd.read_csv(out['unverified'])
     assert list(held['external_id']) == ['MADEUPWKR'] and 'SOMEONE' in held['reason'][0]
 
     # with a client at the entry, a HIT that is not ours is refused before anything is stored
     checked = TestClient(create_app(str(db_path), mturk_api=mturk), client=('127.0.0.42', 5000))
     before = _sql(str(db_path), 'SELECT COUNT(*) FROM workers')[0][0]
-    status, text = _mturk_answers(checked, db, dict(forged, hitId='NOTOURHIT',
-                                                    assignmentId='OTHERASG'))
+    status, text = _mturk_answers(checked, db, dict(forged, hitId='NOTOURHIT', assignmentId='OTHERASG'))
     assert status == 403 and 'does not know HIT NOTOURHIT' in text
-    mturk.assignments['STOLENASG'] = {'WorkerId': 'VICTIM', 'HITId': 'OURHIT1',
-                                      'AssignmentStatus': 'Submitted'}
+    mturk.assignments['STOLENASG'] = {'WorkerId': 'VICTIM', 'HITId': 'OURHIT1', 'AssignmentStatus': 'Submitted'}
     status, _ = _mturk_answers(checked, db, dict(real, assignmentId='STOLENASG'))
     assert status == 403
     assert _sql(str(db_path), 'SELECT COUNT(*) FROM workers')[0][0] == before
@@ -415,11 +438,32 @@ def test_forged_mturk_assignments_are_refused_or_not_counted(logs, tmp_path):
 
 
 # -- hostile inputs to every route ------------------------------------------------------------
-HOSTILE_VALUES = ['\u0661', '\uff15', '\u00b2', '%ED%A0%80', '%00', '\x00'.join('ab'),
-                  '9' * 40, 'x' * 20000, '%FF%FE', '<script>', '-1', '1e3', ' 1', '1\n', '']
-CONTENT_TYPES = ['application/x-www-form-urlencoded', 'application/json', 'text/plain;;;;',
-                 'multipart/form-data; boundary=', 'application/x-www-form-urlencoded; charset=utf-7',
-                 'a/b/c/d; x="y', '']
+HOSTILE_VALUES = [
+    '\u0661',
+    '\uff15',
+    '\u00b2',
+    '%ED%A0%80',
+    '%00',
+    '\x00'.join('ab'),
+    '9' * 40,
+    'x' * 20000,
+    '%FF%FE',
+    '<script>',
+    '-1',
+    '1e3',
+    ' 1',
+    '1\n',
+    '',
+]
+CONTENT_TYPES = [
+    'application/x-www-form-urlencoded',
+    'application/json',
+    'text/plain;;;;',
+    'multipart/form-data; boundary=',
+    'application/x-www-form-urlencoded; charset=utf-7',
+    'a/b/c/d; x="y',
+    '',
+]
 
 
 def _paths(app, tokens):
@@ -452,35 +496,69 @@ def test_hostile_inputs_to_every_route_get_4xx_not_5xx(logs, tmp_path):
     app = create_app(str(db_path))
     client = TestClient(app, raise_server_exceptions=False)
     worker = db.add_worker('local')
-    client.post(f"/w/{worker['token']}/start")
+    client.post(f'/w/{worker["token"]}/start')
     slot = str(db.slots(db.open_assignment(worker['worker_id'])['assignment_id'])[0]['slot_id'])
     mturk_worker = db.add_worker('mturk', 'FUZZW')
     assignment = db.claim(mturk_worker['worker_id'], 'mturk:FUZZA', 'https://www.mturk.com')
-    tokens = [worker['token'], db.assignment_token(assignment), 'w\u0661.' + 'A' * 22,
-              'w1.' + '\uff21' * 22, '%ED%A0%80', '%00', 'w' + '9' * 30 + '.' + 'A' * 22,
-              'a' * 5000, 'w1.%FF%FE']
+    tokens = [
+        worker['token'],
+        db.assignment_token(assignment),
+        'w\u0661.' + 'A' * 22,
+        'w1.' + '\uff21' * 22,
+        '%ED%A0%80',
+        '%00',
+        'w' + '9' * 30 + '.' + 'A' * 22,
+        'a' * 5000,
+        'w1.%FF%FE',
+    ]
     entries = {'generic': db.links.entry('generic'), 'mturk': db.links.entry('mturk')}
     queries = ['', 'token=x', 'entry=' + entries['generic'] + '&entry=' + entries['generic']]
-    for name in ('entry', 'PROLIFIC_PID', 'STUDY_ID', 'SESSION_ID', 'worker_id', 'assignmentId',
-                 'workerId', 'hitId', 'turkSubmitTo'):
+    for name in (
+        'entry',
+        'PROLIFIC_PID',
+        'STUDY_ID',
+        'SESSION_ID',
+        'worker_id',
+        'assignmentId',
+        'workerId',
+        'hitId',
+        'turkSubmitTo',
+    ):
         for value in HOSTILE_VALUES:
-            base = {'entry': entries['generic'], 'PROLIFIC_PID': 'P1', 'STUDY_ID': 'S',
-                    'SESSION_ID': 'X', 'assignmentId': 'A1', 'workerId': 'W1', 'hitId': 'H',
-                    'turkSubmitTo': 'https://www.mturk.com'}
+            base = {
+                'entry': entries['generic'],
+                'PROLIFIC_PID': 'P1',
+                'STUDY_ID': 'S',
+                'SESSION_ID': 'X',
+                'assignmentId': 'A1',
+                'workerId': 'W1',
+                'hitId': 'H',
+                'turkSubmitTo': 'https://www.mturk.com',
+            }
             base[name] = value
             queries.append('&'.join(f'{k}={v if "%" in v else quote(v)}' for k, v in base.items()))
     queries.append('a=' + 'b' * 60000)  # an overlong query string (httpx sends at most 64 KiB)
     good_form = dict(RATING, slot=slot)
-    bodies = [b'', b'slot=' + slot.encode() + b'&slot=' + slot.encode(), b'\xff\xfe\x00',
-              b'slot=%ED%A0%80', b'=&&==', b'slot=' + b'1' * 5000]
+    bodies = [
+        b'',
+        b'slot=' + slot.encode() + b'&slot=' + slot.encode(),
+        b'\xff\xfe\x00',
+        b'slot=%ED%A0%80',
+        b'=&&==',
+        b'slot=' + b'1' * 5000,
+    ]
     for field in ('slot', 'empathy', 'relevance', 'fluency'):
         for value in HOSTILE_VALUES:
             form = dict(good_form, **{field: value})
-            bodies.append('&'.join(f'{k}={v if "%" in v else quote(v)}'
-                                   for k, v in form.items()).encode())
-    headers = [{}, {'Authorization': b'Bearer \xff\xfe'}, {'Authorization': 'Basic //79'},
-               {'Authorization': 'Basic ' + '=' * 9}, {'Authorization': 'Digest x'},
-               {'Authorization': 'Bearer ' + db.config['admin_token']}]
+            bodies.append('&'.join(f'{k}={v if "%" in v else quote(v)}' for k, v in form.items()).encode())
+    headers = [
+        {},
+        {'Authorization': b'Bearer \xff\xfe'},
+        {'Authorization': 'Basic //79'},
+        {'Authorization': 'Basic ' + '=' * 9},
+        {'Authorization': 'Digest x'},
+        {'Authorization': 'Bearer ' + db.config['admin_token']},
+    ]
     seen, failures = 0, []
 
     def check(method, url, **kw):
@@ -488,8 +566,7 @@ def test_hostile_inputs_to_every_route_get_4xx_not_5xx(logs, tmp_path):
         r = client.request(method, url, **kw)
         seen += 1
         if r.status_code >= 500:
-            failures.append((method, url[:120], {k: str(v)[:80] for k, v in kw.items()},
-                             r.status_code, r.text[-200:]))
+            failures.append((method, url[:120], {k: str(v)[:80] for k, v in kw.items()}, r.status_code, r.text[-200:]))
         return r
 
     paths = _paths(app, tokens)
@@ -507,8 +584,7 @@ def test_hostile_inputs_to_every_route_get_4xx_not_5xx(logs, tmp_path):
                 for _ in range(20):
                     yield b'slot=' + b'1' * (1 << 20)
 
-            check(method, path, content=twenty_mb(),
-                  headers={'Content-Type': 'application/x-www-form-urlencoded'})
+            check(method, path, content=twenty_mb(), headers={'Content-Type': 'application/x-www-form-urlencoded'})
     # the answer the good form gives is stored once, the hostile ones nothing
     assert not failures, f'{len(failures)} of {seen} requests got 5xx, e.g. {failures[:5]}'
     assert seen > 1000
@@ -541,11 +617,13 @@ def test_a_client_that_goes_away_mid_form_is_one_line_in_the_log(logs, tmp_path)
     server = Server(str(db_path)).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
-        path = link[len(server.base):] + '/answer'
+        path = link[len(server.base) :] + '/answer'
         for _ in range(3):
             sock = socket.create_connection(('127.0.0.1', server.port))
-            sock.sendall(f'POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n'
-                         'Content-Length: 1000\r\n\r\nslot=1&empathy='.encode())
+            sock.sendall(
+                f'POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n'
+                'Content-Length: 1000\r\n\r\nslot=1&empathy='.encode()
+            )
             sock.close()  # gone before the rest of the body
         time.sleep(1)
         assert session_from('127.0.0.41').get(server.base + '/healthz').text == 'ok'

@@ -6,6 +6,7 @@ Needs Debian's ``chromium`` and ``chromium-driver`` and selenium from PyPI; skip
 reason) when Chromium is absent, except where ``PARLAI_EMPATHY_REQUIRE_BROWSER=1`` (CI sets it):
 there a missing browser fails the run.
 """
+
 import json
 import os
 import sqlite3
@@ -17,14 +18,13 @@ from humaneval_helpers import Server, cached_world_logs, click_and_wait, headles
 from parlai_empathy.humaneval import providers
 from parlai_empathy.humaneval.build import build_task
 
-SHOTS = {mode: os.path.join(tempfile.gettempdir(), f'parlai_empathy_humaneval_{mode}.png')
-         for mode in ('likert', 'ab')}
+SHOTS = {mode: os.path.join(tempfile.gettempdir(), f'parlai_empathy_humaneval_{mode}.png') for mode in ('likert', 'ab')}
 
 # Untrusted model replies: if either were inserted as markup, it would set window.__xss and open
 # an alert (which selenium reports as UnexpectedAlertPresentException on the next command).
 XSS_REPLIES = [
     "<script>window.__xss = 'script'; alert('xss')</script>I hear you.",
-    '<img src=x onerror="window.__xss = \'img\'; alert(\'xss\')">That sounds hard.',
+    "<img src=x onerror=\"window.__xss = 'img'; alert('xss')\">That sounds hard.",
 ]
 XSS_MODEL = "evil<script>alert('model name')</script>"
 
@@ -71,8 +71,15 @@ def test_browser_likert_and_ab_assignments(logs, tmp_path, browser):
         if os.path.exists(path):
             os.remove(path)
     likert_db = str(tmp_path / 'likert.db')
-    db = build_task(likert_db, 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    per_emotion=1, annotators=1, items_per_assignment=4, checks_per_assignment=1)
+    db = build_task(
+        likert_db,
+        'likert',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        per_emotion=1,
+        annotators=1,
+        items_per_assignment=4,
+        checks_per_assignment=1,
+    )
     server = Server(likert_db).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
@@ -87,12 +94,19 @@ def test_browser_likert_and_ab_assignments(logs, tmp_path, browser):
     assert con.execute('SELECT completion_code FROM assignments').fetchone()[0] == code
     items = [r[0] for r in con.execute('SELECT u.item_id FROM answers JOIN units u USING (unit_id)')]
     assert len(set(items)) == 5  # never the same item twice
-    assert con.execute('SELECT check_passed FROM answers WHERE check_passed IS NOT NULL'
-                       ).fetchall() == [(1,)]
+    assert con.execute('SELECT check_passed FROM answers WHERE check_passed IS NOT NULL').fetchall() == [(1,)]
 
     ab_db = str(tmp_path / 'ab.db')
-    db = build_task(ab_db, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=8,
-                    annotators=1, items_per_assignment=4, checks_per_assignment=1, seed=7)
+    db = build_task(
+        ab_db,
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=8,
+        annotators=1,
+        items_per_assignment=4,
+        checks_per_assignment=1,
+        seed=7,
+    )
     server = Server(ab_db).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
@@ -101,13 +115,13 @@ def test_browser_likert_and_ab_assignments(logs, tmp_path, browser):
     finally:
         server.kill()
     con = sqlite3.connect(ab_db)
-    rows = con.execute('SELECT a.answer, u.models FROM answers a JOIN units u USING (unit_id) '
-                       'ORDER BY a.answer_id').fetchall()
+    rows = con.execute(
+        'SELECT a.answer, u.models FROM answers a JOIN units u USING (unit_id) ORDER BY a.answer_id'
+    ).fetchall()
     assert len(rows) == 5
     for answer, models in rows:  # side A always -> the model shown first wins
         assert json.loads(answer)['winners'] == {'overall': json.loads(models)[0]}
-    assert con.execute('SELECT completed IS NOT NULL, completion_code FROM assignments'
-                       ).fetchone() == (1, code)
+    assert con.execute('SELECT completed IS NOT NULL, completion_code FROM assignments').fetchone() == (1, code)
     assert all(os.path.getsize(path) > 10_000 for path in SHOTS.values())
 
 
@@ -148,14 +162,22 @@ def test_browser_shows_markup_in_replies_as_text_and_runs_nothing(logs, tmp_path
 
     evil = _evil_world_log(logs['gold'], str(tmp_path / 'evil.jsonl'))
     likert_db = str(tmp_path / 'likert.db')
-    db = build_task(likert_db, 'likert', [f'{XSS_MODEL}={evil}'], num_items=6, annotators=1,
-                    items_per_assignment=3, checks_per_assignment=1)
+    db = build_task(
+        likert_db,
+        'likert',
+        [f'{XSS_MODEL}={evil}'],
+        num_items=6,
+        annotators=1,
+        items_per_assignment=3,
+        checks_per_assignment=1,
+    )
     server = Server(likert_db).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
         pages = []
-        n, code = _walk(browser, link, lambda _page: ['3', '3', '3'],
-                        str(tmp_path / 'likert.png'), _replies_shown_as_text(pages))
+        n, code = _walk(
+            browser, link, lambda _page: ['3', '3', '3'], str(tmp_path / 'likert.png'), _replies_shown_as_text(pages)
+        )
         assert n == 4 and sum(pages) == 3  # 3 items + 1 check
         _assert_inert(browser)  # the completion page
         assert browser.find_element(By.ID, 'completion-code').text == code
@@ -163,8 +185,9 @@ def test_browser_shows_markup_in_replies_as_text_and_runs_nothing(logs, tmp_path
         # the admin page shows the model's name (markup included) as text; the export is a
         # download, never rendered as a page
         browser.execute_cdp_cmd('Network.enable', {})
-        browser.execute_cdp_cmd('Network.setExtraHTTPHeaders', {'headers': {
-            'Authorization': f"Bearer {db.config['admin_token']}"}})
+        browser.execute_cdp_cmd(
+            'Network.setExtraHTTPHeaders', {'headers': {'Authorization': f'Bearer {db.config["admin_token"]}'}}
+        )
         browser.get(server.base + '/admin')
         assert XSS_MODEL in browser.find_element(By.ID, 'progress-table').text
         _assert_inert(browser)
@@ -176,14 +199,21 @@ def test_browser_shows_markup_in_replies_as_text_and_runs_nothing(logs, tmp_path
         server.kill()
 
     ab_db = str(tmp_path / 'ab.db')
-    db = build_task(ab_db, 'ab', ['gold=' + logs['gold'], f'{XSS_MODEL}={evil}'], num_items=6,
-                    annotators=1, items_per_assignment=3, checks_per_assignment=1, seed=3)
+    db = build_task(
+        ab_db,
+        'ab',
+        ['gold=' + logs['gold'], f'{XSS_MODEL}={evil}'],
+        num_items=6,
+        annotators=1,
+        items_per_assignment=3,
+        checks_per_assignment=1,
+        seed=3,
+    )
     server = Server(ab_db).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
         pages = []
-        n, _code = _walk(browser, link, lambda _page: ['tie'], str(tmp_path / 'ab.png'),
-                         _replies_shown_as_text(pages))
+        n, _code = _walk(browser, link, lambda _page: ['tie'], str(tmp_path / 'ab.png'), _replies_shown_as_text(pages))
         assert n == 4 and sum(pages) == 3
         _assert_inert(browser)
     finally:

@@ -2,6 +2,7 @@
 and a restart; no acknowledged answer may be lost or stored twice, and every bad input must get
 its expected refusal; a squatter on the entry link holds no more than its cap while every honest
 worker is served. (The full-size figures are in bench/RESULTS.md; no timing is asserted.)"""
+
 import json
 import os
 import subprocess
@@ -20,11 +21,33 @@ def logs(tmp_path_factory):
 def test_small_load_with_a_kill_loses_and_duplicates_nothing(logs, tmp_path):
     out = tmp_path / 'load.json'
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'bench', 'humaneval_load.py'), '--workers', '6',
-         '--assignments', '2', '--items', '4', '--kills', '1', '--deadline', '900',
-         '--world-logs', f"gold={logs['gold']}", f"echo={logs['echo']}",
-         '--workdir', str(tmp_path), '--json', str(out), '--squatter-entries', '36'],
-        capture_output=True, text=True, timeout=1200)
+        [
+            sys.executable,
+            os.path.join(REPO, 'bench', 'humaneval_load.py'),
+            '--workers',
+            '6',
+            '--assignments',
+            '2',
+            '--items',
+            '4',
+            '--kills',
+            '1',
+            '--deadline',
+            '900',
+            '--world-logs',
+            f'gold={logs["gold"]}',
+            f'echo={logs["echo"]}',
+            '--workdir',
+            str(tmp_path),
+            '--json',
+            str(out),
+            '--squatter-entries',
+            '36',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result['errors'] == []

@@ -2,6 +2,7 @@
 signed links (forged, re-pointed, foreign and replayed ones refused), MTurk preview and
 assignmentId/workerId pairs, what the access log may show, and a crash/restart in the middle of
 an assignment."""
+
 import csv
 import html
 import io
@@ -32,8 +33,15 @@ def _current_slot(session, url):
 
 def test_restart_mid_assignment_loses_nothing(logs, tmp_path):
     db_path = str(tmp_path / 'likert.db')
-    db = build_task(db_path, 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    num_items=5, annotators=1, items_per_assignment=5, checks_per_assignment=1)
+    db = build_task(
+        db_path,
+        'likert',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=5,
+        annotators=1,
+        items_per_assignment=5,
+        checks_per_assignment=1,
+    )
     server = Server(db_path).start()
     try:
         link = providers.local_links(db, server.base, 1)[0]
@@ -54,8 +62,11 @@ def test_restart_mid_assignment_loses_nothing(logs, tmp_path):
             s.post(link + '/answer', data=dict(RATING, slot=slot))
             slot, page, _ = _current_slot(s, link)
         code = re.search(r'id="completion-code">([0-9A-F]+)<', page).group(1)
-        stored = sqlite3.connect(db_path).execute(
-            'SELECT completion_code, completed IS NOT NULL FROM assignments').fetchone()
+        stored = (
+            sqlite3.connect(db_path)
+            .execute('SELECT completion_code, completed IS NOT NULL FROM assignments')
+            .fetchone()
+        )
         assert stored == (code, 1)
         assert sqlite3.connect(db_path).execute('SELECT COUNT(*) FROM answers').fetchone()[0] == 6
     finally:
@@ -64,8 +75,15 @@ def test_restart_mid_assignment_loses_nothing(logs, tmp_path):
 
 def test_answer_validation_and_admin_header(logs, tmp_path):
     db_path = str(tmp_path / 'ab.db')
-    db = build_task(db_path, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=6,
-                    annotators=1, items_per_assignment=3, checks_per_assignment=1)
+    db = build_task(
+        db_path,
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=6,
+        annotators=1,
+        items_per_assignment=3,
+        checks_per_assignment=1,
+    )
     server = Server(db_path).start()
     try:
         w1, w2 = providers.local_links(db, server.base, 2)
@@ -91,17 +109,15 @@ def test_answer_validation_and_admin_header(logs, tmp_path):
         assert plain.status_code == 401 and plain.headers['WWW-Authenticate'].startswith('Basic')
         in_url = s.get(server.base + '/admin', params={'token': token})
         assert in_url.status_code == 400 and 'never in the URL' in in_url.text
-        assert s.get(server.base + '/admin', headers={'Authorization': 'Bearer wrong'}
-                     ).status_code == 401
+        assert s.get(server.base + '/admin', headers={'Authorization': 'Bearer wrong'}).status_code == 401
         admin = s.get(server.base + '/admin', auth=('anyone', token))  # HTTP Basic, as browsers
         assert admin.status_code == 200 and 'echo vs gold' in admin.text
-        export = s.get(server.base + '/admin/export.csv',
-                       headers={'Authorization': f'Bearer {token}'})
+        export = s.get(server.base + '/admin/export.csv', headers={'Authorization': f'Bearer {token}'})
         assert export.headers['Content-Type'].startswith('text/csv')
         assert export.headers['X-Content-Type-Options'] == 'nosniff'
         rows = list(csv.DictReader(io.StringIO(export.text)))
         assert len(rows) == 1 and '"tie"' in rows[0]['answer']
-        assert "script-src" not in admin.headers['Content-Security-Policy']  # none allowed:
+        assert 'script-src' not in admin.headers['Content-Security-Policy']  # none allowed:
         assert "default-src 'none'" in admin.headers['Content-Security-Policy']
     finally:
         server.kill()
@@ -114,27 +130,38 @@ def test_answer_validation_and_admin_header(logs, tmp_path):
 
 def _counts(db_path):
     con = sqlite3.connect(db_path)
-    return [con.execute(f'SELECT COUNT(*) FROM {t}').fetchone()[0]
-            for t in ('workers', 'assignments', 'slots', 'answers')]
+    return [
+        con.execute(f'SELECT COUNT(*) FROM {t}').fetchone()[0] for t in ('workers', 'assignments', 'slots', 'answers')
+    ]
 
 
 def test_mturk_entry_preview_and_assignment_pair(logs, tmp_path):
     db_path = str(tmp_path / 'ab.db')
-    db = build_task(db_path, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=6,
-                    annotators=1, items_per_assignment=2, checks_per_assignment=1)
+    db = build_task(
+        db_path,
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=6,
+        annotators=1,
+        items_per_assignment=2,
+        checks_per_assignment=1,
+    )
     server = Server(db_path).start()
     try:
         entry = providers.mturk_entry_url(db, server.base)
         s = requests.Session()
         before = _counts(db_path)
-        preview = s.get(entry, params={'assignmentId': 'ASSIGNMENT_ID_NOT_AVAILABLE',
-                                       'hitId': 'H1'})
+        preview = s.get(entry, params={'assignmentId': 'ASSIGNMENT_ID_NOT_AVAILABLE', 'hitId': 'H1'})
         assert preview.status_code == 200 and 'Accept the HIT' in preview.text
         assert 'id="preview-example"' in preview.text and '<form' not in preview.text
         assert _counts(db_path) == before  # the preview recorded nothing
 
-        params = {'assignmentId': 'ASG1', 'workerId': 'WKR1', 'hitId': 'H1',
-                  'turkSubmitTo': 'https://workersandbox.mturk.com'}
+        params = {
+            'assignmentId': 'ASG1',
+            'workerId': 'WKR1',
+            'hitId': 'H1',
+            'turkSubmitTo': 'https://workersandbox.mturk.com',
+        }
         unsigned = s.get(server.base + '/mturk', params=params)
         assert unsigned.status_code == 403 and 'entry=' in unsigned.text
         forged = s.get(server.base + '/mturk', params=dict(params, entry='x' * 22))
@@ -172,9 +199,16 @@ def test_mturk_entry_preview_and_assignment_pair(logs, tmp_path):
 def test_forged_and_replayed_links_are_refused(logs, tmp_path):
     worlds = ['gold=' + logs['gold'], 'echo=' + logs['echo']]
     db_path = str(tmp_path / 'l.db')
-    db = build_task(db_path, 'likert', worlds, num_items=4, annotators=2,
-                    items_per_assignment=2, checks_per_assignment=0, completion_url='https://'
-                    'study.example/done?cc={code}')
+    db = build_task(
+        db_path,
+        'likert',
+        worlds,
+        num_items=4,
+        annotators=2,
+        items_per_assignment=2,
+        checks_per_assignment=0,
+        completion_url='https://study.example/done?cc={code}',
+    )
     other = build_task(str(tmp_path / 'other.db'), 'likert', worlds, num_items=4)
     server = Server(db_path).start()
     try:
@@ -204,8 +238,11 @@ def test_forged_and_replayed_links_are_refused(logs, tmp_path):
         assert _counts(db_path)[3] == 1
 
         entry = providers.generic_entry_url(db, server.base)
-        pid = (entry.replace('{{%PROLIFIC_PID%}}', 'P123').replace('{{%STUDY_ID%}}', 'ST1')
-               .replace('{{%SESSION_ID%}}', 'S1'))
+        pid = (
+            entry.replace('{{%PROLIFIC_PID%}}', 'P123')
+            .replace('{{%STUDY_ID%}}', 'ST1')
+            .replace('{{%SESSION_ID%}}', 'S1')
+        )
         arrived = s.get(pid)
         assert arrived.url.startswith(server.base + '/w/w') and s.get(pid).url == arrived.url
         # another session of the same id is a binding of its own, never the first one's link
@@ -225,15 +262,20 @@ def test_mturk_requests_validate_against_the_mturk_api(logs, tmp_path, capsys):
     botocore_stub = pytest.importorskip('botocore.stub')
     import boto3
 
-    reqs = providers.mturk_requests('https://eval.example.org/mturk?entry=SIG', 2, '0.80',
-                                    'Rate replies', 'Rate short replies', 'dialogue')
+    reqs = providers.mturk_requests(
+        'https://eval.example.org/mturk?entry=SIG', 2, '0.80', 'Rate replies', 'Rate short replies', 'dialogue'
+    )
     assert providers.create_hits(reqs, 'sandbox', dry_run=True) == []
     printed = capsys.readouterr().out
     assert printed.count('"CreateHIT"') == 2 and 'mturk-requester-sandbox' in printed
     assert '<ExternalURL>https://eval.example.org/mturk?entry=SIG</ExternalURL>' in printed
-    client = boto3.client('mturk', region_name='us-east-1', aws_access_key_id='x',
-                          aws_secret_access_key='x',
-                          endpoint_url=providers.MTURK_ENDPOINTS['sandbox'])
+    client = boto3.client(
+        'mturk',
+        region_name='us-east-1',
+        aws_access_key_id='x',
+        aws_secret_access_key='x',
+        endpoint_url=providers.MTURK_ENDPOINTS['sandbox'],
+    )
     with botocore_stub.Stubber(client) as stub:
         stub.add_response('get_account_balance', {'AvailableBalance': '10000.00'})
         for i, req in enumerate(reqs):

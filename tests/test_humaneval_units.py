@@ -1,4 +1,5 @@
 """Human evaluation: inputs, sampling, assignment, votes, kappa, DB rules and analysis."""
+
 import json
 import os
 import random
@@ -37,17 +38,31 @@ def test_world_log_parsing_matches_parlai_output(logs):
 
 
 def test_world_log_conv_id_fields_and_errors(tmp_path):
-    teacher = {'id': 'empathy_ed', 'text': 'I lost my job.', 'eval_labels': ['Oh no!'],
-               'emotion': 'sad', 'conv_id': 'hit:1_conv:2', 'turn': 0, 'episode_done': True}
+    teacher = {
+        'id': 'empathy_ed',
+        'text': 'I lost my job.',
+        'eval_labels': ['Oh no!'],
+        'emotion': 'sad',
+        'conv_id': 'hit:1_conv:2',
+        'turn': 0,
+        'episode_done': True,
+    }
     good = tmp_path / 'm.jsonl'
     good.write_text(json.dumps({'dialog': [[teacher, {'id': 'm', 'text': 'Sorry.'}]]}) + '\n')
     out = inputs.read_world_log(str(good))
     assert list(out.items) == ['hit:1_conv:2#0'] and out.responses['hit:1_conv:2#0'] == 'Sorry.'
     bad = tmp_path / 'bad.jsonl'
-    bad.write_text(json.dumps({'dialog': [[teacher, {'id': 'm', 'text': 'x'}]]}) + '\n'
-                   + json.dumps({'dialog': [[{'id': 't', 'text': 'hi'}, {'text': 'x'}]]}) + '\n')
-    with pytest.raises(inputs.InputError, match=r"bad.jsonl:2: 'dialog'\[0\] teacher message has "
-                       "no 'eval_labels'"):
+    bad.write_text(
+        json.dumps({'dialog': [[teacher, {'id': 'm', 'text': 'x'}]]})
+        + '\n'
+        + json.dumps({'dialog': [[{'id': 't', 'text': 'hi'}, {'text': 'x'}]]})
+        + '\n'
+    )
+    with pytest.raises(
+        inputs.InputError,
+        match=r"bad.jsonl:2: 'dialog'\[0\] teacher message has "
+        "no 'eval_labels'",
+    ):
         inputs.read_world_log(str(bad))
     bad.write_text('{"dialog": 3}\n')
     with pytest.raises(inputs.InputError, match="bad.jsonl:1: field 'dialog'"):
@@ -82,16 +97,14 @@ def shaped_logs(tmp_path_factory):
     ed = datapath / 'empatheticdialogues'
     (ed / 'empatheticdialogues').mkdir(parents=True)
     for split in ('train', 'valid', 'test'):  # ParlAI's own ED teacher on the same sample
-        (ed / 'empatheticdialogues' / f'{split}.csv').symlink_to(
-            os.path.join(ed_source.sample_dir(), f'{split}.csv'))
+        (ed / 'empatheticdialogues' / f'{split}.csv').symlink_to(os.path.join(ed_source.sample_dir(), f'{split}.csv'))
     build_data.mark_done(str(ed), version_string='1.0')
     paths = {}
     for shape, (args, bare) in SHAPES.items():
         path = str(root / f'{shape}.jsonl')
         ours = ['--ed-datapath', 'sample'] if args[1].startswith('empathy_') else []
         dt = [] if '-dt' in args else ['-dt', 'test']
-        EvalModel.main('-m', 'repeat_label', '--datapath', str(datapath), '--world-logs', path,
-                       *ours, *dt, *args)
+        EvalModel.main('-m', 'repeat_label', '--datapath', str(datapath), '--world-logs', path, *ours, *dt, *args)
         if bare:
             rows = [json.loads(line) for line in open(path, encoding='utf-8')]
             for row in rows:
@@ -124,8 +137,7 @@ def _conversations_so_far(split, datapath):
 
 
 @pytest.mark.parametrize('shape', list(SHAPES))
-def test_world_log_context_shows_each_turn_once_in_order_with_its_role(shaped_logs, shape,
-                                                                        tmp_path):
+def test_world_log_context_shows_each_turn_once_in_order_with_its_role(shaped_logs, shape, tmp_path):
     args = SHAPES[shape][0]
     norm, truth = _conversations_so_far('train' if 'train:evalmode' in args else 'test', tmp_path)
     out = inputs.read_world_log(shaped_logs[shape])
@@ -141,37 +153,46 @@ def test_world_log_context_fields_are_checked(shaped_logs, tmp_path):
     row = json.loads(open(shaped_logs['flat_mime'], encoding='utf-8').readline())
     teacher = row['dialog'][0][0]
     cases = [
-        ('context_roles', ['speaker'] * (len(teacher['context_utterances']) + 1),
-         "'context_roles' must give 'speaker' or 'listener' for each of"),
+        (
+            'context_roles',
+            ['speaker'] * (len(teacher['context_utterances']) + 1),
+            "'context_roles' must give 'speaker' or 'listener' for each of",
+        ),
         ('context_utterances', [], "'context_utterances' must be a non-empty list"),
-        ('text', 'something else', "'text' does not end with the last of its "
-         "'context_utterances'"),
+        ('text', 'something else', "'text' does not end with the last of its 'context_utterances'"),
     ]
     for key, value, message in cases:
         bad = json.loads(json.dumps(row))
         bad['dialog'][0][0][key] = value
         path = tmp_path / 'bad.jsonl'
         path.write_text('\n' + json.dumps(bad) + '\n')
-        with pytest.raises(inputs.InputError, match=r"bad.jsonl:2: 'dialog'\[0\] teacher field "
-                           + message.replace('[', r'\[')):
+        with pytest.raises(
+            inputs.InputError, match=r"bad.jsonl:2: 'dialog'\[0\] teacher field " + message.replace('[', r'\[')
+        ):
             inputs.read_world_log(str(path))
 
 
 def test_world_log_without_generated_replies_says_how_to_fix_it(tmp_path):
     # what eval_model --world-logs writes for a generator whose saved options say
     # skip_generation true: the reply carries metrics and readouts, no text
-    teacher = {'text': 'I lost my job.', 'eval_labels': ['Oh no!'], 'emotion': 'sad',
-               'conv_id': 'hit:1_conv:2', 'turn': 2, 'episode_done': True}
-    reply = {'id': 'Mime', 'episode_done': False, 'predicted_emotion': 'sad',
-             'metrics': {'ppl': 3.0}}
+    teacher = {
+        'text': 'I lost my job.',
+        'eval_labels': ['Oh no!'],
+        'emotion': 'sad',
+        'conv_id': 'hit:1_conv:2',
+        'turn': 2,
+        'episode_done': True,
+    }
+    reply = {'id': 'Mime', 'episode_done': False, 'predicted_emotion': 'sad', 'metrics': {'ppl': 3.0}}
     path = tmp_path / 'mime_test.jsonl'
     path.write_text(json.dumps({'dialog': [[teacher, reply]]}) + '\n')
     with pytest.raises(inputs.InputError) as err:
         inputs.read_world_log(str(path))
     message = str(err.value)
     assert '\n' not in message
-    assert message.startswith(f"{path}:1: 'dialog'[0] model message (Mime) has no 'text': "
-                              'the log holds no generated replies')
+    assert message.startswith(
+        f"{path}:1: 'dialog'[0] model message (Mime) has no 'text': the log holds no generated replies"
+    )
     assert message.endswith('rerun parlai eval_model with --skip-generation false')
 
 
@@ -234,12 +255,12 @@ def test_committed_outputs_that_are_not_a_rows_replies_to_the_split_are_refused(
         (gz('list.gz', ['[1, 2]']), ':1: a row must be a JSON object'),
         (gz('noid.gz', [json.dumps({'gold': 'x', 'reply': 'y'})]), ":1: field 'id' missing or not a string"),
         (gz('reply.gz', [changed(reply=7)]), ":1: field 'reply' missing or not a string"),
-        (gz('other.gz', [first, changed(id='hit:9_conv:9/2')]),
-         ":2: 'id' 'hit:9_conv:9/2' is no Listener reply of the cleaned ED split"),
-        (gz('speaker.gz', [changed(id=rows[0]['id'].rsplit('/', 1)[0] + '/1')]),
-         ':1: \'id\' .*/1\' is no Listener reply'),
-        (gz('gold.gz', [changed(gold='Something else.')]),
-         ":1: 'gold' of .* is not the cleaned ED split's reply"),
+        (
+            gz('other.gz', [first, changed(id='hit:9_conv:9/2')]),
+            ":2: 'id' 'hit:9_conv:9/2' is no Listener reply of the cleaned ED split",
+        ),
+        (gz('speaker.gz', [changed(id=rows[0]['id'].rsplit('/', 1)[0] + '/1')]), ":1: 'id' .*/1' is no Listener reply"),
+        (gz('gold.gz', [changed(gold='Something else.')]), ":1: 'gold' of .* is not the cleaned ED split's reply"),
         (gz('twice.gz', [first, first]), ":2: repeats 'id'"),
         (gz('utf8.gz', b'{"id": "\xff"}\n'), ':1: not UTF-8'),
         (gz('deep.gz', ['[' * 30000 + ']' * 30000]), ':1: nested deeper than the cap of 64'),
@@ -260,8 +281,13 @@ def test_committed_outputs_that_are_not_a_rows_replies_to_the_split_are_refused(
 
 
 def test_pairings_roundtrip_and_units(logs, tmp_path):
-    build_task(str(tmp_path / 'ab.db'), 'ab', [logs['gold'], logs['echo']], num_items=6,
-               acute_pairings_out=str(tmp_path / 'pairs.jsonl'))
+    build_task(
+        str(tmp_path / 'ab.db'),
+        'ab',
+        [logs['gold'], logs['echo']],
+        num_items=6,
+        acute_pairings_out=str(tmp_path / 'pairs.jsonl'),
+    )
     pairs = inputs.read_pairings(str(tmp_path / 'pairs.jsonl'))
     assert len(pairs) == 6 and all(p.models == ('echo', 'gold') for p in pairs)
     assert pairs[0].dialogues[1][-1]['id'] == 'gold'
@@ -313,8 +339,7 @@ def test_plan_assignment_rules():
     assert len({items_of[u] for u in plan}) == len(plan) == 5  # no item twice, check included
     assert 'item3' not in {items_of[u] for u in plan}  # never an item seen before
     assert plan[0] < 100  # a check never opens the assignment
-    assert sampling.plan_assignment(random.Random(0), open_units, checks,
-                                    {f'item{i}' for i in range(5)}, 4, 1) == []
+    assert sampling.plan_assignment(random.Random(0), open_units, checks, {f'item{i}' for i in range(5)}, 4, 1) == []
 
 
 # -- votes and agreement ---------------------------------------------------------------------
@@ -349,7 +374,8 @@ def test_weighted_cohen_kappa_for_likert_hand_worked():
     assert analysis.cohen_kappa(r1, r2, **analysis.LIKERT_KAPPA) == pytest.approx(0.9)
     # labels fix the scale: a pair of raters who only used 4 and 5 is still judged on 1..5
     assert analysis.cohen_kappa([4, 5, 5], [5, 5, 4], **analysis.LIKERT_KAPPA) == pytest.approx(
-        analysis.cohen_kappa([4, 5, 5], [5, 5, 4], weights='quadratic', labels=[1, 2, 3, 4, 5]))
+        analysis.cohen_kappa([4, 5, 5], [5, 5, 4], weights='quadratic', labels=[1, 2, 3, 4, 5])
+    )
     assert np.isnan(analysis.cohen_kappa(['A', 'A'], ['A', 'A']))  # chance agreement is total
 
 
@@ -360,18 +386,26 @@ def test_krippendorff_alpha_hand_worked():
     # nominal: 1 - (n - 1) * 4 / (2 * (3*1 + 3*3 + 1*3)) = 1 - 24/30 = 0.2
     # interval (squared differences): observed 4 + 4 + 1 + 1 = 10, expected 2 * (3*1*1 + 3*3*4
     # + 1*3*1) = 84 -> 1 - 6 * 10 / 84 = 2/7
-    ratings = [('a', 'u1', 1), ('b', 'u1', 1),
-               ('a', 'u2', 1), ('c', 'u2', 3),
-               ('a', 'u3', 2), ('b', 'u3', 3), ('c', 'u3', 3),
-               ('a', 'u4', 2)]
+    ratings = [
+        ('a', 'u1', 1),
+        ('b', 'u1', 1),
+        ('a', 'u2', 1),
+        ('c', 'u2', 3),
+        ('a', 'u3', 2),
+        ('b', 'u3', 3),
+        ('c', 'u3', 3),
+        ('a', 'u4', 2),
+    ]
     assert analysis.krippendorff_alpha(ratings) == pytest.approx(0.2)
     assert analysis.krippendorff_alpha(ratings, 'interval') == pytest.approx(2 / 7)
     # Krippendorff's own worked example ("Computing Krippendorff's Alpha-Reliability", 2011):
     # 4 observers, 12 units, missing values; nominal 0.743, interval 0.849
-    table = {'A': [1, 2, 3, 3, 2, 1, 4, 1, 2, None, None, None],
-             'B': [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, None, 3],
-             'C': [None, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, None],
-             'D': [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, None]}
+    table = {
+        'A': [1, 2, 3, 3, 2, 1, 4, 1, 2, None, None, None],
+        'B': [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, None, 3],
+        'C': [None, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, None],
+        'D': [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, None],
+    }
     paper = [(rater, unit, v) for rater, values in table.items() for unit, v in enumerate(values) if v is not None]
     assert round(analysis.krippendorff_alpha(paper), 3) == 0.743
     assert round(analysis.krippendorff_alpha(paper, 'interval'), 3) == 0.849
@@ -383,12 +417,22 @@ def test_krippendorff_alpha_hand_worked():
 def test_agreement_counts_every_rater_of_a_unit():
     """Units with differing numbers of raters all count, with all their raters (an A/B task whose
     pairings got a fourth vote): the hand-worked nominal case above, as a rating frame."""
-    rows = [('a', 'u1', 'A'), ('b', 'u1', 'A'),
-            ('a', 'u2', 'A'), ('c', 'u2', 'B'),
-            ('a', 'u3', 'tie'), ('b', 'u3', 'B'), ('c', 'u3', 'B'),
-            ('a', 'u4', 'tie')]
-    frame = pd.DataFrame([{'aspect': 'overall', 'worker_id': w, 'unit_id': u, 'winner': x, 'answer_id': i}
-                          for i, (w, u, x) in enumerate(rows)])
+    rows = [
+        ('a', 'u1', 'A'),
+        ('b', 'u1', 'A'),
+        ('a', 'u2', 'A'),
+        ('c', 'u2', 'B'),
+        ('a', 'u3', 'tie'),
+        ('b', 'u3', 'B'),
+        ('c', 'u3', 'B'),
+        ('a', 'u4', 'tie'),
+    ]
+    frame = pd.DataFrame(
+        [
+            {'aspect': 'overall', 'worker_id': w, 'unit_id': u, 'winner': x, 'answer_id': i}
+            for i, (w, u, x) in enumerate(rows)
+        ]
+    )
     row = analysis.agreement(frame, 'winner', **analysis.AB_KAPPA).iloc[0]
     assert (row['units'], row['ratings'], row['alpha_level']) == (3, 7, 'nominal')
     assert row['krippendorff_alpha'] == pytest.approx(0.2)
@@ -403,16 +447,26 @@ def _answer_all(db, worker, rate):
     db.start(aid)
     conn_units = {r['slot_id']: r for r in db.slots(aid)}
     for slot in conn_units.values():
-        models = json.loads(db._one('SELECT u.models FROM slots s JOIN units u USING (unit_id) '
-                                    'WHERE s.slot_id = ?', (slot['slot_id'],))[0])
+        models = json.loads(
+            db._one(
+                'SELECT u.models FROM slots s JOIN units u USING (unit_id) WHERE s.slot_id = ?', (slot['slot_id'],)
+            )[0]
+        )
         db.submit(worker['worker_id'], slot['slot_id'], rate(models, slot['display']))
     return aid
 
 
 def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
-    db = build_task(str(tmp_path / 'ab.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    num_items=4, annotators=3, items_per_assignment=4, seed=2,
-                    acute_pairings_out=str(tmp_path / 'pairs.jsonl'))
+    db = build_task(
+        str(tmp_path / 'ab.db'),
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=4,
+        annotators=3,
+        items_per_assignment=4,
+        seed=2,
+        acute_pairings_out=str(tmp_path / 'pairs.jsonl'),
+    )
     side = {'choices': {'overall': 0}}
     # workers 1-2 prefer gold, worker 3 says tie; all three pass the gold-vs-mismatch checks
     prefs = ['gold', 'gold', 'tie']
@@ -432,11 +486,21 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
     assert db.failed_workers() == []
 
     # A second task where 3 raters split A / B / tie on every unit: each unit gets a 4th rater.
-    db2 = build_task(str(tmp_path / 'ab2.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                     num_items=2, annotators=3, items_per_assignment=2, checks_per_assignment=0)
+    db2 = build_task(
+        str(tmp_path / 'ab2.db'),
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=2,
+        annotators=3,
+        items_per_assignment=2,
+        checks_per_assignment=0,
+    )
     for pref in ('gold', 'echo', 'tie'):
-        _answer_all(db2, db2.add_worker('local'), lambda m, _d, p=pref: {'choices': {
-            'overall': 'tie' if p == 'tie' else m.index(p)}})
+        _answer_all(
+            db2,
+            db2.add_worker('local'),
+            lambda m, _d, p=pref: {'choices': {'overall': 'tie' if p == 'tie' else m.index(p)}},
+        )
     assert sum(p['wanted'] for p in db2.progress()) == 8  # 2 units x 4
     fourth = db2.add_worker('local')
     _answer_all(db2, fourth, lambda m, _d: {'choices': {'overall': m.index('gold')}})
@@ -444,8 +508,15 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
     assert table.loc[0, 'Win %'] == 100.0 and table.loc[0, 'undecided'] == 0
 
     # Attention: a worker who picks side A always fails some gold-vs-mismatch checks.
-    db3 = build_task(str(tmp_path / 'ab3.db'), 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                     num_items=10, annotators=1, items_per_assignment=5, checks_per_assignment=2)
+    db3 = build_task(
+        str(tmp_path / 'ab3.db'),
+        'ab',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=10,
+        annotators=1,
+        items_per_assignment=5,
+        checks_per_assignment=2,
+    )
     bad = db3.add_worker('local')
     while _answer_all(db3, bad, lambda m, _d: side):
         pass
@@ -466,8 +537,15 @@ def test_ab_task_fourth_annotator_checks_and_analysis(logs, tmp_path):
 
 
 def test_db_rejects_foreign_repeated_and_out_of_order_answers(logs, tmp_path):
-    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    num_items=3, annotators=1, items_per_assignment=3, checks_per_assignment=0)
+    db = build_task(
+        str(tmp_path / 'l.db'),
+        'likert',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=3,
+        annotators=1,
+        items_per_assignment=3,
+        checks_per_assignment=0,
+    )
     w1, w2 = db.add_worker('local'), db.add_worker('local')
     a1 = db.claim(w1['worker_id'])
     slots = db.slots(a1)
@@ -487,16 +565,20 @@ def test_db_rejects_foreign_repeated_and_out_of_order_answers(logs, tmp_path):
         for s in db.slots(aid):
             if not s['answered']:
                 db.submit(w1['worker_id'], s['slot_id'], rating)
-    rows = db._all('SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
-                   'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (w1['worker_id'],))
+    rows = db._all(
+        'SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
+        'JOIN units u USING (unit_id) WHERE x.worker_id = ?',
+        (w1['worker_id'],),
+    )
     assert len(rows) == 3 == len({r[0] for r in rows})
 
 
 def test_a_task_without_answers_is_analysed_with_every_pair_listed(logs, tmp_path):
     """What the analysis step shows before the first worker: each comparison with 0 items."""
     db = str(tmp_path / 'ab.db')
-    build_task(db, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=4,
-               annotators=3, items_per_assignment=4)
+    build_task(
+        db, 'ab', ['gold=' + logs['gold'], 'echo=' + logs['echo']], num_items=4, annotators=3, items_per_assignment=4
+    )
     paths = analysis.analyze(db, str(tmp_path / 'out'))
     report = open(paths['markdown'], encoding='utf-8').read()
     assert '| gold vs echo | overall | – | – | – | 0 | 0 | 0 |' in report
@@ -506,8 +588,15 @@ def test_a_task_without_answers_is_analysed_with_every_pair_listed(logs, tmp_pat
 
 
 def test_likert_analysis_mean_sem(logs, tmp_path):
-    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    num_items=6, annotators=2, items_per_assignment=6, checks_per_assignment=1)
+    db = build_task(
+        str(tmp_path / 'l.db'),
+        'likert',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=6,
+        annotators=2,
+        items_per_assignment=6,
+        checks_per_assignment=1,
+    )
     scores = {'gold': 5, 'echo': 2}
     given = []  # gold empathy ratings as handed in
 
@@ -515,8 +604,7 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
         empathy = scores.get(models[0], 1) - (n % 2)
         if models[0] == 'gold':
             given.append(empathy)
-        return {'ratings': {'empathy': empathy, 'relevance': scores.get(models[0], 1),
-                            'fluency': 4}}
+        return {'ratings': {'empathy': empathy, 'relevance': scores.get(models[0], 1), 'fluency': 4}}
 
     for n in range(4):
         _answer_all(db, db.add_worker('local'), lambda m, d, n=n: rate(m, d, n))
@@ -524,7 +612,7 @@ def test_likert_analysis_mean_sem(logs, tmp_path):
     table = pd.read_csv(out['csv']).set_index('Model')
     assert list(table.index) == ['gold', 'echo'] and len(given) == 12
     assert table.loc['gold', 'empathy_mean'] == pytest.approx(statistics.mean(given))
-    assert table.loc['gold', 'empathy_sem'] == pytest.approx(statistics.stdev(given) / 12 ** 0.5)
+    assert table.loc['gold', 'empathy_sem'] == pytest.approx(statistics.stdev(given) / 12**0.5)
     assert table.loc['echo', 'Relevance'] == '2.00 ± 0.00' and table.loc['echo', 'ratings'] == 12
     md = open(out['markdown']).read()
     assert '| Model | Empathy | Relevance | Fluency | ratings |' in md
@@ -543,16 +631,30 @@ def test_likert_checks_need_the_relevance_aspect(logs, tmp_path):
     not with a KeyError when the first check is answered."""
     worlds = ['gold=' + logs['gold'], 'echo=' + logs['echo']]
     with pytest.raises(ValueError, match='--aspects.*relevance.*--checks-per-assignment 0'):
-        build_task(str(tmp_path / 'bad.db'), 'likert', worlds, num_items=3,
-                   checks_per_assignment=1, aspects=['empathy', 'fluency'])
-    db = build_task(str(tmp_path / 'ok.db'), 'likert', worlds, num_items=3,
-                    checks_per_assignment=0, aspects=['empathy', 'fluency'])
+        build_task(
+            str(tmp_path / 'bad.db'),
+            'likert',
+            worlds,
+            num_items=3,
+            checks_per_assignment=1,
+            aspects=['empathy', 'fluency'],
+        )
+    db = build_task(
+        str(tmp_path / 'ok.db'), 'likert', worlds, num_items=3, checks_per_assignment=0, aspects=['empathy', 'fluency']
+    )
     assert db.config['aspects'] == ['empathy', 'fluency']
 
 
 def test_external_ref_is_resumed_only_by_its_own_worker(logs, tmp_path):
-    db = build_task(str(tmp_path / 'l.db'), 'likert', ['gold=' + logs['gold'], 'echo=' + logs['echo']],
-                    num_items=4, annotators=2, items_per_assignment=2, checks_per_assignment=0)
+    db = build_task(
+        str(tmp_path / 'l.db'),
+        'likert',
+        ['gold=' + logs['gold'], 'echo=' + logs['echo']],
+        num_items=4,
+        annotators=2,
+        items_per_assignment=2,
+        checks_per_assignment=0,
+    )
     owner, other = db.add_worker('mturk', 'A1'), db.add_worker('mturk', 'A2')
     first = db.claim(owner['worker_id'], 'mturk:HIT1', 'https://workersandbox.mturk.com')
     assert db.claim(owner['worker_id'], 'mturk:HIT1') == first  # the same HIT resumes
@@ -563,13 +665,15 @@ def test_external_ref_is_resumed_only_by_its_own_worker(logs, tmp_path):
 
 
 def test_likert_table_counts_ratings_per_aspect():
-    df = pd.DataFrame([
-        {'model': 'gold', 'aspect': 'empathy', 'score': 5},
-        {'model': 'gold', 'aspect': 'empathy', 'score': 4},
-        {'model': 'gold', 'aspect': 'empathy', 'score': 3},
-        {'model': 'gold', 'aspect': 'fluency', 'score': 4},  # fewer fluency ratings
-        {'model': 'echo', 'aspect': 'empathy', 'score': 2},
-    ])
+    df = pd.DataFrame(
+        [
+            {'model': 'gold', 'aspect': 'empathy', 'score': 5},
+            {'model': 'gold', 'aspect': 'empathy', 'score': 4},
+            {'model': 'gold', 'aspect': 'empathy', 'score': 3},
+            {'model': 'gold', 'aspect': 'fluency', 'score': 4},  # fewer fluency ratings
+            {'model': 'echo', 'aspect': 'empathy', 'score': 2},
+        ]
+    )
     table = analysis.likert_table(df, ['empathy', 'fluency'], ['gold', 'echo']).set_index('Model')
     assert table.loc['gold', 'empathy_n'] == 3 and table.loc['gold', 'fluency_n'] == 1
     assert table.loc['gold', 'ratings'] == 1  # the smallest count, not the last aspect's

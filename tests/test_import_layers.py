@@ -4,6 +4,7 @@ Each top-level module or subpackage of ``parlai_empathy`` has a layer; a module 
 its own subpackage or from a lower layer, counting imports inside functions too (a lazy import is
 still a dependency). The models are plain PyTorch: they import nothing of ParlAI.
 """
+
 import ast
 import os
 import re
@@ -64,7 +65,7 @@ def _imports(module, path):
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split('.')[:len(package.split('.')) - node.level + 1]
+                base = package.split('.')[: len(package.split('.')) - node.level + 1]
                 target = '.'.join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ''
@@ -79,9 +80,10 @@ def _layer(module):
 
 
 def _graph():
-    return {module: {(target, line) for target, line in _imports(module, path)
-                     if target in MODULES and target != module}
-            for module, path in MODULES.items()}
+    return {
+        module: {(target, line) for target, line in _imports(module, path) if target in MODULES and target != module}
+        for module, path in MODULES.items()
+    }
 
 
 def test_every_part_of_the_package_has_a_layer():
@@ -99,8 +101,9 @@ def test_imports_point_downward():
         for target, line in targets:
             here, there = _layer(module), _layer(target)
             if here != there and RANK[there] >= RANK[here]:
-                wrong.append(f'{MODULES[module]}:{line}: {module} imports {target} '
-                             f'(layer {RANK[there]} >= {RANK[here]})')
+                wrong.append(
+                    f'{MODULES[module]}:{line}: {module} imports {target} (layer {RANK[there]} >= {RANK[here]})'
+                )
     assert not wrong, '\n'.join(wrong)
 
 
@@ -137,8 +140,11 @@ def test_no_import_cycle():
 
 @pytest.mark.parametrize('module', sorted(m for m in MODULES if _layer(m) == 'models'))
 def test_models_never_import_parlai(module):
-    imported = [f'{target} (line {line})' for target, line in _imports(module, MODULES[module])
-                if target == 'parlai' or target.startswith('parlai.')]
+    imported = [
+        f'{target} (line {line})'
+        for target, line in _imports(module, MODULES[module])
+        if target == 'parlai' or target.startswith('parlai.')
+    ]
     assert not imported, f'{MODULES[module]} imports ParlAI: {imported}'
 
 

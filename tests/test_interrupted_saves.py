@@ -4,6 +4,7 @@ last complete file at its name and no temporary file behind.
 ParlAI writes a model's ``.opt``, its dictionary and the loop's ``.trainstats`` in place; a run
 killed while writing one could not resume, and a half-written dictionary counted as built.
 """
+
 import json
 import os
 

@@ -15,6 +15,7 @@ says, in one line, what is wrong and how to rerun.
 
 Screenshots: ``$TMPDIR/parlai_empathy_journey_{likert,ab}.png``.
 """
+
 import json
 import os
 import subprocess
@@ -30,13 +31,28 @@ from tiny_models import cached_tiny_model
 
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 SAMPLE_TEST = ['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test']
-SHOTS = {mode: os.path.join(tempfile.gettempdir(), f'parlai_empathy_journey_{mode}.png')
-         for mode in ('likert', 'ab')}
+SHOTS = {mode: os.path.join(tempfile.gettempdir(), f'parlai_empathy_journey_{mode}.png') for mode in ('likert', 'ab')}
 ROLE_NAMES = {'speaker': 'Speaker', 'listener': 'Listener'}
 # a stock ParlAI generator, as small as it gets; 16 tokens at most keep its untrained greedy
 # replies (which never end) quick
-STOCK = ['-m', 'transformer/generator', '--n-layers', 1, '--embedding-size', 16, '--ffn-size', 32,
-         '--n-heads', 2, '--truncate', 64, '--label-truncate', 16, '--dict-maxtokens', 1500]
+STOCK = [
+    '-m',
+    'transformer/generator',
+    '--n-layers',
+    1,
+    '--embedding-size',
+    16,
+    '--ffn-size',
+    32,
+    '--n-heads',
+    2,
+    '--truncate',
+    64,
+    '--label-truncate',
+    16,
+    '--dict-maxtokens',
+    1500,
+]
 
 
 def norm(text):
@@ -45,8 +61,14 @@ def norm(text):
 
 
 def parlai(*args, cwd, check=True):
-    done = subprocess.run([PARLAI] + [str(a) for a in args], cwd=cwd, capture_output=True,
-                          text=True, timeout=1800, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        [PARLAI] + [str(a) for a in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+    )
     if check and done.returncode != 0:
         raise AssertionError(f'parlai {args[0]} exited {done.returncode}:\n{done.stderr[-4000:]}')
     return done
@@ -55,14 +77,20 @@ def parlai(*args, cwd, check=True):
 def parlai_together(commands, cwd):
     """{name: stdout and stderr} of several ``parlai`` commands run at once (each fails the test
     if it fails)."""
-    procs = {name: subprocess.Popen([PARLAI] + [str(a) for a in args], cwd=cwd, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=dict(os.environ, HF_HUB_OFFLINE='1'))
-             for name, args in commands.items()}
+    procs = {
+        name: subprocess.Popen(
+            [PARLAI] + [str(a) for a in args],
+            cwd=cwd,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, HF_HUB_OFFLINE='1'),
+        )
+        for name, args in commands.items()
+    }
     outputs = {name: proc.communicate(timeout=1800)[0] for name, proc in procs.items()}
     for name, proc in procs.items():
-        assert proc.returncode == 0, f'{commands[name]} exited {proc.returncode}:\n' \
-            f'{outputs[name][-4000:]}'
+        assert proc.returncode == 0, f'{commands[name]} exited {proc.returncode}:\n{outputs[name][-4000:]}'
     return outputs
 
 
@@ -73,15 +101,40 @@ def journey(tmp_path_factory):
     stock = str(root / 'stock' / 'model')
     os.makedirs(root / 'stock')
     stock_training = subprocess.Popen(  # meanwhile the tiny models of ours are trained
-        [PARLAI] + [str(a) for a in ['train_model', *STOCK, '-mf', stock, '-t', 'empathy_ed_clean',
-                                     '--ed-datapath', 'sample', '-bs', 8, '--max-train-steps', 3,
-                                     '--validation-max-exs', 8, '--short-final-eval', 'true',
-                                     '-vme', 10_000]],
-        cwd=root, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [PARLAI]
+        + [
+            str(a)
+            for a in [
+                'train_model',
+                *STOCK,
+                '-mf',
+                stock,
+                '-t',
+                'empathy_ed_clean',
+                '--ed-datapath',
+                'sample',
+                '-bs',
+                8,
+                '--max-train-steps',
+                3,
+                '--validation-max-exs',
+                8,
+                '--short-final-eval',
+                'true',
+                '-vme',
+                10_000,
+            ]
+        ],
+        cwd=root,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
-        models = {name: cached_tiny_model(tmp_path_factory, agent)
-                  for name, agent in (('mime', 'mime'), ('ethreed', 'ethreed'),
-                                      ('ranker', 'bert_ranker'))}
+        models = {
+            name: cached_tiny_model(tmp_path_factory, agent)
+            for name, agent in (('mime', 'mime'), ('ethreed', 'ethreed'), ('ranker', 'bert_ranker'))
+        }
     finally:
         out = stock_training.communicate(timeout=1800)[0]
     assert stock_training.returncode == 0, f'training the stock model failed:\n{out[-4000:]}'
@@ -91,29 +144,41 @@ def journey(tmp_path_factory):
         logs[name] = str(root / f'{name}.jsonl')
         generate = ['--skip-generation', 'false'] if name in ('mime', 'ethreed') else []
         greedy = ['--inference', 'greedy'] if name == 'stock' else []
-        commands[name] = ['eval_model', '-mf', model_file, *SAMPLE_TEST, *generate, *greedy,
-                          '--world-logs', logs[name]]
+        commands[name] = ['eval_model', '-mf', model_file, *SAMPLE_TEST, *generate, *greedy, '--world-logs', logs[name]]
     # what a user runs first: the generator's saved options say skip_generation true
     logs['mime_no_replies'] = str(root / 'mime_no_replies.jsonl')
-    commands['mime_no_replies'] = ['eval_model', '-mf', models['mime'], *SAMPLE_TEST,
-                                   '--world-logs', logs['mime_no_replies']]
+    commands['mime_no_replies'] = [
+        'eval_model',
+        '-mf',
+        models['mime'],
+        *SAMPLE_TEST,
+        '--world-logs',
+        logs['mime_no_replies'],
+    ]
     runs = parlai_together(commands, root)
     from parlai_empathy.tasks.ed import CleanTeacher
 
-    examples = ed_teacher_examples(CleanTeacher, 'test', root / 'parlai_data', '--ed-datapath',
-                                   'sample')
-    truth = {f"{m['conv_id']}#{m['turn']}": [(r, norm(u)) for r, u in
-                                             zip(m['context_roles'], m['context_utterances'])]
-             for m in examples}
+    examples = ed_teacher_examples(CleanTeacher, 'test', root / 'parlai_data', '--ed-datapath', 'sample')
+    truth = {
+        f'{m["conv_id"]}#{m["turn"]}': [(r, norm(u)) for r, u in zip(m['context_roles'], m['context_utterances'])]
+        for m in examples
+    }
     replies = {}  # item -> every reply a rater may see there: the models', and golds (checks)
     for name in models:
         for line in open(logs[name], encoding='utf-8'):
             for teacher, reply in json.loads(line)['dialog']:
-                key = f"{teacher['conv_id']}#{teacher['turn']}"
+                key = f'{teacher["conv_id"]}#{teacher["turn"]}'
                 replies.setdefault(key, set()).add(norm(reply['text']))
     golds = {norm(m['eval_labels'][0]) for m in examples}
-    return {'root': root, 'logs': logs, 'runs': runs, 'truth': truth, 'replies': replies,
-            'golds': golds, 'models': models}
+    return {
+        'root': root,
+        'logs': logs,
+        'runs': runs,
+        'truth': truth,
+        'replies': replies,
+        'golds': golds,
+        'models': models,
+    }
 
 
 def test_world_logs_have_the_shapes_of_each_agent(journey):
@@ -131,17 +196,25 @@ def test_world_logs_have_the_shapes_of_each_agent(journey):
 
 
 def test_skip_generation_is_warned_about_and_the_build_says_how_to_fix_it(journey):
-    assert ('will hold no generated replies: skip_generation is true'
-            in journey['runs']['mime_no_replies'])
+    assert 'will hold no generated replies: skip_generation is true' in journey['runs']['mime_no_replies']
     assert 'will hold no generated replies' not in journey['runs']['mime']
     path = journey['logs']['mime_no_replies']
-    done = parlai('empathy_humaneval_build', '--db', journey['root'] / 'no_replies.db',
-                  '--world-logs', path, cwd=journey['root'], check=False)
+    done = parlai(
+        'empathy_humaneval_build',
+        '--db',
+        journey['root'] / 'no_replies.db',
+        '--world-logs',
+        path,
+        cwd=journey['root'],
+        check=False,
+    )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # one line, no traceback
-    assert lines[0].startswith(f"parlai empathy_humaneval_build: {path}:1: 'dialog'[0] model "
-                               "message (Mime) has no 'text': the log holds no generated replies")
+    assert lines[0].startswith(
+        f"parlai empathy_humaneval_build: {path}:1: 'dialog'[0] model "
+        "message (Mime) has no 'text': the log holds no generated replies"
+    )
     assert lines[0].endswith('rerun parlai eval_model with --skip-generation false')
 
 
@@ -150,19 +223,36 @@ def _build_and_serve(journey, mode, *args):
     root, logs = journey['root'], journey['logs']
     db = root / f'{mode}.db'
     specs = [f'{name}={logs[name]}' for name in ('mime', 'ethreed', 'ranker', 'stock')]
-    built = parlai('empathy_humaneval_build', '--db', db, '--mode', mode, '--world-logs', *specs,
-                   '--annotators', 1, '--overwrite', 'true', *args, cwd=root)
+    built = parlai(
+        'empathy_humaneval_build',
+        '--db',
+        db,
+        '--mode',
+        mode,
+        '--world-logs',
+        *specs,
+        '--annotators',
+        1,
+        '--overwrite',
+        'true',
+        *args,
+        cwd=root,
+    )
     assert "models ['mime', 'ethreed', 'ranker', 'stock']" in built.stdout
     return _serve(db, root)
 
 
 def _serve(db, root):
     """``empathy_humaneval_serve`` on 127.0.0.1; (server, one worker link)."""
-    server = LocalServer(lambda port: [PARLAI, 'empathy_humaneval_serve', '--db', db, '--host',
-                                       '127.0.0.1', '--port', port], ready_path='/healthz', cwd=root)
+    server = LocalServer(
+        lambda port: [PARLAI, 'empathy_humaneval_serve', '--db', db, '--host', '127.0.0.1', '--port', port],
+        ready_path='/healthz',
+        cwd=root,
+    )
     try:
-        link = parlai('empathy_humaneval_links', '--db', db, '--base-url', server.url, '-n', 1,
-                      cwd=root).stdout.split()[-1]
+        link = parlai(
+            'empathy_humaneval_links', '--db', db, '--base-url', server.url, '-n', 1, cwd=root
+        ).stdout.split()[-1]
     except BaseException:
         server.stop()
         raise
@@ -173,13 +263,15 @@ def _turns(driver, css):
     """[(role class, label shown, text)] of the turns under ``css``, in page order."""
     rows = driver.execute_script(
         'return Array.from(document.querySelectorAll(arguments[0])).map(e => '
-        '[e.className, e.querySelector(".who").textContent, e.textContent]);', css)
+        '[e.className, e.querySelector(".who").textContent, e.textContent]);',
+        css,
+    )
     out = []
     for cls, who, text in rows:
         roles = [c for c in cls.split() if c != 'turn']
         assert len(roles) == 1, cls
         assert text.startswith(who)
-        out.append((roles[0], norm(who), norm(text[len(who):])))
+        out.append((roles[0], norm(who), norm(text[len(who) :])))
     return out
 
 
@@ -232,8 +324,7 @@ def test_likert_pages_show_each_context_turn_once_in_order(journey, browser):
     for path in SHOTS.values():
         if os.path.exists(path):
             os.remove(path)
-    server, link = _build_and_serve(journey, 'likert', '--num-items', 8,
-                                    '--items-per-assignment', 8, '--seed', 2)
+    server, link = _build_and_serve(journey, 'likert', '--num-items', 8, '--items-per-assignment', 8, '--seed', 2)
     try:
         seen = _walk(browser, link, journey, ['4', '3', '5'], 1, SHOTS['likert'])
     finally:
@@ -243,8 +334,7 @@ def test_likert_pages_show_each_context_turn_once_in_order(journey, browser):
 
 
 def test_ab_pages_show_each_context_turn_once_in_order(journey, browser):
-    server, link = _build_and_serve(journey, 'ab', '--num-items', 4, '--items-per-assignment', 4,
-                                    '--seed', 5)
+    server, link = _build_and_serve(journey, 'ab', '--num-items', 4, '--items-per-assignment', 4, '--seed', 5)
     try:
         seen = _walk(browser, link, journey, ['A'], 2, SHOTS['ab'])
     finally:
@@ -257,15 +347,48 @@ def test_a_row_without_its_model_takes_part_through_its_committed_outputs(journe
     """MIME's evidence row, written by ``empathy_leaderboard --artifacts`` as a table row's is,
     stands in for its model: the A/B pages show its replies to the data's own conversations."""
     root = journey['root']
-    parlai('empathy_leaderboard', '--entries', f"mime={journey['models']['mime']}", '--ed-datapath', 'sample',
-           '--artifacts', root / 'runs', '--outdir', root / 'board', '--bertscore-model', 'none',
-           '--p100-shuffled', 'false', '--progress', 'false', cwd=root)
+    parlai(
+        'empathy_leaderboard',
+        '--entries',
+        f'mime={journey["models"]["mime"]}',
+        '--ed-datapath',
+        'sample',
+        '--artifacts',
+        root / 'runs',
+        '--outdir',
+        root / 'board',
+        '--bertscore-model',
+        'none',
+        '--p100-shuffled',
+        'false',
+        '--progress',
+        'false',
+        cwd=root,
+    )
     outputs = root / 'runs' / 'mime' / 'outputs.jsonl.gz'
     db = root / 'ab_outputs.db'
-    built = parlai('empathy_humaneval_build', '--db', db, '--mode', 'ab', '--world-logs',
-                   f"ethreed={journey['logs']['ethreed']}", '--outputs', outputs,
-                   '--ed-datapath', 'sample', '--annotators', 1, '--num-items', 4,
-                   '--items-per-assignment', 4, '--seed', 5, cwd=root)
+    built = parlai(
+        'empathy_humaneval_build',
+        '--db',
+        db,
+        '--mode',
+        'ab',
+        '--world-logs',
+        f'ethreed={journey["logs"]["ethreed"]}',
+        '--outputs',
+        outputs,
+        '--ed-datapath',
+        'sample',
+        '--annotators',
+        1,
+        '--num-items',
+        4,
+        '--items-per-assignment',
+        4,
+        '--seed',
+        5,
+        cwd=root,
+    )
     assert "models ['ethreed', 'mime']" in built.stdout
     import sqlite3
 

@@ -1,5 +1,6 @@
 """``parlai empathy_leaderboard`` on two stock baselines trained for a few steps on the sample (stock
 ParlAI agents unpickle their checkpoints: the board opens them only with ``--trust-model-file``)."""
+
 import csv
 import dataclasses
 import json
@@ -12,9 +13,32 @@ from conftest import REPO
 
 def _train(run_parlai, model_file, model, *extra):
     run_parlai(
-        'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', model, '-mf', model_file,
-        '--n-layers', '1', '--embedding-size', '16', '--ffn-size', '32', '--n-heads', '2', '-bs', '8',
-        '--max-train-steps', '10', '--dict-maxtokens', '2000', '--truncate', '48', *extra,
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        model,
+        '-mf',
+        model_file,
+        '--n-layers',
+        '1',
+        '--embedding-size',
+        '16',
+        '--ffn-size',
+        '32',
+        '--n-heads',
+        '2',
+        '-bs',
+        '8',
+        '--max-train-steps',
+        '10',
+        '--dict-maxtokens',
+        '2000',
+        '--truncate',
+        '48',
+        *extra,
     )
 
 
@@ -30,9 +54,23 @@ def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, ru
     generator, ranker = baselines
     outdir, artifacts = tmp_path / 'lb', tmp_path / 'runs'
     done = run_parlai(
-        'empathy_leaderboard', '--entries', f'gen={generator}', f'rank={ranker}', '--ed-datapath', 'sample',
-        '--outdir', outdir, '--bertscore-model', 'none', '--eval-args', '-bs 16',
-        '--entry-args', 'gen=--inference greedy', '--artifacts', artifacts, '--trust-model-file',
+        'empathy_leaderboard',
+        '--entries',
+        f'gen={generator}',
+        f'rank={ranker}',
+        '--ed-datapath',
+        'sample',
+        '--outdir',
+        outdir,
+        '--bertscore-model',
+        'none',
+        '--eval-args',
+        '-bs 16',
+        '--entry-args',
+        'gen=--inference greedy',
+        '--artifacts',
+        artifacts,
+        '--trust-model-file',
     )
     results = {r['name']: r for r in json.loads((outdir / 'results.json').read_text())['results']}
     assert results['gen']['kind'] == 'generator' and results['rank']['kind'] == 'ranker'
@@ -68,14 +106,30 @@ def test_leaderboard_evaluates_tabulates_plots_and_writes_evidence(baselines, ru
 
     # boards made one run at a time are gathered into one, nothing evaluated again
     merged = tmp_path / 'lb2'
-    run_parlai('empathy_leaderboard', '--entries', f'generator={outdir}/results.json#gen',
-               f'rank={outdir}/results.json', '--outdir', merged, '--bertscore-model', 'none')
+    run_parlai(
+        'empathy_leaderboard',
+        '--entries',
+        f'generator={outdir}/results.json#gen',
+        f'rank={outdir}/results.json',
+        '--outdir',
+        merged,
+        '--bertscore-model',
+        'none',
+    )
     gathered = {r['name']: r for r in json.loads((merged / 'results.json').read_text())['results']}
     assert gathered['generator']['values'] == results['gen']['values']
     assert gathered['rank']['values'] == results['rank']['values']
     assert gathered['rank']['commands'] == results['rank']['commands']
-    wrong = run_parlai('empathy_leaderboard', '--entries', f'mime={outdir}/results.json', '--outdir',
-                       tmp_path / 'lb3', '--bertscore-model', 'none', check=False)
+    wrong = run_parlai(
+        'empathy_leaderboard',
+        '--entries',
+        f'mime={outdir}/results.json',
+        '--outdir',
+        tmp_path / 'lb3',
+        '--bertscore-model',
+        'none',
+        check=False,
+    )
     assert wrong.returncode != 0 and "has no row 'mime' (rows: gen, rank)" in wrong.stderr
 
 
@@ -83,9 +137,20 @@ def test_leaderboard_rejects_a_model_that_is_no_response_model_nor_classifier(ru
     model_file = tmp_path / 'm'
     model_file.write_text('')
     (tmp_path / 'm.opt').write_text(json.dumps({'model': 'repeat_label'}))
-    done = run_parlai('empathy_leaderboard', '--entries', f'm={model_file}', '--ed-datapath', 'sample',
-                      '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', '--trust-model-file', 'true',
-                      check=False)
+    done = run_parlai(
+        'empathy_leaderboard',
+        '--entries',
+        f'm={model_file}',
+        '--ed-datapath',
+        'sample',
+        '--outdir',
+        tmp_path / 'lb',
+        '--bertscore-model',
+        'none',
+        '--trust-model-file',
+        'true',
+        check=False,
+    )
     assert done.returncode != 0
     assert 'neither a response generator, a response ranker nor an emotion classifier' in done.stderr
 
@@ -99,9 +164,25 @@ def test_the_evaluation_loop_scores_every_p100_example_when_batch_slots_run_dry(
 
     monkeypatch.setenv('PARLAI_EMPATHY_ED_DIR', ed_dir)
     logs = str(tmp_path / 'logs.jsonl')
-    report = run_eval(['-t', 'empathy_ed_clean', '--ed-candidates', 'rashkin100', '-dt', 'test',
-                       '-m', 'echo_ranker:EchoRanker', '-bs', '64', '--datapath', str(tmp_path)],
-                      logs, 'echo', False)
+    report = run_eval(
+        [
+            '-t',
+            'empathy_ed_clean',
+            '--ed-candidates',
+            'rashkin100',
+            '-dt',
+            'test',
+            '-m',
+            'echo_ranker:EchoRanker',
+            '-bs',
+            '64',
+            '--datapath',
+            str(tmp_path),
+        ],
+        logs,
+        'echo',
+        False,
+    )
     hits = p100_hits(logs, int(report['exs'].value()))
     assert len(hits) == int(report['exs'].value()) == 5200
 
@@ -125,13 +206,16 @@ def test_a_row_can_fill_a_column_from_its_own_key(tmp_path):
     from parlai_empathy.leaderboard import readme_tables
 
     (tmp_path / 'runs' / 'r').mkdir(parents=True)
-    (tmp_path / 'runs' / 'r' / 'report.json').write_text(json.dumps(
-        {'values': {'ppl_ex': 40.31, 'ppl': 48.0}, 'exs': {'ppl_ex': 5259, 'ppl': 5259}}))
+    (tmp_path / 'runs' / 'r' / 'report.json').write_text(
+        json.dumps({'values': {'ppl_ex': 40.31, 'ppl': 48.0}, 'exs': {'ppl_ex': 5259, 'ppl': 5259}})
+    )
     curve = [{'minutes': 10.0, 'updates': 1000, 'ppl_ex': 60.0}, {'minutes': 20.0, 'updates': 2000, 'ppl_ex': 37.0}]
     (tmp_path / 'runs' / 'r' / 'meta.json').write_text(json.dumps({'training': {'curve': curve}}))
-    table = {'id': '', 'metrics': [{'key': 'ppl_ex_gold', 'label': 'PPL'}, {'key': 'ppl', 'label': 'corpus'}],
-             'rows': [{'entry': 'r', 'label': 'R', 'paper': {}, 'artifacts': 'runs/r',
-                       'keys': {'ppl_ex_gold': 'ppl_ex'}}]}
+    table = {
+        'id': '',
+        'metrics': [{'key': 'ppl_ex_gold', 'label': 'PPL'}, {'key': 'ppl', 'label': 'corpus'}],
+        'rows': [{'entry': 'r', 'label': 'R', 'paper': {}, 'artifacts': 'runs/r', 'keys': {'ppl_ex_gold': 'ppl_ex'}}],
+    }
     target = {'metric': 'ppl_ex_gold', 'value': 37.54, 'mode': 'min'}
     line = readme_tables.render_project_table(str(tmp_path), table, target).splitlines()[-1]
     assert line.split(' | ')[1:] == ['', '', '40.31', '48', '5,259', '20 (2,000 updates)', '[runs/r](runs/r) |']
@@ -183,19 +267,20 @@ def _drawn(results, tmp_path, monkeypatch):
             if not ax.axison:
                 continue
             bars = [(p.get_y() + p.get_height() / 2, p.get_width()) for p in ax.patches]
-            markers = [(float(line.get_xdata()[0]), float(sum(line.get_ydata()) / len(line.get_ydata())))
-                       for line in ax.lines]
+            markers = [
+                (float(line.get_xdata()[0]), float(sum(line.get_ydata()) / len(line.get_ydata()))) for line in ax.lines
+            ]
             labels = [t for t in ax.get_yticklabels() if t.get_fontweight() != 'bold']  # not a project's name
-            drawn.append({'title': ax.get_title(), 'labels': [t.get_text() for t in labels],
-                          'bars': bars, 'markers': markers})
+            drawn.append(
+                {'title': ax.get_title(), 'labels': [t.get_text() for t in labels], 'bars': bars, 'markers': markers}
+            )
 
     monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', spy)
     plot.plot_headline(results, str(tmp_path / 'board.png'))
     return drawn[0]['legend'], drawn[1:]
 
 
-def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels(board_results, tmp_path,
-                                                                                  monkeypatch):
+def test_the_figure_draws_each_papers_figure_on_its_bars_scale_with_short_labels(board_results, tmp_path, monkeypatch):
     """Read off the drawn figure (not its pixels): a paper's figure sits beside its own row's bar on
     the bar's scale (the board once drew P@1,100 65.92 % at 0.66 beside bars in percent), every
     panel's title names its unit, and no row label fills the panel (a project is named once, in
@@ -292,8 +377,7 @@ def _md_tables(text):
     return tables
 
 
-def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(board_results, tmp_path,
-                                                                                 monkeypatch):
+def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(board_results, tmp_path, monkeypatch):
     """The main table holds the metrics a researcher compares, on the figure's scale; each family's
     other figures follow in tables of their own (raw, as the CSV has them): no table is 29 columns
     wide, and every figure of the CSV is in exactly one markdown cell."""
@@ -311,6 +395,7 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
     for wanted in ('P@1,100', 'PPL', 'emotion acc', 'AVG BLEU', 'Dist-1', 'Dist-2', 'BERTScore', 'macro-F1'):
         assert any(wanted in header for header in main[0][1:]), wanted
     headlines = {h.column: h for h in columns.HEADLINE}
+
     def name(cell):  # a published row reads "published/NAME: released outputs of ..."
         return cell.split(': ', 1)[0]
 
@@ -341,8 +426,12 @@ def test_the_markdown_board_is_a_headline_table_and_the_csv_keeps_every_figure(b
                 seen.add((name(row[0]), key))
                 csv_row = csv_rows[[r['model'] for r in csv_rows].index(name(row[0]))]
                 assert float(cell) == pytest.approx(float(csv_row[key]) * scale, rel=1e-3), (row[0], key)
-    in_csv = {(r['model'], key) for r in csv_rows for key, value in r.items()
-              if key != 'model' and value and ' ci95 ' not in key}
+    in_csv = {
+        (r['model'], key)
+        for r in csv_rows
+        for key, value in r.items()
+        if key != 'model' and value and ' ci95 ' not in key
+    }
     assert seen == in_csv
 
 
@@ -354,8 +443,11 @@ def test_rows_of_one_project_share_one_group_and_rows_with_none_are_not_under_an
     rankers = [r for r in board_results if r.kind == 'ranker']
     mixed = [rankers[0], rankers[-1], rankers[1], dataclasses.replace(rankers[2], name='plain')]
     panel = plot.headline_panels(mixed)[0]
-    assert [project for project, _ in panel.groups] == [rankers[0].name.split('/')[0],
-                                                        rankers[-1].name.split('/')[0], '']
+    assert [project for project, _ in panel.groups] == [
+        rankers[0].name.split('/')[0],
+        rankers[-1].name.split('/')[0],
+        '',
+    ]
     assert [label for label, bar in plot._slots(panel) if bar is None][-1] == '(no project)'
 
 
@@ -367,8 +459,9 @@ def test_a_given_datapath_reaches_every_entrys_evaluation(tmp_path):
 
     from parlai_empathy.leaderboard.pipeline import eval_common_args
 
-    given = setup_args().parse_args(['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '-bs 8',
-                                     '--ed-datapath', 'sample'])
+    given = setup_args().parse_args(
+        ['--entries', 'a=x', '--datapath', str(tmp_path), '--eval-args', '-bs 8', '--ed-datapath', 'sample']
+    )
     assert eval_common_args(given) == ['--datapath', str(tmp_path), '-bs', '8', '--ed-datapath', 'sample']
     default = setup_args().parse_args(['--entries', 'a=x', '--eval-args', '-bs 8'])
     assert eval_common_args(default) == ['-bs', '8']

@@ -1,5 +1,6 @@
 """The leaderboard's typed records read and write exactly the JSON the committed evidence holds,
 and every table, figure and model card writes a number with the one formatter."""
+
 import dataclasses
 import glob
 import json
@@ -62,15 +63,18 @@ def test_a_gathered_board_reads_and_writes_back_to_the_same_bytes(tmp_path, monk
     # 95% intervals; a published row (another paper's released outputs) also its label and
     # alignment counts
     fields = {'name', 'kind', 'values', 'exs', 'commands', 'paper', 'seconds', 'notes', 'ci95'}
-    assert {frozenset(row) for row in saved['results']} == {frozenset(fields),
-                                                           frozenset(fields | {'label', 'alignment'})}
+    assert {frozenset(row) for row in saved['results']} == {
+        frozenset(fields),
+        frozenset(fields | {'label', 'alignment'}),
+    }
 
 
 def test_fields_a_record_does_not_model_and_nulls_are_kept_as_read():
     row = {'name': 'a', 'values': {'ppl': 40.0}, 'kind': None, 'world_logs': 'a.jsonl', 'added_later': [1, 2]}
     result = EntryResult.from_json(row)
-    assert result.kind is None and result.world_logs == 'a.jsonl' and result.extra == {'kind': None,
-                                                                                         'added_later': [1, 2]}
+    assert (
+        result.kind is None and result.world_logs == 'a.jsonl' and result.extra == {'kind': None, 'added_later': [1, 2]}
+    )
     assert result.to_json() == row
     meta = {'plan': {'profile': 'gpu'}, 'machine': {'gpu': None}, 'evaluation_seconds': None}
     assert Meta.from_json(meta).to_json() == meta
@@ -126,13 +130,25 @@ def test_entry_args_are_added_to_their_entry_only():
 
 
 # ----- the one number formatter ---------------------------------------------------------------------
-@pytest.mark.parametrize('value,written', [
-    (None, ''), ('', ''),  # no figure (an empty CSV cell)
-    (65.92, '65.92'), (0.123456, '0.1235'), (37.54, '37.54'), (0.0, '0'), (-0.5, '-0.5'),
-    (100, '100'), (5, '5'),  # whole numbers as they are
-    (999.94, '999.9'), (999.96, '1000'),  # four significant digits up to 1,000
-    (1234.6, '1235'), (12345, '12345'), (-4321.2, '-4321'),  # whole numbers from 1,000 on, never 1.235e+03
-])
+@pytest.mark.parametrize(
+    'value,written',
+    [
+        (None, ''),
+        ('', ''),  # no figure (an empty CSV cell)
+        (65.92, '65.92'),
+        (0.123456, '0.1235'),
+        (37.54, '37.54'),
+        (0.0, '0'),
+        (-0.5, '-0.5'),
+        (100, '100'),
+        (5, '5'),  # whole numbers as they are
+        (999.94, '999.9'),
+        (999.96, '1000'),  # four significant digits up to 1,000
+        (1234.6, '1235'),
+        (12345, '12345'),
+        (-4321.2, '-4321'),  # whole numbers from 1,000 on, never 1.235e+03
+    ],
+)
 def test_a_figure_has_four_significant_digits_and_whole_numbers_from_a_thousand(value, written):
     assert formatting.figure(value) == written
 
@@ -145,10 +161,12 @@ def test_counts_and_per_label_scores():
 def test_the_model_card_writes_figures_as_the_board_does():
     from parlai_empathy.serving import model_card
 
-    spec = {'metrics': [{'key': 'ppl', 'label': 'PPL', 'scale': 1}, {'key': 'p@1,100', 'label': 'P@1,100',
-                                                                      'scale': 100}]}
-    lines = model_card.evaluation_table(spec, {'paper': {'ppl': 37.54, 'p@1,100': 65}},
-                                        {'ppl': 1234.6, 'p@1,100': 0.6592})
+    spec = {
+        'metrics': [{'key': 'ppl', 'label': 'PPL', 'scale': 1}, {'key': 'p@1,100', 'label': 'P@1,100', 'scale': 100}]
+    }
+    lines = model_card.evaluation_table(
+        spec, {'paper': {'ppl': 37.54, 'p@1,100': 65}}, {'ppl': 1234.6, 'p@1,100': 0.6592}
+    )
     assert lines[2:] == ['| PPL | 1235 | 37.54 |', '| P@1,100 | 65.92 | 65 |']
 
 

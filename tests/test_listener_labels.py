@@ -5,6 +5,7 @@ random) is exported, loaded back and checked against the text it was made from; 
 edited folders are named with file, line and field. The labels shipped with the package cover the
 real ED files, every utterance with its own text.
 """
+
 import gzip
 import hashlib
 import json
@@ -25,8 +26,13 @@ def exported(tmp_path_factory):
     utterances = tag_cache.ed_utterances(ed_dir)
     probs = np.random.default_rng(0).dirichlet(np.ones(len(ED_EMOTIONS)), size=len(utterances)).astype(np.float32)
     cache = str(base / 'cache')
-    classifier = {'key': 'k' * 64, 'classes': list(ED_EMOTIONS), 'multilabel': False, 'threshold': 0.5,
-                  'model_file': '/somewhere/clf/model'}
+    classifier = {
+        'key': 'k' * 64,
+        'classes': list(ED_EMOTIONS),
+        'multilabel': False,
+        'threshold': 0.5,
+        'model_file': '/somewhere/clf/model',
+    }
     tag_cache.write_complete(cache, utterances, probs, classifier, tag_cache.data_key(ed_dir))
     out = str(base / 'labels')
     meta = listener_labels.export(cache, ed_dir, out, command='parlai empathy_tag_ed -mf /somewhere/clf/model')
@@ -74,13 +80,16 @@ def _rewrite(folder, edit, fix_sha=True):
         (folder / listener_labels.META).write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize('line, field, value, named', [
-    (5, 3, 'happyish', 'field "emotion"'),
-    (7, 2, 'two', 'field "utterance_idx"'),
-    (9, 4, '1.7', 'field "probability"'),
-    (11, 0, 'dev', 'field "split"'),
-    (13, 5, 'xyz', 'field "text_sha1"'),
-])
+@pytest.mark.parametrize(
+    'line, field, value, named',
+    [
+        (5, 3, 'happyish', 'field "emotion"'),
+        (7, 2, 'two', 'field "utterance_idx"'),
+        (9, 4, '1.7', 'field "probability"'),
+        (11, 0, 'dev', 'field "split"'),
+        (13, 5, 'xyz', 'field "text_sha1"'),
+    ],
+)
 def test_a_malformed_line_is_named_with_its_line_and_field(exported, tmp_path, line, field, value, named):
     folder = tmp_path / 'labels'
     shutil.copytree(exported['dir'], folder)
@@ -110,17 +119,29 @@ def test_an_edited_or_truncated_file_fails_its_checksum(exported, tmp_path):
 
 def _header_and_bad_byte(data):
     lines = data.splitlines(keepends=True)
-    return (lines[0] + lines[1] + lines[2] + lines[3].replace(b'valid', b'val\xffid').replace(b'train', b'tr\xffain')
-            + b''.join(lines[4:]))
+    return (
+        lines[0]
+        + lines[1]
+        + lines[2]
+        + lines[3].replace(b'valid', b'val\xffid').replace(b'train', b'tr\xffain')
+        + b''.join(lines[4:])
+    )
 
 
-@pytest.mark.parametrize('content, named', [
-    (lambda data: gzip.compress(data.splitlines(keepends=True)[0]), 'labels.csv.gz: no examples (header only)'),
-    (lambda data: gzip.compress(_header_and_bad_byte(data)),
-     'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)'),
-    (lambda data: __import__('random').Random(7).randbytes(3000),
-     'labels.csv.gz, line 1: not a gzip file, or a damaged one (BadGzipFile'),
-])
+@pytest.mark.parametrize(
+    'content, named',
+    [
+        (lambda data: gzip.compress(data.splitlines(keepends=True)[0]), 'labels.csv.gz: no examples (header only)'),
+        (
+            lambda data: gzip.compress(_header_and_bad_byte(data)),
+            'labels.csv.gz, line 4: not UTF-8: byte 0xff (invalid start byte)',
+        ),
+        (
+            lambda data: __import__('random').Random(7).randbytes(3000),
+            'labels.csv.gz, line 1: not a gzip file, or a damaged one (BadGzipFile',
+        ),
+    ],
+)
 def test_a_label_file_with_no_labels_or_no_text_is_named(exported, tmp_path, content, named):
     """Files that pass their checksum (meta.json rewritten along) but hold no labels or no text."""
     folder = tmp_path / 'labels'

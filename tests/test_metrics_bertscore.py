@@ -1,4 +1,5 @@
 """BERTScore through bert-score with a tiny random BERT built in a tmp dir (fast, offline)."""
+
 import os
 
 import pytest
@@ -17,8 +18,14 @@ def tiny_bert_dir(tmp_path_factory):
     vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + WORDS
     (folder / 'vocab.txt').write_text('\n'.join(vocab) + '\n', encoding='utf-8')
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(folder)
     # transformers 5 ignores vocab_file= here: the vocabulary is passed as a mapping
     BertTokenizer(vocab={w: i for i, w in enumerate(vocab)}, model_max_length=64).save_pretrained(folder)

@@ -1,4 +1,5 @@
 """BLEU and Distinct-n of the metric suite against hand counts and sacrebleu's own CLI."""
+
 import math
 import os
 import subprocess
@@ -63,7 +64,9 @@ def test_summed_statistics_equal_sacrebleu_cli_on_real_ed(ed_shifted_pairs, tmp_
     def cli(*args):
         out = subprocess.run(
             [sacrebleu_cli, str(tmp_path / 'ref.txt'), '-i', str(tmp_path / 'hyp.txt'), '-b', '-w', '6', *args],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return float(out.stdout.strip())
 

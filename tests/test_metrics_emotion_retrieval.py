@@ -1,4 +1,5 @@
 """emo_acc@k from score vectors and p@1,100 (ParlAI hits@1 over 100 inline candidates)."""
+
 import pytest
 import torch
 

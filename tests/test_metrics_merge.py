@@ -5,6 +5,7 @@ worker's report, gather them and add them with ``aggregate_unnamed_reports``. On
 test set, that must give the 1-worker figure: exactly for BLEU and corpus Distinct-n (integer
 sums), to rounding for the averages.
 """
+
 import pickle
 
 import pytest
@@ -14,8 +15,16 @@ from metrics_ed_pairs import listener_turns
 from parlai_empathy.data.emotions import ED_EMOTIONS
 from parlai_empathy.metrics import parlai_metrics as pm
 
-EXACT = ['corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'avg_bleu', 'multi_bleu',
-         'dist-1', 'dist-2']
+EXACT = [
+    'corpus_bleu-1',
+    'corpus_bleu-2',
+    'corpus_bleu-3',
+    'corpus_bleu-4',
+    'avg_bleu',
+    'multi_bleu',
+    'dist-1',
+    'dist-2',
+]
 
 
 def record(tracker, gold, response, emotion, i):

@@ -4,6 +4,7 @@ The decisive check runs the real ``eval_model`` loop (stock ParlAI ``empathetic_
 teacher on the shared ED test file, an agent that records the suite per example), saves world
 logs, and scores the saved file offline: the figures must be identical.
 """
+
 import json
 import os
 import pickle
@@ -20,8 +21,18 @@ from parlai_empathy.metrics import parlai_metrics as pm
 from parlai_empathy.metrics.saved_outputs import OutputsFormatError, read_outputs
 from parlai_empathy.metrics.suite import ScoredExample, score_examples, suite_values
 
-CORPUS_KEYS = ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4',
-               'multi_bleu', 'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2']
+CORPUS_KEYS = [
+    'avg_bleu',
+    'corpus_bleu-1',
+    'corpus_bleu-2',
+    'corpus_bleu-3',
+    'corpus_bleu-4',
+    'multi_bleu',
+    'dist-1',
+    'dist-2',
+    'utt_dist-1',
+    'utt_dist-2',
+]
 
 
 def accumulate(golds, responses, tracker=None):
@@ -78,8 +89,13 @@ def test_distinct_metric_objects_behave_as_immutable_values():
 
 def test_teacher_metrics_keep_our_names_apart_from_parlai_bleu():
     tm = TeacherMetrics('default')
-    tm.evaluate_response({'text': 'i am sorry to hear that', 'metrics': pm.generation_metrics(
-        'i am so sorry to hear that', 'i am sorry to hear that')}, ['i am so sorry to hear that'])
+    tm.evaluate_response(
+        {
+            'text': 'i am sorry to hear that',
+            'metrics': pm.generation_metrics('i am so sorry to hear that', 'i am sorry to hear that'),
+        },
+        ['i am so sorry to hear that'],
+    )
     report = tm.report()
     assert 'bleu-4' in report and 'avg_bleu' in report and 'corpus_bleu-4' in report
     assert not any(k.startswith('USER_') for k in report)
@@ -140,8 +156,14 @@ def test_eval_model_report_equals_offline_score_of_its_world_logs(parlai_ed_data
     monkeypatch.setenv('PARLAI_EMPATHY_ED_DIR', ed_dir)
     logs = tmp_path / 'outputs.jsonl'
     live = EvalModel.main(
-        task='empathetic_dialogues', model='empathy_metrics_test_echo', datapath=str(parlai_ed_datapath),
-        datatype='test', num_examples=400, batchsize=1, world_logs=str(logs), log_every_n_secs=-1,
+        task='empathetic_dialogues',
+        model='empathy_metrics_test_echo',
+        datapath=str(parlai_ed_datapath),
+        datatype='test',
+        num_examples=400,
+        batchsize=1,
+        world_logs=str(logs),
+        log_every_n_secs=-1,
     )
     assert int(live['exs']) == 400
     examples = read_outputs(str(logs))
@@ -158,8 +180,12 @@ def test_eval_model_report_equals_offline_score_of_its_world_logs(parlai_ed_data
 
 def test_world_log_and_tsv_errors_name_file_line_and_field(tmp_path):
     bad = tmp_path / 'bad.jsonl'
-    bad.write_text(json.dumps({'dialog': [[{'text': 'hi', 'eval_labels': ['hello']}, {'text': 'hey'}]]})
-                   + '\n' + json.dumps({'dialog': [[{'text': 'hi'}, {'text': 'hey'}]]}) + '\n')
+    bad.write_text(
+        json.dumps({'dialog': [[{'text': 'hi', 'eval_labels': ['hello']}, {'text': 'hey'}]]})
+        + '\n'
+        + json.dumps({'dialog': [[{'text': 'hi'}, {'text': 'hey'}]]})
+        + '\n'
+    )
     with pytest.raises(OutputsFormatError, match=r'bad.jsonl, line 2, field .eval_labels.'):
         read_outputs(str(bad))
     tsv = tmp_path / 'bad.tsv'
@@ -174,27 +200,34 @@ def test_tsv_and_world_log_give_the_same_scores(tmp_path, ed_shifted_pairs):
     tsv = tmp_path / 'out.tsv'
     tsv.write_text(''.join(f'ctx\t{g}\t{r}\n' for g, r in zip(golds, responses)), encoding='utf-8')
     logs = tmp_path / 'out.jsonl'
-    logs.write_text(''.join(
-        json.dumps({'dialog': [[{'text': 'ctx', 'eval_labels': [g]}, {'text': r}]]}) + '\n'
-        for g, r in zip(golds, responses)), encoding='utf-8')
+    logs.write_text(
+        ''.join(
+            json.dumps({'dialog': [[{'text': 'ctx', 'eval_labels': [g]}, {'text': r}]]}) + '\n'
+            for g, r in zip(golds, responses)
+        ),
+        encoding='utf-8',
+    )
     a = score_examples(read_outputs(str(tsv))).values
     b = score_examples(read_outputs(str(logs))).values
     assert a == b and a['avg_bleu'] == bleu.corpus_bleu(responses, golds)['avg_bleu']
 
 
 def test_offline_ppl_is_token_weighted():
-    examples = [ScoredExample('c', 'g', 'r', label_ppl=2.0, label_tokens=3),
-                ScoredExample('c', 'g', 'r', label_ppl=8.0, label_tokens=1)]
+    examples = [
+        ScoredExample('c', 'g', 'r', label_ppl=2.0, label_tokens=3),
+        ScoredExample('c', 'g', 'r', label_ppl=8.0, label_tokens=1),
+    ]
     # exp((3 ln2 + 1 ln8) / 4) = exp(6 ln2 / 4) = 2 ** 1.5, not the mean of the ppls (5.0)
-    assert score_examples(examples).values['ppl'] == pytest.approx(2 ** 1.5)
+    assert score_examples(examples).values['ppl'] == pytest.approx(2**1.5)
 
 
 def test_parlai_empathy_score_cli_prints_signature_and_bertscore_model(run_parlai, tmp_path, ed_shifted_pairs):
     golds, responses = ed_shifted_pairs
     golds, responses = golds[:60], responses[:60]
     tsv = tmp_path / 'outputs.tsv'
-    tsv.write_text('context\tgold\tresponse\n' + ''.join(f'ctx\t{g}\t{r}\n' for g, r in zip(golds, responses)),
-                   encoding='utf-8')
+    tsv.write_text(
+        'context\tgold\tresponse\n' + ''.join(f'ctx\t{g}\t{r}\n' for g, r in zip(golds, responses)), encoding='utf-8'
+    )
     done = run_parlai('empathy_score', '-o', tsv, '--bertscore-model', 'minilm', '--json-out', tmp_path / 'r.json')
     assert 'nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:' in done.stdout
     # the model by its hub name and package, never a folder of this machine

@@ -28,6 +28,7 @@ venv's python in its shebang)::
 ``--out DIR`` writes the outputs to DIR instead (two runs into two folders, compared with
 ``diff -r``, show whether a run is deterministic).
 """
+
 import argparse
 import json
 import math
@@ -52,12 +53,29 @@ ED = ['-t', 'empathy_ed_clean', '--ed-datapath', 'sample']
 MIME = ['--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--latent-size', 16, '--n-heads', 2]
 VALID = ['-vme', 100000, '--short-final-eval', 'true', '--validation-max-exs', 32]
 SMALL_VALID = VALID[:-1] + [16]  # for the MiniLM models, whose evaluations take most of the time
-RANKER = ['--bert-model', 'offline-minilm', '--share-encoders', 'true', '--projection-dim', 0, '--pooling', 'mean',
-          '--similarity', 'cosine', '--add-special-tokens', 'true', '--turn-separator', 'none',
-          '--truncate-side', 'left']
-CHAT = ('I finally passed my driving test after three tries!\n[DONE]\n'
-        'My dog died last week and I miss him so much.\n[DONE]\n'
-        'Someone stole my bike from the garage.\n[EXIT]\n')
+RANKER = [
+    '--bert-model',
+    'offline-minilm',
+    '--share-encoders',
+    'true',
+    '--projection-dim',
+    0,
+    '--pooling',
+    'mean',
+    '--similarity',
+    'cosine',
+    '--add-special-tokens',
+    'true',
+    '--turn-separator',
+    'none',
+    '--truncate-side',
+    'left',
+]
+CHAT = (
+    'I finally passed my driving test after three tries!\n[DONE]\n'
+    'My dog died last week and I miss him so much.\n[DONE]\n'
+    'Someone stole my bike from the garage.\n[EXIT]\n'
+)
 
 # Figures two runs of the same code on the same data give differently: throughput (examples,
 # tokens and updates per second) and wall-clock time. Nothing else is dropped from a report.
@@ -72,21 +90,29 @@ REL_TOL = 1e-5  # float noise: the same sums in another order (the house's toler
 def mission(parlai, work):
     """Run the commands in ``work`` with ``parlai`` (a list: the command and its first arguments);
     returns {golden file name: normalised text}."""
-    env = dict(os.environ, HF_HUB_OFFLINE='1', TOKENIZERS_PARALLELISM='false',
-               # one thread: CPU kernels split sums over threads, so the figures would depend on
-               # how many cores the machine has and how busy they are
-               OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE='1',
+        TOKENIZERS_PARALLELISM='false',
+        # one thread: CPU kernels split sums over threads, so the figures would depend on
+        # how many cores the machine has and how busy they are
+        OMP_NUM_THREADS='1',
+        MKL_NUM_THREADS='1',
+    )
     # every data cache in the run's folder: ParlAI's default is inside the venv's site-packages
     data = ['--datapath', os.path.join(work, 'data')]
 
     def run(name, *args, stdin=None):
         started, cpu = time.time(), _children_cpu()
-        done = subprocess.run(parlai + [str(a) for a in args], cwd=work, env=env, input=stdin,
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            parlai + [str(a) for a in args], cwd=work, env=env, input=stdin, capture_output=True, text=True, timeout=900
+        )
         print(f'{name}: {time.time() - started:.1f} s, {_children_cpu() - cpu:.1f} s of CPU')
         if done.returncode != 0:
-            raise AssertionError(f'{name}: {parlai + list(args)} exited {done.returncode}\n'
-                                 f'--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}')
+            raise AssertionError(
+                f'{name}: {parlai + list(args)} exited {done.returncode}\n'
+                f'--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}'
+            )
         return done.stdout
 
     model = {name: os.path.join(work, name, 'model') for name in ('mime', 'emotion', 'ranker', 'ethreed', 'multitask')}
@@ -94,54 +120,223 @@ def mission(parlai, work):
     # (a) the cleaned ED teacher, as demo 1/6
     out['display_data.txt'] = printed(run('display_data', 'display_data', *ED, '-dt', 'valid', '-n', 4, *data))
     # (b) a tiny MIME, as demo 2/6
-    run('train mime', 'train_model', *ED, '-m', 'empathy/mime', *MIME, '-mf', model['mime'], '-bs', 16,
-        '--max-train-steps', 20, '-lr', 1e-3, '-vmt', 'ppl', '-vmm', 'min', '--skip-generation', 'true', *VALID,
-        '--seed', 0, *data)
+    run(
+        'train mime',
+        'train_model',
+        *ED,
+        '-m',
+        'empathy/mime',
+        *MIME,
+        '-mf',
+        model['mime'],
+        '-bs',
+        16,
+        '--max-train-steps',
+        20,
+        '-lr',
+        1e-3,
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+        *VALID,
+        '--seed',
+        0,
+        *data,
+    )
     out['train_mime.json'] = trainstats(model['mime'])
     # (c) its eval report, with generation (beam search, the agent's default) and a few metrics
     report, logs = os.path.join(work, 'eval_mime.json'), os.path.join(work, 'eval_mime.jsonl')
-    run('eval mime', 'eval_model', '-mf', model['mime'], *ED, '-dt', 'valid', '-ne', 16, '-bs', 16,
-        '--skip-generation', 'false', '--metrics', 'ppl,token_acc,f1,bleu-4', '--report-filename', report,
-        '--world-logs', logs, *data)
+    run(
+        'eval mime',
+        'eval_model',
+        '-mf',
+        model['mime'],
+        *ED,
+        '-dt',
+        'valid',
+        '-ne',
+        16,
+        '-bs',
+        16,
+        '--skip-generation',
+        'false',
+        '--metrics',
+        'ppl,token_acc,f1,bleu-4',
+        '--report-filename',
+        report,
+        '--world-logs',
+        logs,
+        *data,
+    )
     with open(report) as f:
         out['eval_mime.json'] = figures(json.load(f)['report'])
     out['eval_mime_replies.txt'] = replies(logs)
     # (d) the emotion classifier and the ranker that shows its emotion, as demo 3/6 and 4/6, then
     # the chat with the ranker, as demo 6/6
-    run('train emotion classifier', 'train_model', '-t', 'empathy_ed_emotion', '--ed-datapath', 'sample',
-        '-m', 'empathy/emotion_classifier', '--encoder', 'offline-minilm', '--pooling', 'mean',
-        '-mf', model['emotion'], '-bs', 8, '--max-train-steps', 2, '-lr', 1e-4, '-vmt', 'accuracy', '-vmm', 'max',
-        *SMALL_VALID, '--seed', 0, *data)
+    run(
+        'train emotion classifier',
+        'train_model',
+        '-t',
+        'empathy_ed_emotion',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/emotion_classifier',
+        '--encoder',
+        'offline-minilm',
+        '--pooling',
+        'mean',
+        '-mf',
+        model['emotion'],
+        '-bs',
+        8,
+        '--max-train-steps',
+        2,
+        '-lr',
+        1e-4,
+        '-vmt',
+        'accuracy',
+        '-vmm',
+        'max',
+        *SMALL_VALID,
+        '--seed',
+        0,
+        *data,
+    )
     out['train_emotion.json'] = trainstats(model['emotion'])
-    run('train ranker', 'train_model', *ED, '-m', 'empathy/bert_ranker', *RANKER,
-        '--emo-classifier-file', model['emotion'], '-mf', model['ranker'], '-bs', 8, '--max-train-steps', 4,
-        '--eval-candidates', 'batch', '-vmt', 'hits@1', '-vmm', 'max', *SMALL_VALID, '--seed', 0, *data)
+    run(
+        'train ranker',
+        'train_model',
+        *ED,
+        '-m',
+        'empathy/bert_ranker',
+        *RANKER,
+        '--emo-classifier-file',
+        model['emotion'],
+        '-mf',
+        model['ranker'],
+        '-bs',
+        8,
+        '--max-train-steps',
+        4,
+        '--eval-candidates',
+        'batch',
+        '-vmt',
+        'hits@1',
+        '-vmm',
+        'max',
+        *SMALL_VALID,
+        '--seed',
+        0,
+        *data,
+    )
     out['train_ranker.json'] = trainstats(model['ranker'])
     out['chat.txt'] = printed(run('chat', 'interactive', '-mf', model['ranker'], *data, stdin=CHAT))
     # (e) both models on one leaderboard, as demo 5/6
     board = os.path.join(work, 'leaderboard')
-    run('leaderboard', 'empathy_leaderboard', '--entries', f'mime={model["mime"]}', f'ranker={model["ranker"]}',
-        '--ed-datapath', 'sample', '--outdir', board, '--bertscore-model', 'none', '--p100-shuffled', 'false',
+    run(
+        'leaderboard',
+        'empathy_leaderboard',
+        '--entries',
+        f'mime={model["mime"]}',
+        f'ranker={model["ranker"]}',
+        '--ed-datapath',
+        'sample',
+        '--outdir',
+        board,
+        '--bertscore-model',
+        'none',
+        '--p100-shuffled',
+        'false',
         # --datapath as an eval argument too: the board does not pass its own to the evaluations
-        '--eval-args', f'-bs 32 --datapath {data[1]}', '--progress', 'false', *data)
+        '--eval-args',
+        f'-bs 32 --datapath {data[1]}',
+        '--progress',
+        'false',
+        *data,
+    )
     with open(os.path.join(board, 'leaderboard.md')) as f:
         # the run's own duration, in the Settings list
         out['leaderboard.md'] = re.sub(r'total time: \d+ s', 'total time: <seconds> s', f.read())
     with open(os.path.join(board, 'results.json')) as f:
         out['leaderboard_results.json'] = figures(json.load(f))
     out['leaderboard_replies.txt'] = ''.join(
-        f'== {name}\n' + replies(os.path.join(board, f'{name}.world_logs.jsonl')) for name in ('mime', 'ranker'))
+        f'== {name}\n' + replies(os.path.join(board, f'{name}.world_logs.jsonl')) for name in ('mime', 'ranker')
+    )
     # (f) a tiny ethreed (as tests/tiny_models.py makes one)
-    run('train ethreed', 'train_model', *ED, '-m', 'empathy/ethreed', '-mf', model['ethreed'], '-bs', 16,
-        '--max-train-steps', 10, '-vmt', 'ppl', '-vmm', 'min', '--skip-generation', 'true', *VALID,
-        '--dict-maxtokens', 1500, '--glove-init', 'false', '--hidden-size', 16, '--embedding-size', 16,
-        '--listener-emotions', 'none', '--seed', 0, *data)
+    run(
+        'train ethreed',
+        'train_model',
+        *ED,
+        '-m',
+        'empathy/ethreed',
+        '-mf',
+        model['ethreed'],
+        '-bs',
+        16,
+        '--max-train-steps',
+        10,
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+        *VALID,
+        '--dict-maxtokens',
+        1500,
+        '--glove-init',
+        'false',
+        '--hidden-size',
+        16,
+        '--embedding-size',
+        16,
+        '--listener-emotions',
+        'none',
+        '--seed',
+        0,
+        *data,
+    )
     out['train_ethreed.json'] = trainstats(model['ethreed'])
     # and a tiny multitask transformer, the last of the response agents
-    run('train multitask transformer', 'train_model', *ED, '-m', 'empathy/multitask_transformer',
-        '-mf', model['multitask'], '-bs', 16, '--max-train-steps', 10, '-vmt', 'ppl', '-vmm', 'min',
-        '--skip-generation', 'true', *VALID, '--dict-maxtokens', 1500, '--glove-init', 'false',
-        '--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--n-heads', 2, '--seed', 0, *data)
+    run(
+        'train multitask transformer',
+        'train_model',
+        *ED,
+        '-m',
+        'empathy/multitask_transformer',
+        '-mf',
+        model['multitask'],
+        '-bs',
+        16,
+        '--max-train-steps',
+        10,
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+        *VALID,
+        '--dict-maxtokens',
+        1500,
+        '--glove-init',
+        'false',
+        '--embedding-size',
+        32,
+        '--attention-size',
+        16,
+        '--ffn-size',
+        32,
+        '--n-heads',
+        2,
+        '--seed',
+        0,
+        *data,
+    )
     out['train_multitask.json'] = trainstats(model['multitask'])
     return {name: unpath(text, work) for name, text in out.items()}
 
@@ -162,8 +357,15 @@ def trainstats(model_file):
     """A training's .trainstats: its updates, epochs and every validation and final report."""
     with open(model_file + '.trainstats') as f:
         stats = json.load(f)
-    keep = ('train_steps', 'parleys', 'total_epochs', 'valid_reports', 'final_valid_report', 'final_test_report',
-            'final_extra_valid_report')
+    keep = (
+        'train_steps',
+        'parleys',
+        'total_epochs',
+        'valid_reports',
+        'final_valid_report',
+        'final_test_report',
+        'final_extra_valid_report',
+    )
     return figures({key: stats[key] for key in keep})
 
 
@@ -233,8 +435,11 @@ def same_table(expected, actual):
     diffs = []
     for number, (e, a) in enumerate(zip(expected, actual), 1):
         e_cells, a_cells = e.split('|'), a.split('|')
-        if e != a and not (e.startswith('|') and len(e_cells) == len(a_cells)
-                           and all(_same_cell(x.strip(), y.strip()) for x, y in zip(e_cells, a_cells))):
+        if e != a and not (
+            e.startswith('|')
+            and len(e_cells) == len(a_cells)
+            and all(_same_cell(x.strip(), y.strip()) for x, y in zip(e_cells, a_cells))
+        ):
             diffs.append(f'line {number}: {e!r}, now {a!r}')
     return diffs
 
@@ -292,8 +497,11 @@ def test_mission_output_is_unchanged(outputs, name):
     if diffs:
         import difflib
 
-        udiff = ''.join(difflib.unified_diff(expected.splitlines(True), outputs[name].splitlines(True),
-                                             f'golden/mission/{name}', 'now'))
+        udiff = ''.join(
+            difflib.unified_diff(
+                expected.splitlines(True), outputs[name].splitlines(True), f'golden/mission/{name}', 'now'
+            )
+        )
         pytest.fail(f'{name}: the output changed\n' + '\n'.join(diffs[:40]) + '\n' + udiff[:6000])
 
 

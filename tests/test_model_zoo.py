@@ -4,6 +4,7 @@ archive is refused and leaves nothing installed, and so is one whose checksum ma
 ``model.opt`` names another agent than the manifest's (a stock ParlAI agent would unpickle its
 checkpoint); without a mirror the error says how to build it.
 """
+
 import json
 import os
 import shlex
@@ -21,14 +22,31 @@ from tiny_models import PARLAI, cached_tiny_model, hostile_stock_model, train_ar
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CARD_SECTIONS = ['## Model Details', '### Quick Usage', '### Sample Input And Output', '## Intended Use',
-                 '## Limitations', '## Privacy', '## Datasets Used', '## Evaluation Results',
-                 '## Related Paper(s)', '## Hyperparameters', '## Feedback']
+CARD_SECTIONS = [
+    '## Model Details',
+    '### Quick Usage',
+    '### Sample Input And Output',
+    '## Intended Use',
+    '## Limitations',
+    '## Privacy',
+    '## Datasets Used',
+    '## Evaluation Results',
+    '## Related Paper(s)',
+    '## Hyperparameters',
+    '## Feedback',
+]
 
 
 def parlai(*args, env=None, input=None, cwd=None, check=True):
-    done = subprocess.run([PARLAI] + [str(a) for a in args], input=input, capture_output=True, text=True,
-                          cwd=cwd, timeout=3600, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})))
+    done = subprocess.run(
+        [PARLAI] + [str(a) for a in args],
+        input=input,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=3600,
+        env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})),
+    )
     if check:
         assert done.returncode == 0, f'parlai {args[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-4000:]}'
     return done
@@ -36,8 +54,9 @@ def parlai(*args, env=None, input=None, cwd=None, check=True):
 
 def mirror(folder) -> LocalServer:
     """``python -m http.server`` on 127.0.0.1 serving one folder, as a release mirror would."""
-    return LocalServer(lambda port: [sys.executable, '-m', 'http.server', port, '--bind', '127.0.0.1',
-                                     '--directory', folder])
+    return LocalServer(
+        lambda port: [sys.executable, '-m', 'http.server', port, '--bind', '127.0.0.1', '--directory', folder]
+    )
 
 
 @pytest.fixture(scope='module')
@@ -46,13 +65,34 @@ def release(tmp_path_factory):
     root = tmp_path_factory.mktemp('release')
     manifest = root / 'manifest.json'
     shutil.copy(model_zoo.default_manifest_path(), manifest)
-    done = parlai('empathy_package_model', '-mf', cached_tiny_model(tmp_path_factory, 'mime'), '--name', 'mime',
-                  '--outdir', root / 'mirror', '--manifest', manifest, '--project', 'majumder2020_mime',
-                  '--row', 'mime', '--projects-dir', os.path.join(REPO, 'projects'),
-                  '--results', os.path.join(REPO, 'projects', 'leaderboard', 'results.json'), cwd=root)
+    done = parlai(
+        'empathy_package_model',
+        '-mf',
+        cached_tiny_model(tmp_path_factory, 'mime'),
+        '--name',
+        'mime',
+        '--outdir',
+        root / 'mirror',
+        '--manifest',
+        manifest,
+        '--project',
+        'majumder2020_mime',
+        '--row',
+        'mime',
+        '--projects-dir',
+        os.path.join(REPO, 'projects'),
+        '--results',
+        os.path.join(REPO, 'projects', 'leaderboard', 'results.json'),
+        cwd=root,
+    )
     entry = model_zoo.load_manifest(str(manifest))['mime']
-    return {'root': root, 'manifest': str(manifest), 'entry': entry, 'log': done.stdout,
-            'archive': root / 'mirror' / entry.file}
+    return {
+        'root': root,
+        'manifest': str(manifest),
+        'entry': entry,
+        'log': done.stdout,
+        'archive': root / 'mirror' / entry.file,
+    }
 
 
 def test_package_is_a_verifiable_release_with_a_model_card(release):
@@ -68,13 +108,13 @@ def test_package_is_a_verifiable_release_with_a_model_card(release):
     local = [f'{k}={v}' for k, v in opt.items() if isinstance(v, str) and (v.startswith('/') or v.startswith('~'))]
     assert not local, f'paths of the packaging machine in model.opt: {local}'
     positions = [card.index(section) for section in CARD_SECTIONS]
-    assert positions == sorted(positions), 'the card follows ParlAI\'s model-card layout'
+    assert positions == sorted(positions), "the card follows ParlAI's model-card layout"
     assert 'CC BY-NC 4.0' in card and 'zoo:empathy/mime/model' in card
     assert 'parlai empathy_reproduce --project majumder2020_mime --rows mime' in card
     # the row's figures from the board the artifacts build, whose rows are named project/row
     with open(os.path.join(REPO, 'projects', 'majumder2020_mime', 'runs', 'mime', 'report.json')) as f:
         committed = json.load(f)['values']
-    assert f"{committed['emo_acc']:.4g}" in card.split('## Evaluation Results')[1]
+    assert f'{committed["emo_acc"]:.4g}' in card.split('## Evaluation Results')[1]
     with open(release['root'] / 'mirror' / entry.card) as f:
         assert f.read() == card
 
@@ -83,9 +123,17 @@ def test_interactive_with_the_zoo_model_from_a_local_mirror(release, tmp_path):
     server = mirror(release['root'] / 'mirror')
     datapath = tmp_path / 'data'
     try:
-        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath,
-                      '--display-add-fields', 'predicted_emotion', input='I lost my wallet today.\n[EXIT]\n',
-                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: release['manifest']})
+        done = parlai(
+            'interactive',
+            '-mf',
+            'zoo:empathy/mime/model',
+            '--datapath',
+            datapath,
+            '--display-add-fields',
+            'predicted_emotion',
+            input='I lost my wallet today.\n[EXIT]\n',
+            env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: release['manifest']},
+        )
     finally:
         server.stop()
     assert '[Mime]:' in done.stdout and '[predicted_emotion]:' in done.stdout, done.stdout[-3000:]
@@ -103,9 +151,16 @@ def test_a_tampered_archive_is_refused_and_nothing_is_installed(release, tmp_pat
     server = mirror(served)
     datapath = tmp_path / 'data'
     try:
-        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath, input='hi\n[EXIT]\n',
-                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: release['manifest']},
-                      check=False)
+        done = parlai(
+            'interactive',
+            '-mf',
+            'zoo:empathy/mime/model',
+            '--datapath',
+            datapath,
+            input='hi\n[EXIT]\n',
+            env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: release['manifest']},
+            check=False,
+        )
     finally:
         server.stop()
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
@@ -123,8 +178,17 @@ def printed_commands(message):
 def test_without_a_mirror_the_message_names_the_build_commands_which_work(tmp_path_factory, tmp_path):
     env = {model_zoo.ZOO_URL_ENV: ''}
     datapath = tmp_path / 'data'
-    done = parlai('interactive', '-mf', 'zoo:empathy/minilm_ranker/model', '--datapath', datapath,
-                  input='hi\n[EXIT]\n', env=env, check=False, cwd=tmp_path)
+    done = parlai(
+        'interactive',
+        '-mf',
+        'zoo:empathy/minilm_ranker/model',
+        '--datapath',
+        datapath,
+        input='hi\n[EXIT]\n',
+        env=env,
+        check=False,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1
     assert 'Traceback' not in done.stderr, done.stderr[-3000:]  # the message alone
     entry = model_zoo.describe('minilm_ranker')
@@ -140,8 +204,16 @@ def test_without_a_mirror_the_message_names_the_build_commands_which_work(tmp_pa
     row_dir.parent.mkdir(parents=True)
     row_dir.symlink_to(os.path.dirname(cached_tiny_model(tmp_path_factory, 'bert_ranker')))
     parlai(*package_args, cwd=tmp_path)
-    done = parlai('interactive', '-mf', 'zoo:empathy/minilm_ranker/model', '--datapath', datapath,
-                  input='My dog ran away this morning.\n[EXIT]\n', env=env, cwd=tmp_path)
+    done = parlai(
+        'interactive',
+        '-mf',
+        'zoo:empathy/minilm_ranker/model',
+        '--datapath',
+        datapath,
+        input='My dog ran away this morning.\n[EXIT]\n',
+        env=env,
+        cwd=tmp_path,
+    )
     replies = [line for line in done.stdout.splitlines() if '[BertRanker]:' in line]
     assert len(replies) == 1 and replies[0].split(']:', 1)[1].strip(), done.stdout[-3000:]
 
@@ -174,8 +246,11 @@ def test_every_entrys_build_commands_parse_and_say_what_the_row_took(tmp_path):
 def test_the_committed_manifest_publishes_no_checksum_nobody_can_download():
     """No mirror serves any archive yet, and a checksum without a mirror names a file nobody can
     download: a release adds its sha256 and size together with the mirror that serves it."""
-    published = {name: e.file for name, e in model_zoo.load_manifest(
-        os.path.join(REPO, 'zoo', 'empathy', 'manifest.json')).items() if e.sha256}
+    published = {
+        name: e.file
+        for name, e in model_zoo.load_manifest(os.path.join(REPO, 'zoo', 'empathy', 'manifest.json')).items()
+        if e.sha256
+    }
     assert published == {}
 
 
@@ -188,9 +263,17 @@ def test_an_entry_without_a_checksum_is_not_fetched_from_a_mirror(release, tmp_p
     manifest.write_text(json.dumps(data))
     server = mirror(release['root'] / 'mirror')
     try:
-        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', tmp_path / 'data',
-                      input='hi\n[EXIT]\n', check=False, cwd=tmp_path,
-                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: str(manifest)})
+        done = parlai(
+            'interactive',
+            '-mf',
+            'zoo:empathy/mime/model',
+            '--datapath',
+            tmp_path / 'data',
+            input='hi\n[EXIT]\n',
+            check=False,
+            cwd=tmp_path,
+            env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: str(manifest)},
+        )
         log = server.output()
     finally:
         server.stop()
@@ -204,30 +287,51 @@ def test_a_zoo_entry_is_built_from_its_rows_plan_in_one_command(tmp_path_factory
     """``parlai empathy_package_model --zoo-entry mime`` runs the two printed commands: the row's
     plan (here a tiny MIME in place of the real one) and the package, installed for zoo:."""
     projects = tmp_path / 'projects'
-    shutil.copytree(os.path.join(REPO, 'projects', 'majumder2020_mime'), projects / 'majumder2020_mime',
-                    ignore=shutil.ignore_patterns('runs', '*.png'))
+    shutil.copytree(
+        os.path.join(REPO, 'projects', 'majumder2020_mime'),
+        projects / 'majumder2020_mime',
+        ignore=shutil.ignore_patterns('runs', '*.png'),
+    )
     spec_path = projects / 'majumder2020_mime' / 'table.json'
     spec = json.loads(spec_path.read_text())
-    spec['reproduce']['rows']['mime']['cpu'] = [{'name': 'train', 'parlai': [
-        str(a) for a in train_args('mime', '{model}')]}]
+    spec['reproduce']['rows']['mime']['cpu'] = [
+        {'name': 'train', 'parlai': [str(a) for a in train_args('mime', '{model}')]}
+    ]
     spec_path.write_text(json.dumps(spec))
     env = {'PARLAI_EMPATHY_PROJECTS_DIR': str(projects), model_zoo.ZOO_URL_ENV: ''}
     datapath = tmp_path / 'data'
-    planned = parlai('empathy_package_model', '--zoo-entry', 'mime', '--datapath', datapath, '--dry-run',
-                     env=env, cwd=tmp_path)
+    planned = parlai(
+        'empathy_package_model', '--zoo-entry', 'mime', '--datapath', datapath, '--dry-run', env=env, cwd=tmp_path
+    )
     assert 'no committed run' in planned.stdout  # this copy has no runs/ to time it by
     built = parlai('empathy_package_model', '--zoo-entry', 'mime', '--datapath', datapath, env=env, cwd=tmp_path)
     assert 'parlai empathy_reproduce --project majumder2020_mime --rows mime\n' in built.stdout
     assert f'installed in {datapath}/models/empathy/mime' in built.stdout
-    done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath,
-                  input='I lost my wallet today.\n[EXIT]\n', env=env, cwd=tmp_path)
+    done = parlai(
+        'interactive',
+        '-mf',
+        'zoo:empathy/mime/model',
+        '--datapath',
+        datapath,
+        input='I lost my wallet today.\n[EXIT]\n',
+        env=env,
+        cwd=tmp_path,
+    )
     assert '[Mime]:' in done.stdout, done.stdout[-3000:]
 
 
 def test_manifest_errors_name_file_line_and_field(tmp_path):
     path = tmp_path / 'manifest.json'
-    good = {'file': 'x-v1.tar.gz', 'card': 'x-v1.card.md', 'version': 'v1', 'project': 'p', 'row': 'r',
-            'sha256': 'ab' * 32, 'size': 10, 'agent': 'empathy/mime'}
+    good = {
+        'file': 'x-v1.tar.gz',
+        'card': 'x-v1.card.md',
+        'version': 'v1',
+        'project': 'p',
+        'row': 'r',
+        'sha256': 'ab' * 32,
+        'size': 10,
+        'agent': 'empathy/mime',
+    }
     path.write_text(json.dumps({'models': {'ok': good, 'bad': dict(good, sha256='not-hex')}}, indent=2))
     with pytest.raises(model_zoo.ManifestError) as err:
         model_zoo.load_manifest(str(path))
@@ -239,8 +343,10 @@ def test_manifest_errors_name_file_line_and_field(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(model_zoo.ManifestError, match='a FIFO, not a regular file'):
         model_zoo.load_manifest(str(fifo))
-    for agent, problem in ((None, "missing or not a non-empty string (got None)"),
-                           ('transformer/generator', "'transformer/generator' is not an agent of parlai-empathy")):
+    for agent, problem in (
+        (None, 'missing or not a non-empty string (got None)'),
+        ('transformer/generator', "'transformer/generator' is not an agent of parlai-empathy"),
+    ):
         path.write_text(json.dumps({'models': {'bad': dict(good, agent=agent)}}, indent=2))
         with pytest.raises(model_zoo.ManifestError) as err:
             model_zoo.load_manifest(str(path))
@@ -269,8 +375,9 @@ def hostile_release(tmp_path):
     served.mkdir()
     archive = packaging.write_archive(os.path.dirname(model_file), str(served / 'mime-v9.tar.gz'))
     data = json.loads(open(model_zoo.default_manifest_path()).read())
-    data['models']['mime'].update(file='mime-v9.tar.gz', version='v9', sha256=file_checksum(archive),
-                                  size=os.path.getsize(archive))
+    data['models']['mime'].update(
+        file='mime-v9.tar.gz', version='v9', sha256=file_checksum(archive), size=os.path.getsize(archive)
+    )
     manifest = tmp_path / 'manifest.json'
     manifest.write_text(json.dumps(data, indent=2))
     return served, str(manifest), marker
@@ -284,14 +391,22 @@ def test_a_release_of_a_stock_agent_is_refused_before_it_is_unpacked(tmp_path):
     server = mirror(served)
     datapath = tmp_path / 'data'
     try:
-        done = parlai('interactive', '-mf', 'zoo:empathy/mime/model', '--datapath', datapath, input='hi\n[EXIT]\n',
-                      env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: manifest},
-                      check=False, cwd=tmp_path)
+        done = parlai(
+            'interactive',
+            '-mf',
+            'zoo:empathy/mime/model',
+            '--datapath',
+            datapath,
+            input='hi\n[EXIT]\n',
+            env={model_zoo.ZOO_URL_ENV: server.url, model_zoo.MANIFEST_ENV: manifest},
+            check=False,
+            cwd=tmp_path,
+        )
     finally:
         server.stop()
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
-    assert "mime-v9.tar.gz: model.opt, line " in done.stderr, done.stderr[-3000:]
-    assert "field \"model\" names 'transformer/generator', which is not an agent of parlai-empathy" in done.stderr
+    assert 'mime-v9.tar.gz: model.opt, line ' in done.stderr, done.stderr[-3000:]
+    assert 'field "model" names \'transformer/generator\', which is not an agent of parlai-empathy' in done.stderr
     assert 'nothing was unpacked or installed' in done.stderr and '--trust-model-file' in done.stderr
     assert not marker.exists(), 'code from the archive ran'
     zoo_dir = datapath / 'models' / 'empathy'
@@ -308,8 +423,11 @@ def test_an_archive_of_another_of_our_agents_or_an_installed_stock_folder_is_ref
     shutil.copytree(os.path.dirname(cached_tiny_model(tmp_path_factory, 'ethreed')), folder)
     archive = packaging.write_archive(str(folder), str(tmp_path / 'x.tar.gz'))
     target = tmp_path / 'zoo' / 'mime'
-    with pytest.raises(model_zoo.ZooError, match=r"model.opt, line \d+: field \"model\" names 'empathy/ethreed', "
-                                                  r"but the manifest entry says 'empathy/mime'"):
+    with pytest.raises(
+        model_zoo.ZooError,
+        match=r"model.opt, line \d+: field \"model\" names 'empathy/ethreed', "
+        r"but the manifest entry says 'empathy/mime'",
+    ):
         model_zoo.install_archive(archive, str(target), 'v1', 'empathy/mime')
     assert not target.exists()
     served, manifest, marker = hostile_release(tmp_path)
@@ -319,5 +437,5 @@ def test_an_archive_of_another_of_our_agents_or_an_installed_stock_folder_is_ref
     build_data.mark_done(installed, version_string=model_zoo.load_manifest(manifest)['mime'].done_version)
     with pytest.raises(model_zoo.ZooError) as err:
         model_zoo.download(str(datapath), 'mime', manifest)
-    assert f"{installed}/model.opt, line " in str(err.value) and "names 'transformer/generator'" in str(err.value)
+    assert f'{installed}/model.opt, line ' in str(err.value) and "names 'transformer/generator'" in str(err.value)
     assert not marker.exists()

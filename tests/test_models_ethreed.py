@@ -1,6 +1,7 @@
 """ETHREED as a plain torch module: shapes, the equations' invariants, the extended vocabulary,
 the reference's initialisation and loss weights, ablations, overfitting real ED conversations (the
 embedded sample) and the paper-config parameter count."""
+
 import os
 
 import pytest
@@ -85,8 +86,7 @@ def make_batch(vocab, examples):
         answered[b] = emotion_to_id(emotion)
         source, oov = vocab.extend(ctx[-1])
         sources.append(source + [END])
-        ys = [len(vocab) + oov.index(w) if w in oov else vocab.ids.get(w, UNK)
-              for w in response.lower().split()[:20]]
+        ys = [len(vocab) + oov.index(w) if w in oov else vocab.ids.get(w, UNK) for w in response.lower().split()[:20]]
         responses.append(ys + [END])
     source_tokens = torch.zeros(len(examples), int(lengths.max()), dtype=torch.long)
     for b, s in enumerate(sources):
@@ -128,8 +128,9 @@ def copy_data(conversations):
     """A real example whose response repeats a word of the speaker's utterance, that word kept
     out of the vocabulary."""
     for ctx, response, emotion in listener_examples(conversations, 200):
-        shared = [w for w in response.lower().split()[:20]
-                  if w in ctx[-1].lower().split() and len(w) > 4 and w.isalpha()]
+        shared = [
+            w for w in response.lower().split()[:20] if w in ctx[-1].lower().split() and len(w) > 4 and w.isalpha()
+        ]
         if shared:
             examples = [(ctx, response, emotion)]
             return Vocab([t for t in ctx + [response]], hidden={shared[0]}), examples, shared[0]
@@ -169,9 +170,18 @@ def test_the_mixture_is_of_probabilities_not_logits(data):
     enc = model.encoder(*xs)
     steps = model._teacher_forced(enc, ys)
     decoder = model.decoder
-    features = torch.cat([steps.hidden, torch.tanh(decoder.emotion_gate(
-        steps.previous, enc.aux.response_emotion.unsqueeze(1).expand_as(steps.previous).contiguous()))
-        * enc.aux.response_emotion.unsqueeze(1)], dim=-1)
+    features = torch.cat(
+        [
+            steps.hidden,
+            torch.tanh(
+                decoder.emotion_gate(
+                    steps.previous, enc.aux.response_emotion.unsqueeze(1).expand_as(steps.previous).contiguous()
+                )
+            )
+            * enc.aux.response_emotion.unsqueeze(1),
+        ],
+        dim=-1,
+    )
     p_vocab = torch.softmax(decoder.vocab_output(decoder.pre_output(features)), dim=-1)
     p_ptr = torch.sigmoid(decoder.copy_switch(torch.cat([steps.inputs, steps.context, steps.previous], -1)))
     source = enc.aux.source_tokens
@@ -194,8 +204,9 @@ def test_a_source_word_outside_the_vocabulary_is_scored_and_generated(copy_data)
     log_probs, _ = model.decode_forced(enc, ys)
     steps = model._teacher_forced(enc, ys)
     at = (ys[0] == oov_id).nonzero()[0, 0]
-    p_ptr = torch.sigmoid(model.decoder.copy_switch(
-        torch.cat([steps.inputs, steps.context, steps.previous], -1)))[0, at, 0]
+    p_ptr = torch.sigmoid(model.decoder.copy_switch(torch.cat([steps.inputs, steps.context, steps.previous], -1)))[
+        0, at, 0
+    ]
     mass = steps.attention[0, at][xs[4][0, : enc.memory.size(1)] == oov_id].sum()
     torch.testing.assert_close(log_probs[0, at, oov_id].exp(), p_ptr * mass)
     response = model.response_loss(enc, ys)
@@ -221,8 +232,7 @@ def test_an_empty_turn_does_not_copy(data):
     vocab, examples = data
     model = build(vocab).eval()
     _, ys, _, _ = make_batch(vocab, examples[:1])
-    empty = (torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]), torch.tensor([1]),
-             torch.tensor([[SPEAKER]]))
+    empty = (torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]), torch.tensor([1]), torch.tensor([[SPEAKER]]))
     log_probs, _ = model.decode_forced(model.encoder(*empty), ys)
     assert not model.encoder(*empty).keep.any()
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(1, ys.size(1)))
@@ -258,8 +268,8 @@ def test_gru_initialisation_is_the_references(data):
                 torch.testing.assert_close(param.t() @ param, torch.eye(param.size(1)), atol=1e-5, rtol=0)
             if name.startswith('bias_hh'):
                 size = param.size(0) // 3
-                assert torch.all(param[size:2 * size] == 2.0)  # the update gate z
-                assert not torch.all(param[:size] == 2.0) and not torch.all(param[2 * size:] == 2.0)
+                assert torch.all(param[size : 2 * size] == 2.0)  # the update gate z
+                assert not torch.all(param[:size] == 2.0) and not torch.all(param[2 * size :] == 2.0)
     assert 0 <= float(model.decoder.attention.coverage_weight.detach()) < 1
 
 
@@ -286,8 +296,9 @@ def test_loss_weights_are_the_references_and_kl_is_the_papers(data):
     response, _, enc = model(*xs, ys=ys, loss_smoothing=0.0)
     total, parts = model.extra_losses(enc, answered, responder)
     aux = enc.aux
-    l1 = (0.5 * F.cross_entropy(aux.answered_logits, answered)
-          + 0.5 * F.cross_entropy(aux.real_responder_logits, responder, ignore_index=IGNORE))
+    l1 = 0.5 * F.cross_entropy(aux.answered_logits, answered) + 0.5 * F.cross_entropy(
+        aux.real_responder_logits, responder, ignore_index=IGNORE
+    )
     q = torch.softmax(aux.responder_logits, -1)  # the policy's
     p = torch.softmax(aux.real_responder_logits, -1)  # the real listener's
     l2 = (q * (q.log() - p.log())).sum(-1).mean()  # KL(q || p), weight 1
@@ -334,8 +345,7 @@ def test_dialogue_is_encoded_the_same_alone_or_beside_a_longer_one(data):
         xs, ys2, _, _ = make_batch(vocab, [short, long])
         together, _ = model.decode_forced(model.encoder(*xs), ys2)
     width = min(alone.size(2), together.size(2))
-    torch.testing.assert_close(together[0, : ys.size(1), :width].exp(), alone[0, :, :width].exp(),
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(together[0, : ys.size(1), :width].exp(), alone[0, :, :width].exp(), atol=1e-5, rtol=1e-4)
 
 
 def test_incremental_decoding_matches_teacher_forcing(data):
@@ -370,13 +380,16 @@ def test_mixing_at_the_source_positions_gives_the_whole_vocabularys_values(copy_
             source = enc.aux.source_tokens
             size = max(len(vocab), int(source.max()) + 1)
             copied = generate.new_zeros(*generate.shape[:2], size).scatter_add_(
-                2, source.unsqueeze(1).expand(-1, ys.size(1), -1), steps.attention)
-            whole = torch.logaddexp(F.pad(generate, (0, size - len(vocab)), value=float('-inf')),
-                                    copy.unsqueeze(2) + _log_or_minus_inf(copied))
+                2, source.unsqueeze(1).expand(-1, ys.size(1), -1), steps.attention
+            )
+            whole = torch.logaddexp(
+                F.pad(generate, (0, size - len(vocab)), value=float('-inf')),
+                copy.unsqueeze(2) + _log_or_minus_inf(copied),
+            )
             mixed = model.decoder.log_probs(steps, enc)
             assert torch.equal(mixed.isinf(), whole.isinf())
             finite = whole.isfinite()
-            torch.testing.assert_close(mixed[finite], whole[finite], rtol=2 ** -22, atol=0)
+            torch.testing.assert_close(mixed[finite], whole[finite], rtol=2**-22, atol=0)
             assert torch.equal(mixed.argmax(-1), whole.argmax(-1))
 
 
@@ -415,8 +428,7 @@ def test_attention_coverage_and_kl_behaviour():
         attention.coverage_weight.fill_(-0.5)
     plain = BilinearAttention(4, 4, bias=True, squash=True)
     plain.load_state_dict({k: v for k, v in attention.state_dict().items() if k != 'coverage_weight'})
-    torch.testing.assert_close(attention(query, memory, keep, torch.zeros(1, 3))[1],
-                               plain(query, memory, keep)[1])
+    torch.testing.assert_close(attention(query, memory, keep, torch.zeros(1, 3))[1], plain(query, memory, keep)[1])
     fresh = attention(query, memory, keep, torch.full((1, 3), 0.3))[1]
     covered = attention(query, memory, keep, torch.tensor([[0.9, 0.3, 0.3]]))[1]
     assert covered[0, 0] < fresh[0, 0]
@@ -496,7 +508,7 @@ def test_loss_decreases_overfitting_real_conversations(data):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        history.append((float(nll.detach()), float(parts["emo"])))
+        history.append((float(nll.detach()), float(parts['emo'])))
     assert history[-1][0] < 0.2 * history[0][0]  # L3 memorized
     assert history[-1][1] < 0.3 * history[0][1]  # L1 fits the speaker labels
     model.eval()
@@ -509,6 +521,7 @@ def test_parameter_count_in_paper_config_is_near_the_papers():
     model = Ethreed(WordEmbedding(vocab_size, 300), vocab_size, EthreedConfig(hidden_size=300))
     count = sum(p.numel() for p in model.parameters())
     assert abs(count - 11.98e6) / 11.98e6 < 0.10, count
-    smaller = Ethreed(WordEmbedding(vocab_size, 300), vocab_size,
-                      EthreedConfig(hidden_size=300, party_gru=False, emotion_gru=False))
+    smaller = Ethreed(
+        WordEmbedding(vocab_size, 300), vocab_size, EthreedConfig(hidden_size=300, party_gru=False, emotion_gru=False)
+    )
     assert sum(p.numel() for p in smaller.parameters()) < count

@@ -1,4 +1,5 @@
 """GloVe loading on the real GloVe 6B 50d vectors, and the embedding modules built on it."""
+
 import numpy as np
 import pytest
 import torch
@@ -85,25 +86,60 @@ def test_dialogue_embedding_sums_word_and_speaker():
 
 
 NOT_THE_PAPERS = "the word table is not the paper's"
-TINY_MIME = ['-m', 'empathy/mime', '--embedding-size', 64, '--attention-size', 16, '--ffn-size', 32,
-             '--latent-size', 16, '--n-heads', 2]
+TINY_MIME = [
+    '-m',
+    'empathy/mime',
+    '--embedding-size',
+    64,
+    '--attention-size',
+    16,
+    '--ffn-size',
+    32,
+    '--latent-size',
+    16,
+    '--n-heads',
+    2,
+]
 TINY_ETHREED = ['-m', 'empathy/ethreed', '--embedding-size', 16, '--hidden-size', 16, '--listener-emotions', 'none']
 
 
 def _train_log(run_parlai, folder, *args):
     # one update: the schedule's end is then validated at the run's first update (the project's training loop)
-    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', folder / 'model',
-                      '-bs', 4, '--max-train-steps', 1, '-vme', 4, '--short-final-eval', 'true',
-                      '--skip-generation', 'true', '--dict-maxtokens', 500, *args)
+    done = run_parlai(
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-mf',
+        folder / 'model',
+        '-bs',
+        4,
+        '--max-train-steps',
+        1,
+        '-vme',
+        4,
+        '--short-final-eval',
+        'true',
+        '--skip-generation',
+        'true',
+        '--dict-maxtokens',
+        500,
+        *args,
+    )
     return done.stdout + done.stderr
 
 
-@pytest.mark.parametrize('model, paper_file, fit', [
-    (TINY_MIME, 'glove.6B.300d.txt', 'padded to the 64-d embedding: 14 of its 64 columns start random'),
-    (TINY_ETHREED, 'glove.840B.300d.txt', 'cut to the 16-d embedding'),
-])
-def test_a_word_table_from_other_vectors_than_the_papers_is_one_start_up_warning(run_parlai, tmp_path, model,
-                                                                                 paper_file, fit):
+@pytest.mark.parametrize(
+    'model, paper_file, fit',
+    [
+        (TINY_MIME, 'glove.6B.300d.txt', 'padded to the 64-d embedding: 14 of its 64 columns start random'),
+        (TINY_ETHREED, 'glove.840B.300d.txt', 'cut to the 16-d embedding'),
+    ],
+)
+def test_a_word_table_from_other_vectors_than_the_papers_is_one_start_up_warning(
+    run_parlai, tmp_path, model, paper_file, fit
+):
     log = _train_log(run_parlai, tmp_path, *model)
     lines = [line for line in log.splitlines() if NOT_THE_PAPERS in line]
     assert len(lines) == 1, log[-4000:]  # once, though train_model builds the agent again to report
@@ -116,8 +152,12 @@ def test_a_word_table_from_other_vectors_than_the_papers_is_one_start_up_warning
 def test_no_warning_with_300d_vectors_or_without_glove(run_parlai, tmp_path):
     path = tmp_path / 'glove.300d.txt'
     rng = np.random.default_rng(0)
-    path.write_text(''.join(f'{word} ' + ' '.join(f'{v:.4f}' for v in rng.normal(size=300)) + '\n'
-                            for word in ['the', 'i', 'my', 'was', 'so', 'happy', 'sad', '.', ',']))
+    path.write_text(
+        ''.join(
+            f'{word} ' + ' '.join(f'{v:.4f}' for v in rng.normal(size=300)) + '\n'
+            for word in ['the', 'i', 'my', 'was', 'so', 'happy', 'sad', '.', ',']
+        )
+    )
     log = _train_log(run_parlai, tmp_path / 'a', *TINY_MIME, '--glove-path', path)
     assert 'GloVe init' in log and NOT_THE_PAPERS not in log
     log = _train_log(run_parlai, tmp_path / 'b', *TINY_MIME, '--glove-init', 'false')

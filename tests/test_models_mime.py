@@ -2,6 +2,7 @@
 
 Real data: the embedded ED sample (parlai_empathy/data/sample) and the real GloVe 6B 50d vectors.
 """
+
 import dataclasses
 import os
 
@@ -122,8 +123,11 @@ def test_elbo_terms(sample_batch):
     # the reference's reductions: KL summed over the batch, cross-entropy a batch mean
     states = model.encoder(context, speakers, emotion)
     total, parts = model.extra_losses(states, emotion)
-    expected = torch.nn.functional.cross_entropy(states.aux.emotion_logits, emotion) \
-        + states.aux.kl[0].sum() + states.aux.kl[1].sum()
+    expected = (
+        torch.nn.functional.cross_entropy(states.aux.emotion_logits, emotion)
+        + states.aux.kl[0].sum()
+        + states.aux.kl[1].sum()
+    )
     assert torch.allclose(total, expected)
     assert set(parts) == {'cls', 'kl_pos', 'kl_neg'}
     model.eval()  # no posterior at inference: no KL
@@ -167,8 +171,8 @@ def test_label_smoothing_matches_the_reference_kl_up_to_a_constant():
     reference = torch.nn.functional.kl_div(torch.log_softmax(logits, -1), target, reduction='sum')
     entropy = -(target * target.clamp(min=1e-30).log()).sum()
     assert torch.allclose(smoothed.sum(), reference + entropy, atol=1e-4)
-    grad_ours, = torch.autograd.grad(smoothed.sum(), logits, retain_graph=True)
-    grad_ref, = torch.autograd.grad(reference, logits)
+    (grad_ours,) = torch.autograd.grad(smoothed.sum(), logits, retain_graph=True)
+    (grad_ref,) = torch.autograd.grad(reference, logits)
     assert torch.allclose(grad_ours, grad_ref, atol=1e-6)
 
 
@@ -208,15 +212,16 @@ def test_reference_tags_parametrise_ctx_and_speakers_as_the_reference_word_rows(
     from parlai_empathy.models.embeddings import WordEmbedding
 
     torch.manual_seed(0)
-    words = WordEmbedding(50, 300, scale=300 ** 0.5)
+    words = WordEmbedding(50, 300, scale=300**0.5)
     config = (MimeConfig if cls is Mime else MultitaskConfig)()
     embedding = cls(50, config, words=words).encoder.embedding
-    assert embedding.ctx_scale == 2 * 300 ** 0.5
+    assert embedding.ctx_scale == 2 * 300**0.5
     assert 0.008 < embedding.ctx.std() < 0.012 and 0.008 < embedding.speakers.weight.std() < 0.012
     x, _ = embedding(torch.tensor([[5, 6]]), torch.tensor([[0, 1]]))
-    assert torch.allclose(x[0, 0], embedding.ctx * 2 * 300 ** 0.5)
-    legacy = cls(50, dataclasses.replace(config, reference_tags=False),
-                 words=WordEmbedding(50, 300, scale=300 ** 0.5)).encoder.embedding
+    assert torch.allclose(x[0, 0], embedding.ctx * 2 * 300**0.5)
+    legacy = cls(
+        50, dataclasses.replace(config, reference_tags=False), words=WordEmbedding(50, 300, scale=300**0.5)
+    ).encoder.embedding
     assert legacy.ctx_scale == 1.0 and 0.9 < legacy.ctx.norm() < 1.1
     assert legacy.speakers.weight.std() > 0.05  # xavier-uniform of a 2 x 300 matrix: std 0.08
 
@@ -233,9 +238,10 @@ def test_conv_over_padding_is_the_reference_padding(sample_batch):
         model = Mime(len(vocab), tiny(dataclasses.replace(TINY, conv_over_padding=over))).eval()
         with torch.no_grad():
             batched = model.encoder.context_encoder(*model.encoder.embedding(context, speakers))
-            alone = model.encoder.context_encoder(*model.encoder.embedding(context[short:short + 1, :n],
-                                                                           speakers[short:short + 1, :n]))
-        assert torch.allclose(batched[short, :n + 1], alone[0], atol=1e-5) is same
+            alone = model.encoder.context_encoder(
+                *model.encoder.embedding(context[short : short + 1, :n], speakers[short : short + 1, :n])
+            )
+        assert torch.allclose(batched[short, : n + 1], alone[0], atol=1e-5) is same
 
 
 def _memory(model, context, speakers, emotion):
@@ -251,8 +257,7 @@ def test_mimicry_polarity_gold_in_training_classifier_at_inference(sample_batch)
     negative = torch.full((8,), emotion_to_id('sad'))
     assert model.encoder(context, speakers, positive).aux.user_positive.all()
     assert not model.encoder(context, speakers, negative).aux.user_positive.any()
-    assert not torch.allclose(_memory(model, context, speakers, positive),
-                              _memory(model, context, speakers, negative))
+    assert not torch.allclose(_memory(model, context, speakers, positive), _memory(model, context, speakers, negative))
     model.eval()
     aux = model.encoder(context, speakers).aux
     predicted = aux.emotion_logits.argmax(-1)
@@ -294,23 +299,27 @@ def test_ablation_switches_change_the_computation(sample_batch):
     torch.manual_seed(0)
     no_mimicry = Mime(len(vocab), tiny(stochastic=False, mimicry=False))
     # without mimicry m = e_pos and m~ = e_neg whatever the user's polarity
-    assert torch.allclose(_memory(no_mimicry, context, speakers, positive),
-                          _memory(no_mimicry, context, speakers, negative))
+    assert torch.allclose(
+        _memory(no_mimicry, context, speakers, positive), _memory(no_mimicry, context, speakers, negative)
+    )
 
     no_grouping = Mime(len(vocab), tiny(emotion_grouping=False))
     aux = no_grouping.encoder(context, speakers, emotion).aux
     assert aux.group_names == ('all',) and len(aux.distributions) == len(aux.kl) == 1
     assert aux.distributions[0].shape == (8, 32) and (aux.kl[0] > 0).all()
-    assert set(no_grouping.extra_losses(no_grouping.encoder(context, speakers, emotion), emotion)[1]) \
-        == {'cls', 'kl_all'}
+    assert set(no_grouping.extra_losses(no_grouping.encoder(context, speakers, emotion), emotion)[1]) == {
+        'cls',
+        'kl_all',
+    }
     assert not hasattr(no_grouping.encoder, 'fusion')
     assert no_grouping.encoder.sampler.n_groups == 1
 
     deterministic = Mime(len(vocab), tiny(stochastic=False)).eval()
     stochastic = Mime(len(vocab), tiny()).eval()
     with torch.no_grad():
-        assert torch.equal(deterministic.encoder(context, speakers).memory,
-                           deterministic.encoder(context, speakers).memory)
+        assert torch.equal(
+            deterministic.encoder(context, speakers).memory, deterministic.encoder(context, speakers).memory
+        )
         sampled = stochastic.encoder(context, speakers).memory
         # inference draws each example's z from its own context's seed: the same example gives the
         # same memory again, alone or in a batch, and it is not the mean's memory

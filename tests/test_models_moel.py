@@ -3,6 +3,7 @@ oracle, the loss, decoding and determinism.
 
 Real data: the embedded ED sample (parlai_empathy/data/sample).
 """
+
 import dataclasses
 import math
 import os
@@ -55,8 +56,11 @@ def test_the_listeners_and_their_blocks():
     alone = tiny_model(shared_listener=False).decoder.stack
     assert alone.shared is None
     per_block = sum(p.numel() for p in stack.listeners[0].parameters())
-    assert sum(p.numel() for p in model.parameters()) - sum(
-        p.numel() for p in tiny_model(shared_listener=False).parameters()) == per_block
+    assert (
+        sum(p.numel() for p in model.parameters())
+        - sum(p.numel() for p in tiny_model(shared_listener=False).parameters())
+        == per_block
+    )
 
 
 def test_top_k_gate_is_a_softmax_over_the_k_largest_logits():
@@ -123,7 +127,7 @@ def test_oracle_weights_are_the_gold_one_hot(batch):
 def test_oracle_schedule_is_the_references():
     assert oracle_probability(0, 10000) == pytest.approx(1.0)
     assert oracle_probability(10000, 10000) == pytest.approx(1e-4 + (1 - 1e-4) * math.exp(-1))
-    assert oracle_probability(10 ** 9, 10000) == pytest.approx(1e-4)
+    assert oracle_probability(10**9, 10000) == pytest.approx(1e-4)
     assert oracle_probability(0, 10) == 0.0  # the reference never draws at --schedule 10 or less
 
 
@@ -134,7 +138,8 @@ def test_loss_is_summed_response_nll_plus_batch_mean_emotion_ce(batch):
     scores, _, states = model(context, speakers, emotion, ys=response)
     real = response.ne(0)
     expected = F.cross_entropy(scores[real], response[real], reduction='sum') + F.cross_entropy(
-        states.aux.emotion_logits, emotion)
+        states.aux.emotion_logits, emotion
+    )
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert parts['cls'].item() == pytest.approx(F.cross_entropy(states.aux.emotion_logits, emotion).item(), rel=1e-5)
     smoothed, _ = model.training_loss(context, speakers, emotion, ys=response, emotion=emotion, smoothing=0.1)
@@ -170,8 +175,13 @@ def test_listeners_on_their_rows_give_the_whole_batch_sums_and_gradients(batch):
         model = tiny_model()  # training mode, dropout 0
         states = model.encoder(context, speakers)
         stack = model.decoder.stack
-        hidden = stack(model.decoder.words(inputs), states.memory, states.keep, states.aux.listener_weights,
-                       cache={} if whole_batch else None)
+        hidden = stack(
+            model.decoder.words(inputs),
+            states.memory,
+            states.keep,
+            states.aux.listener_weights,
+            cache={} if whole_batch else None,
+        )
         hidden.pow(2).sum().backward()
         results.append((hidden.detach(), {n: p.grad for n, p in model.named_parameters()}))
     (ours, ours_grads), (whole, whole_grads) = results
@@ -211,8 +221,9 @@ def test_incremental_decoding_matches_the_full_pass_and_is_deterministic(batch):
         sub = model.reorder_encoder_states(states, rows)
         state = None
         for t in range(1, 4):
-            hidden, state = model.decoder(inputs[:, :t] if t == 1 else inputs[rows, :t], states if t == 1 else sub,
-                                          state)
+            hidden, state = model.decoder(
+                inputs[:, :t] if t == 1 else inputs[rows, :t], states if t == 1 else sub, state
+            )
             if t == 1:
                 state = model.reorder_decoder_incremental_state(state, rows)
         assert torch.allclose(hidden[:, -1], full[rows, 2], atol=1e-5)

@@ -2,6 +2,7 @@
 each method on a small real dictionary (GloVe 6B 50d and all-MiniLM-L6-v2 from PyPI), the
 rebuild giving the same bytes, and hostile dictionaries and tables refused with one line naming
 the file, line and field."""
+
 import json
 import os
 
@@ -14,8 +15,31 @@ from parlai_empathy.files.offline_models import minilm_dir
 from parlai_empathy.models import glove, word_table
 from parlai_empathy.models.embeddings import WordEmbedding
 
-WORDS = ['happy', 'sad', 'glad', 'dog', 'puppy', 'cat', 'exam', 'test', 'terrified', 'scared', 'the', 'a',
-         'car', 'bike', 'mom', 'dad', 'qzxqzxnotaword', 'won', 'lost', 'birthday', 'party', 'rain', 'sun']
+WORDS = [
+    'happy',
+    'sad',
+    'glad',
+    'dog',
+    'puppy',
+    'cat',
+    'exam',
+    'test',
+    'terrified',
+    'scared',
+    'the',
+    'a',
+    'car',
+    'bike',
+    'mom',
+    'dad',
+    'qzxqzxnotaword',
+    'won',
+    'lost',
+    'birthday',
+    'party',
+    'rain',
+    'sun',
+]
 
 
 DIM = 60  # wider than GloVe's 50, below the dictionary's word count (PCA's limit)
@@ -40,15 +64,20 @@ def tables(tmp_path_factory):
     root = tmp_path_factory.mktemp('tables')
     dict_file = write_dict(root / 'model.dict', dictionary_words())
     encoder = minilm_dir()
-    built = {method: word_table.build(dict_file, method, str(root / method), dim=DIM, encoder='offline-minilm',
-                                      encoder_dir=encoder, seed=3)[0]
-             for method in word_table.METHODS}
+    built = {
+        method: word_table.build(
+            dict_file, method, str(root / method), dim=DIM, encoder='offline-minilm', encoder_dir=encoder, seed=3
+        )[0]
+        for method in word_table.METHODS
+    }
     return root, dict_file, encoder, built
 
 
 def table_files(folder):
-    return {name: open(os.path.join(folder, name), 'rb').read()
-            for name in (glove.TABLE_VECTORS, glove.TABLE_WORDS, glove.TABLE_META)}
+    return {
+        name: open(os.path.join(folder, name), 'rb').read()
+        for name in (glove.TABLE_VECTORS, glove.TABLE_WORDS, glove.TABLE_META)
+    }
 
 
 def test_each_method_gives_a_checked_table_at_glove_length(tables):
@@ -94,17 +123,20 @@ def test_distilled_neighbours_are_related_words(tables):
 def test_rebuild_is_byte_identical_and_a_built_table_is_reused(tables, tmp_path):
     root, dict_file, encoder, built = tables
     for method in ('distill', 'glove_orthogonal'):
-        again, fresh = word_table.build(dict_file, method, str(tmp_path / method), dim=DIM, encoder='offline-minilm',
-                                        encoder_dir=encoder, seed=3)
+        again, fresh = word_table.build(
+            dict_file, method, str(tmp_path / method), dim=DIM, encoder='offline-minilm', encoder_dir=encoder, seed=3
+        )
         assert fresh
         first, second = table_files(built[method]), table_files(again)
         assert first[glove.TABLE_VECTORS] == second[glove.TABLE_VECTORS]
         assert first[glove.TABLE_WORDS] == second[glove.TABLE_WORDS]
-        assert word_table.build(dict_file, method, again, dim=DIM, encoder='offline-minilm', encoder_dir=encoder,
-                                seed=3) == (again, False)
+        assert word_table.build(
+            dict_file, method, again, dim=DIM, encoder='offline-minilm', encoder_dir=encoder, seed=3
+        ) == (again, False)
     with pytest.raises(ValueError, match='built otherwise .*dim'):
-        word_table.build(dict_file, 'distill', str(tmp_path / 'distill'), dim=10, encoder='offline-minilm',
-                         encoder_dir=encoder)
+        word_table.build(
+            dict_file, 'distill', str(tmp_path / 'distill'), dim=10, encoder='offline-minilm', encoder_dir=encoder
+        )
 
 
 def test_the_table_starts_the_model_word_embedding(tables):
@@ -149,12 +181,15 @@ def rewrite_meta(folder, **changes):
     return meta
 
 
-@pytest.mark.parametrize('change, message', [
-    ({'sha256': {'vectors.npy': '0' * 64, 'words.txt': '0' * 64}}, 'sha256 .* is not the 0000'),
-    ({'sha256': {}}, "field 'sha256' lacks vectors.npy"),
-    ({'format': 'something else'}, "field 'format'"),
-    ({'dim': 'wide'}, "field 'dim' is not a positive whole number"),
-])
+@pytest.mark.parametrize(
+    'change, message',
+    [
+        ({'sha256': {'vectors.npy': '0' * 64, 'words.txt': '0' * 64}}, 'sha256 .* is not the 0000'),
+        ({'sha256': {}}, "field 'sha256' lacks vectors.npy"),
+        ({'format': 'something else'}, "field 'format'"),
+        ({'dim': 'wide'}, "field 'dim' is not a positive whole number"),
+    ],
+)
 def test_a_wrong_json_field_is_named(copied, change, message):
     rewrite_meta(copied, **change)
     with pytest.raises(ValueError, match=message):
@@ -199,14 +234,17 @@ def test_shape_dtype_and_line_count_must_match_the_json(copied):
         glove.load_glove(['happy'], str(copied))
 
 
-@pytest.mark.parametrize('lines, where', [
-    (['happy\t3', 'sad'], r'line 2: 1 tab-separated fields, expected 2'),
-    (['happy\t3', 'sad\t1\t2'], r'line 2: 3 tab-separated fields'),
-    (['happy\t3', 'sad\tmany'], r"line 2, field 'count': 'many' is not"),
-    (['happy\t3', '\t4'], r"line 2, field 'token': empty token"),
-    (['happy\t3', 'happy\t4'], r"line 2, field 'token': 'happy' again \(first on line 1\)"),
-    ([], 'no tokens'),
-])
+@pytest.mark.parametrize(
+    'lines, where',
+    [
+        (['happy\t3', 'sad'], r'line 2: 1 tab-separated fields, expected 2'),
+        (['happy\t3', 'sad\t1\t2'], r'line 2: 3 tab-separated fields'),
+        (['happy\t3', 'sad\tmany'], r"line 2, field 'count': 'many' is not"),
+        (['happy\t3', '\t4'], r"line 2, field 'token': empty token"),
+        (['happy\t3', 'happy\t4'], r"line 2, field 'token': 'happy' again \(first on line 1\)"),
+        ([], 'no tokens'),
+    ],
+)
 def test_odd_dictionary_lines_are_named(tmp_path, lines, where):
     path = tmp_path / 'odd.dict'
     path.write_text(''.join(line + '\n' for line in lines))
@@ -232,8 +270,9 @@ def test_methods_refuse_widths_they_cannot_give(tables, tmp_path):
     with pytest.raises(ValueError, match='below GloVe'):
         word_table.build(dict_file, 'glove_orthogonal', str(tmp_path / 'o'), dim=40)
     with pytest.raises(ValueError, match='no column beyond'):
-        word_table.build(dict_file, 'glove_distill', str(tmp_path / 'g'), dim=50, encoder='offline-minilm',
-                         encoder_dir=encoder)
+        word_table.build(
+            dict_file, 'glove_distill', str(tmp_path / 'g'), dim=50, encoder='offline-minilm', encoder_dir=encoder
+        )
     with pytest.raises(ValueError, match='method must be one of'):
         word_table.build(dict_file, 'random', str(tmp_path / 'r'))
     assert not os.path.exists(tmp_path / 'o') and not os.path.exists(tmp_path / 'g')

@@ -3,6 +3,7 @@
 instead of the hub library's minute of retries per file and a traceback; a cached one loads
 from the cache without retrying the hub.
 """
+
 import os
 import socket
 import subprocess
@@ -59,8 +60,10 @@ def test_the_ranker_offline_names_its_hub_model_and_the_offline_choices(tmp_path
     assert done.returncode == 1, done.stderr[-3000:]
     assert 'Traceback' not in done.stderr and 'Retrying' not in done.stdout + done.stderr, done.stderr[-3000:]
     message = done.stderr.strip().splitlines()[-1]  # one paragraph, the last thing printed
-    assert message.startswith("--bert-model 'bert-base-cased' is a Hugging Face hub model that is not in the "
-                              'local cache, and the hub cannot be reached: HF_HUB_OFFLINE is set.'), message
+    assert message.startswith(
+        "--bert-model 'bert-base-cased' is a Hugging Face hub model that is not in the "
+        'local cache, and the hub cannot be reached: HF_HUB_OFFLINE is set.'
+    ), message
     for choice in ('--bert-model offline-minilm', '--bert-model offline-mpnet', '--bert-model DIR'):
         assert choice in message
 
@@ -68,14 +71,24 @@ def test_the_ranker_offline_names_its_hub_model_and_the_offline_choices(tmp_path
 def test_an_unreachable_hub_is_asked_once_not_retried(tmp_path):
     hub = ClosingServer()
     try:
-        done = train(tmp_path, '-t', 'empathy_ed_emotion', '-m', 'empathy/emotion_classifier',
-                     '--encoder', 'someone/some-encoder', hub=hub.url)
+        done = train(
+            tmp_path,
+            '-t',
+            'empathy_ed_emotion',
+            '-m',
+            'empathy/emotion_classifier',
+            '--encoder',
+            'someone/some-encoder',
+            hub=hub.url,
+        )
     finally:
         hub.stop()
     assert done.returncode == 1, done.stderr[-3000:]
     message = done.stderr.strip().splitlines()[-1]
-    assert message.startswith("--encoder 'someone/some-encoder' is a Hugging Face hub model that is not in the "
-                              f'local cache, and the hub cannot be reached: {hub.url} did not answer'), message
+    assert message.startswith(
+        "--encoder 'someone/some-encoder' is a Hugging Face hub model that is not in the "
+        f'local cache, and the hub cannot be reached: {hub.url} did not answer'
+    ), message
     assert '--encoder offline-minilm' in message and 'Traceback' not in done.stderr
     assert hub.connections == 1  # one look, no retries
 
@@ -90,9 +103,26 @@ def test_a_cached_hub_model_loads_from_the_cache_when_the_hub_is_unreachable(tmp
     (snapshot.parent.parent / 'refs' / 'main').write_text('0' * 40)
     hub = ClosingServer()
     try:
-        done = train(tmp_path, '-t', 'empathy_ed_clean', '-m', 'empathy/bert_ranker', '--bert-model',
-                     'someone/tiny-bert', '--pooling', 'mean', '-vmt', 'loss', '-vmm', 'min',
-                     '--eval-candidates', 'batch', '--pool-ed-datapath', 'sample', hub=hub.url)
+        done = train(
+            tmp_path,
+            '-t',
+            'empathy_ed_clean',
+            '-m',
+            'empathy/bert_ranker',
+            '--bert-model',
+            'someone/tiny-bert',
+            '--pooling',
+            'mean',
+            '-vmt',
+            'loss',
+            '-vmm',
+            'min',
+            '--eval-candidates',
+            'batch',
+            '--pool-ed-datapath',
+            'sample',
+            hub=hub.url,
+        )
     finally:
         hub.stop()
     assert done.returncode == 0, done.stderr[-3000:]

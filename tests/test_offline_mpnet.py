@@ -4,6 +4,7 @@ The joining is tested on a small split zip made here; the real model once its pa
 installed. Without them that test is skipped with its reason in the warnings summary, which
 pytest prints even in quiet mode.
 """
+
 import hashlib
 import importlib.metadata
 import os
@@ -27,7 +28,7 @@ def _split_zip(tmp_path, pieces=3):
     paths = []
     for i in range(pieces):
         path = tmp_path / f'model.zip.{i + 1:03d}'
-        path.write_bytes(data[i * size:(i + 1) * size])
+        path.write_bytes(data[i * size : (i + 1) * size])
         paths.append(str(path))
     return paths, hashlib.sha256(data).hexdigest()
 
@@ -68,7 +69,7 @@ def test_missing_packages_name_the_extra(monkeypatch, tmp_path):
     monkeypatch.setattr(offline_models.importlib.metadata, 'distribution', without_part_3)
     with pytest.raises(offline_models.OfflineModelMissing) as err:
         offline_models.resolve_encoder('offline-mpnet', str(tmp_path))
-    assert "parlai-empathy[mpnet]" in str(err.value) and offline_models.MPNET_PARTS[2] in str(err.value)
+    assert 'parlai-empathy[mpnet]' in str(err.value) and offline_models.MPNET_PARTS[2] in str(err.value)
     assert not (tmp_path / 'empathy_encoders').exists()
 
 
@@ -92,10 +93,17 @@ def test_real_offline_mpnet_is_assembled_verified_and_encodes():
     assert folder.endswith(os.path.join('empathy_encoders', 'all-mpnet-base-v2'))
     assert os.path.getsize(os.path.join(folder, 'model.safetensors')) == 437_971_872
     tokenizer = load_tokenizer(folder)
-    ids = tokenizer(['I lost my job today.', 'That is awful, I am so sorry.'], padding=True,
-                    return_tensors='pt')['input_ids']
-    model = BiEncoder.from_pretrained(folder, share_encoders=True, pooling='mean', similarity='cosine',
-                                      projection_dim=0, pad_id=tokenizer.pad_token_id).eval()
+    ids = tokenizer(['I lost my job today.', 'That is awful, I am so sorry.'], padding=True, return_tensors='pt')[
+        'input_ids'
+    ]
+    model = BiEncoder.from_pretrained(
+        folder,
+        share_encoders=True,
+        pooling='mean',
+        similarity='cosine',
+        projection_dim=0,
+        pad_id=tokenizer.pad_token_id,
+    ).eval()
     with torch.no_grad():
         vectors = model.encode_context(ids)
     assert vectors.shape == (2, 768) and torch.isfinite(vectors).all()

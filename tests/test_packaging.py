@@ -1,4 +1,5 @@
 """The wheel lands in ParlAI's namespaces without owning any of ParlAI's files."""
+
 import os
 import subprocess
 import sys
@@ -37,8 +38,18 @@ def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp('wheel')
     with install_lock():
         subprocess.run(
-            [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps', '--no-build-isolation', '-w', str(out),
-             REPO],
+            [
+                sys.executable,
+                '-m',
+                'pip',
+                'wheel',
+                '--quiet',
+                '--no-deps',
+                '--no-build-isolation',
+                '-w',
+                str(out),
+                REPO,
+            ],
             check=True,
         )
     (path,) = out.glob('parlai_empathy-*.whl')
@@ -62,7 +73,9 @@ def test_uninstall_removes_only_our_files(wheel, tmp_path):
     python = venv / 'bin' / 'python'
     site = subprocess.run(
         [str(python), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     # a stand-in for an installed ParlAI: its own __init__ files and a stock task
     stock = PARLAIS_OWN + ['parlai/tasks/empathetic_dialogues/agents.py', 'parlai/agents/transformer/transformer.py']

@@ -5,6 +5,7 @@ Every import of every module (function-level ones included) is read from the sou
 the distribution that provides it in this environment; the requirements are those of the
 installed parlai-empathy (what ``make reinstall`` put there).
 """
+
 import ast
 import importlib.metadata as metadata
 import os
@@ -78,8 +79,9 @@ def test_every_third_party_import_is_declared_for_its_part():
                 if not dists:
                     missing.append(f'{rel}: imports {module}, which no installed distribution provides')
                 elif not dists & allowed:
-                    missing.append(f'{rel}: imports {module} ({sorted(dists)}), not declared for '
-                                   f'[{_part(rel) or "core"}]')
+                    missing.append(
+                        f'{rel}: imports {module} ({sorted(dists)}), not declared for [{_part(rel) or "core"}]'
+                    )
     assert not missing, '\n'.join(missing)
 
 

@@ -1,4 +1,5 @@
 """The stock ``parlai`` commands resolve our plain names and run end to end."""
+
 import json
 
 FIRST_VALID_TEXT = 'Today,as i was leaving for work in the morning,i had a tire burst in the middle of a busy road.'
@@ -36,7 +37,7 @@ def test_missing_data_gives_instructions(run_parlai, tmp_path):
 
 def test_clean_report_command(run_parlai, tmp_path):
     done = run_parlai('empathy_clean_report', '--splits', 'valid', '--datapath', str(tmp_path), '--json', 'true')
-    report = json.loads(done.stdout[done.stdout.index('{'):])
+    report = json.loads(done.stdout[done.stdout.index('{') :])
     assert report['valid']['rows_kept'] == 12078
     assert report['valid']['unrecoverable'] == []
     assert report['valid']['fixes']['edge_whitespace']['count'] > 0
@@ -45,10 +46,41 @@ def test_clean_report_command(run_parlai, tmp_path):
 
 def _train_args(model_file, steps):
     return [
-        'train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'transformer/generator',
-        '-mf', model_file, '--n-layers', '1', '--embedding-size', '16', '--ffn-size', '32', '--n-heads', '2',
-        '-bs', '8', '--max-train-steps', str(steps), '-vstep', '10', '-vmt', 'ppl', '-vmm', 'min',
-        '--skip-generation', 'true', '--dict-maxtokens', '2000', '--truncate', '48', '--save-every-n-secs', '1',
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'transformer/generator',
+        '-mf',
+        model_file,
+        '--n-layers',
+        '1',
+        '--embedding-size',
+        '16',
+        '--ffn-size',
+        '32',
+        '--n-heads',
+        '2',
+        '-bs',
+        '8',
+        '--max-train-steps',
+        str(steps),
+        '-vstep',
+        '10',
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+        '--dict-maxtokens',
+        '2000',
+        '--truncate',
+        '48',
+        '--save-every-n-secs',
+        '1',
     ]
 
 
@@ -61,9 +93,23 @@ def test_stock_generator_trains_and_evaluates_with_default_scheduler(run_parlai,
     opt = json.load(open(model_file + '.opt'))
     assert opt['lr_scheduler'] == 'reduceonplateau' and opt['task'] == 'empathy_ed_clean'
     evaluated = run_parlai(
-        'eval_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-mf', model_file, '-dt', 'test',
-        '--inference', 'greedy', '--skip-generation', 'false', '-bs', '16',
-        '--report-filename', str(tmp_path / 'report.json'),
+        'eval_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-mf',
+        model_file,
+        '-dt',
+        'test',
+        '--inference',
+        'greedy',
+        '--skip-generation',
+        'false',
+        '-bs',
+        '16',
+        '--report-filename',
+        str(tmp_path / 'report.json'),
     )
     report = json.load(open(tmp_path / 'report.json'))['report']
     assert report['exs'] > 100 and report['ppl'] > 1

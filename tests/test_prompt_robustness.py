@@ -6,6 +6,7 @@ get an answer or a clear refusal, never a traceback, and the session must end no
 line (and a blank one) gets the one short request every agent of ours answers it with, and every
 other reply shows the agent's emotion fields without ``--display-add-fields``.
 """
+
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ LINES = [
     ('empty', b''),
     ('blank', b'  \t '),
     ('invalid UTF-8', b'my exam went \xff\xfe badly \xc3('),
-    ('emoji', 'I got a puppy today \U0001F436\U0001F60D\u2764\ufe0f'.encode('utf-8')),
+    ('emoji', 'I got a puppy today \U0001f436\U0001f60d\u2764\ufe0f'.encode('utf-8')),
     ('100,000 characters', HUNDRED_THOUSAND.encode('utf-8')),
 ]
 
@@ -35,9 +36,14 @@ class PromptRobustness:
     def interactive(self, model_file, tmp_path):
         stdin = b'\n'.join(line for _, line in LINES) + b'\n[EXIT]\n'
         # raw bytes on stdin, as a terminal or a pipe delivers them
-        return subprocess.run([PARLAI, 'interactive', '-mf', model_file, *self.extra_args], input=stdin,
-                              capture_output=True, cwd=tmp_path, timeout=3600,
-                              env=dict(os.environ, HF_HUB_OFFLINE='1'))
+        return subprocess.run(
+            [PARLAI, 'interactive', '-mf', model_file, *self.extra_args],
+            input=stdin,
+            capture_output=True,
+            cwd=tmp_path,
+            timeout=3600,
+            env=dict(os.environ, HF_HUB_OFFLINE='1'),
+        )
 
     def test_answers_every_kind_of_input(self, tmp_path_factory, tmp_path):
         model_file = cached_tiny_model(tmp_path_factory, self.agent)
@@ -46,8 +52,11 @@ class PromptRobustness:
         stderr = done.stderr.decode('utf-8', 'replace')
         assert done.returncode == 0, stderr[-4000:]
         assert 'Traceback' not in stdout + stderr, (stdout + stderr)[-4000:]
-        replies = [line.split(f'[{self.speaker}]:', 1)[1].strip()
-                   for line in stdout.splitlines() if f'[{self.speaker}]:' in line]
+        replies = [
+            line.split(f'[{self.speaker}]:', 1)[1].strip()
+            for line in stdout.splitlines()
+            if f'[{self.speaker}]:' in line
+        ]
         assert len(replies) == len(LINES), f'expected one reply per input line:\n{stdout[-4000:]}'
         for (kind, _), reply in zip(LINES, replies):
             assert reply, f'{self.agent}: an empty reply to the {kind} message:\n{stdout[-3000:]}'
@@ -60,8 +69,7 @@ class PromptRobustness:
         answered = len(LINES) - 2
         for field, values in self.fields.items():
             # (the first line of a reply follows the prompt "Enter Your Message: " on its line)
-            shown = [line.split(f'[{field}]:', 1)[1].strip() for line in stdout.splitlines()
-                     if f'[{field}]:' in line]
+            shown = [line.split(f'[{field}]:', 1)[1].strip() for line in stdout.splitlines() if f'[{field}]:' in line]
             assert len(shown) == answered, f'{self.agent}: [{field}] shown {len(shown)} times:\n{stdout[-3000:]}'
             assert all(value in values for value in shown), shown
 
@@ -112,10 +120,33 @@ class TestEmotionClassifier(PromptRobustness):
 
 def test_eval_model_display_shows_the_emotion_fields_too(tmp_path_factory, tmp_path):
     model_file = cached_tiny_model(tmp_path_factory, 'mime')
-    done = subprocess.run([PARLAI, 'eval_model', '-mf', model_file, '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-                           '-dt', 'valid', '-d', 'true', '-ne', '2', '-bs', '1', '--skip-generation', 'false'],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=3600,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        [
+            PARLAI,
+            'eval_model',
+            '-mf',
+            model_file,
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-dt',
+            'valid',
+            '-d',
+            'true',
+            '-ne',
+            '2',
+            '-bs',
+            '1',
+            '--skip-generation',
+            'false',
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=3600,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     replies = [i for i, line in enumerate(lines) if line.strip().startswith('[Mime]:')]
@@ -127,7 +158,8 @@ def test_eval_model_display_shows_the_emotion_fields_too(tmp_path_factory, tmp_p
 
 
 UNDECODABLE = b'my exam went \xff\xfe badly \xc3('
-OBSERVE_UNDECODABLE = '''
+OBSERVE_UNDECODABLE = (
+    """
 import sys
 from parlai.core.agents import create_agent_from_model_file
 errors = sys.stdin.errors
@@ -137,7 +169,9 @@ observed = agent.observe({'text': raw.decode('utf-8', sys.stdin.errors), 'episod
 reply = agent.act()
 print('STDIN', errors, sys.stdin.errors)
 print('TEXT', observed['text'] == raw.decode('utf-8', 'replace'), bool(reply['text'].strip()))
-''' % UNDECODABLE
+"""
+    % UNDECODABLE
+)
 
 
 def test_undecodable_bytes_are_observed_as_replacement_characters_and_stdin_is_left_alone(tmp_path_factory):
@@ -146,9 +180,13 @@ def test_undecodable_bytes_are_observed_as_replacement_characters_and_stdin_is_l
     with U+FFFD where a decoder with ``errors='replace'`` puts them, and answers it; building the
     agent for chat leaves ``sys.stdin`` as it was."""
     model_file = cached_tiny_model(tmp_path_factory, 'mime')
-    done = subprocess.run([sys.executable, '-c', OBSERVE_UNDECODABLE, model_file],
-                          input=b'', capture_output=True, timeout=600,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1', LANG='C.UTF-8', LC_ALL='C.UTF-8'))
+    done = subprocess.run(
+        [sys.executable, '-c', OBSERVE_UNDECODABLE, model_file],
+        input=b'',
+        capture_output=True,
+        timeout=600,
+        env=dict(os.environ, HF_HUB_OFFLINE='1', LANG='C.UTF-8', LC_ALL='C.UTF-8'),
+    )
     out = done.stdout.decode('utf-8', 'replace')
     assert done.returncode == 0, done.stderr.decode('utf-8', 'replace')[-4000:]
     assert 'STDIN surrogateescape surrogateescape' in out, out[-2000:]

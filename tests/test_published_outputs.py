@@ -6,6 +6,7 @@ paper's layout from the embedded ED sample (MoEL's preprocessing: lower case, co
 expanded, nltk tokens), and a test that needs the real files runs where
 ``$PARLAI_EMPATHY_RELEASED_DIR`` holds them.
 """
+
 import gzip
 import json
 import os
@@ -33,16 +34,20 @@ def sample_examples():
 
 def mime_block(example, reply='i am sorry to hear that .'):
     context = [moel(t) for t in example.context_utterances]
-    return (f'emotion:{example.emotion}\tvader-score: 0.0129\tpredicted_emotion: sad\n'
-            f'Context:{context!r}\nTopk:{reply} topk \nBeam: {reply} \nGreedy:{reply} greedy \n'
-            f'Ref:{moel(example.label)}\n{SEPARATOR}\n')
+    return (
+        f'emotion:{example.emotion}\tvader-score: 0.0129\tpredicted_emotion: sad\n'
+        f'Context:{context!r}\nTopk:{reply} topk \nBeam: {reply} \nGreedy:{reply} greedy \n'
+        f'Ref:{moel(example.label)}\n{SEPARATOR}\n'
+    )
 
 
 def write_mime(path, examples, header=True):
     with open(path, 'w', encoding='utf-8') as f:
         if header:
-            f.write('### COMMENT: vader ### \nEVAL\tLoss\tPPL\tAccuracy\tBleu_g\tBleu_b\tBleu_t\n'
-                    'test\t3.6253\t37.5363\t0.3488\t2.76\t3.13\t1.76\n')
+            f.write(
+                '### COMMENT: vader ### \nEVAL\tLoss\tPPL\tAccuracy\tBleu_g\tBleu_b\tBleu_t\n'
+                'test\t3.6253\t37.5363\t0.3488\t2.76\t3.13\t1.76\n'
+            )
         for example in examples:
             f.write(mime_block(example))
     return str(path)
@@ -60,13 +65,20 @@ def test_mime_reader_takes_each_decoding_with_context_reference_emotion_and_line
     assert beam[0].source == f'{path}:4' and beam[1].source == f'{path}:11'
 
 
-@pytest.mark.parametrize('damage,line,field', [
-    (lambda text: text.replace('Ref:', 'Reference:', 1), 4, 'Ref'),
-    (lambda text: text.replace('Context:[', 'Context:__import__("os").system("touch PWNED") or [', 1), 5, 'Context'),
-    (lambda text: text.replace('Context:[', 'Context:' + '[' * 5000, 1), 5, 'Context'),
-    (lambda text: text.replace('Context:[', 'Context:[1, ', 1), 5, 'Context'),
-    (lambda text: text.replace('emotion:', 'emotions ', 1), 4, 'emotion'),
-])
+@pytest.mark.parametrize(
+    'damage,line,field',
+    [
+        (lambda text: text.replace('Ref:', 'Reference:', 1), 4, 'Ref'),
+        (
+            lambda text: text.replace('Context:[', 'Context:__import__("os").system("touch PWNED") or [', 1),
+            5,
+            'Context',
+        ),
+        (lambda text: text.replace('Context:[', 'Context:' + '[' * 5000, 1), 5, 'Context'),
+        (lambda text: text.replace('Context:[', 'Context:[1, ', 1), 5, 'Context'),
+        (lambda text: text.replace('emotion:', 'emotions ', 1), 4, 'emotion'),
+    ],
+)
 def test_a_damaged_mime_block_is_refused_naming_file_line_and_field(tmp_path, sample_examples, damage, line, field):
     path = write_mime(tmp_path / 'output.txt', sample_examples[:2])
     with open(path) as f:
@@ -98,49 +110,68 @@ def test_files_that_are_not_released_outputs_are_refused(tmp_path, monkeypatch):
 def write_moel(path, examples, swap_at=None):
     with open(path, 'w', encoding='utf-8') as f:
         for i, example in enumerate(examples):
-            lines = [f'Emotion: {example.emotion}', f'Context: {[moel(t) for t in example.context_utterances]!r}',
-                     'trs: trs reply .', 'trs+multitask: multitask reply .', 'MOE: moe reply .',
-                     'MOE+oracle: oracle reply .', f'ref: {moel(example.label)}']
+            lines = [
+                f'Emotion: {example.emotion}',
+                f'Context: {[moel(t) for t in example.context_utterances]!r}',
+                'trs: trs reply .',
+                'trs+multitask: multitask reply .',
+                'MOE: moe reply .',
+                'MOE+oracle: oracle reply .',
+                f'ref: {moel(example.label)}',
+            ]
             if i == swap_at:  # MoEL's own file has one block with ref before MOE+oracle
                 lines[5], lines[6] = lines[6], lines[5]
             f.write('\n'.join(lines) + '\n\n')
     return str(path)
 
 
-def write_kemp(path, examples, emotion_label='Emotion', extra='Concept:[defaultdict(<class \'list\'>, {})] '):
+def write_kemp(path, examples, emotion_label='Emotion', extra="Concept:[defaultdict(<class 'list'>, {})] "):
     with open(path, 'w', encoding='utf-8') as f:
         for example in examples:
-            f.write(f'{emotion_label}:{example.emotion} \nContext:{[moel(t) for t in example.context_utterances]!r} \n'
-                    f'{extra}\nPred:kemp reply .  \nRef:{moel(example.label)} \n')
+            f.write(
+                f'{emotion_label}:{example.emotion} \nContext:{[moel(t) for t in example.context_utterances]!r} \n'
+                f'{extra}\nPred:kemp reply .  \nRef:{moel(example.label)} \n'
+            )
     return str(path)
 
 
 def test_moel_reader_takes_each_of_its_four_systems_by_label(tmp_path, sample_examples):
     path = write_moel(tmp_path / 'generation_result.txt', sample_examples[:3], swap_at=1)
-    replies = {fmt: [o.response for o in read_released(path, fmt)]
-               for fmt in ('moel', 'moel-oracle', 'moel-multitask', 'moel-transformer')}
-    assert replies == {'moel': ['moe reply .'] * 3, 'moel-oracle': ['oracle reply .'] * 3,
-                       'moel-multitask': ['multitask reply .'] * 3, 'moel-transformer': ['trs reply .'] * 3}
+    replies = {
+        fmt: [o.response for o in read_released(path, fmt)]
+        for fmt in ('moel', 'moel-oracle', 'moel-multitask', 'moel-transformer')
+    }
+    assert replies == {
+        'moel': ['moe reply .'] * 3,
+        'moel-oracle': ['oracle reply .'] * 3,
+        'moel-multitask': ['multitask reply .'] * 3,
+        'moel-transformer': ['trs reply .'] * 3,
+    }
     second = read_released(path, 'moel')[1]
     assert second.reference == moel(sample_examples[1].label) and second.source == f'{path}:9'
 
 
 def test_kemp_and_empdg_readers_take_pred_lines_and_skip_their_extra_fields(tmp_path, sample_examples):
     kemp = read_released(write_kemp(tmp_path / 'KEMP.txt', sample_examples[:2]), 'kemp')
-    empdg = read_released(write_kemp(tmp_path / 'EmpDG.txt', sample_examples[:2], 'emotion',
-                                     "Emotion_context:['a'] \nFeedback:['b'] "), 'empdg')
+    empdg = read_released(
+        write_kemp(tmp_path / 'EmpDG.txt', sample_examples[:2], 'emotion', "Emotion_context:['a'] \nFeedback:['b'] "),
+        'empdg',
+    )
     for outputs in (kemp, empdg):
         assert [o.response for o in outputs] == ['kemp reply .'] * 2
         assert outputs[1].emotion == sample_examples[1].emotion
         assert outputs[1].reference == moel(sample_examples[1].label)
 
 
-@pytest.mark.parametrize('damage,line,field', [
-    (lambda text: text.replace('Emotion:', 'Emotion', 1), 1, 'line'),
-    (lambda text: text.replace('Emotion:', 'Note:', 2), 1, 'note'),
-    (lambda text: text.replace('Pred:', 'Prediction:', 1), 1, 'pred'),
-    (lambda text: text.replace('Context:[', 'Context:{', 1), 2, 'context'),
-])
+@pytest.mark.parametrize(
+    'damage,line,field',
+    [
+        (lambda text: text.replace('Emotion:', 'Emotion', 1), 1, 'line'),
+        (lambda text: text.replace('Emotion:', 'Note:', 2), 1, 'note'),
+        (lambda text: text.replace('Pred:', 'Prediction:', 1), 1, 'pred'),
+        (lambda text: text.replace('Context:[', 'Context:{', 1), 2, 'context'),
+    ],
+)
 def test_a_damaged_labelled_file_is_refused_naming_file_line_and_field(tmp_path, sample_examples, damage, line, field):
     path = write_kemp(tmp_path / 'KEMP.txt', sample_examples[:2])
     with open(path) as f:
@@ -167,9 +198,11 @@ def write_cem(path, examples):
         f.write('EVAL\tLoss\tPPL\tAccuracy\n3.5411285986002006\t34.5058\t1.6093\t0.5119\n')
         for example in examples:
             context = [moel(t) for t in example.context_utterances]
-            f.write(f'Emotion: {example.emotion}\nPred Emotions: sad, lonely, afraid\nContext:{context!r}\n'
-                    f'Beam:i am sorry to hear that . \nGreedy:that is awesome . \nRef:{moel(example.label)}\n'
-                    f'{"-" * 63}\n')
+            f.write(
+                f'Emotion: {example.emotion}\nPred Emotions: sad, lonely, afraid\nContext:{context!r}\n'
+                f'Beam:i am sorry to hear that . \nGreedy:that is awesome . \nRef:{moel(example.label)}\n'
+                f'{"-" * 63}\n'
+            )
     return str(path)
 
 
@@ -183,12 +216,15 @@ def test_cem_reader_takes_each_decoding_with_context_reference_emotion_and_line(
     assert align(greedy, sample_examples).counts()['matched'] == 3
 
 
-@pytest.mark.parametrize('damage,line,field', [
-    (lambda text: text.replace('EVAL\tLoss', 'EVAL Loss', 1), 1, 'EVAL'),
-    (lambda text: text.replace('\t34.5058', '\tppl', 1), 2, 'EVAL'),
-    (lambda text: text.replace('Ref:', 'Reference:', 1), 3, 'Ref'),
-    (lambda text: text.replace('Context:[', 'Context:{', 1), 5, 'Context'),
-])
+@pytest.mark.parametrize(
+    'damage,line,field',
+    [
+        (lambda text: text.replace('EVAL\tLoss', 'EVAL Loss', 1), 1, 'EVAL'),
+        (lambda text: text.replace('\t34.5058', '\tppl', 1), 2, 'EVAL'),
+        (lambda text: text.replace('Ref:', 'Reference:', 1), 3, 'Ref'),
+        (lambda text: text.replace('Context:[', 'Context:{', 1), 5, 'Context'),
+    ],
+)
 def test_a_damaged_cem_file_is_refused_naming_file_line_and_field(tmp_path, sample_examples, damage, line, field):
     path = write_cem(tmp_path / 'CEM.txt', sample_examples[:2])
     text = open(path).read()
@@ -214,8 +250,11 @@ def write_llm4ed(root, examples, answers=None):
 
 
 def test_llm4ed_reader_pairs_each_answer_with_its_context_and_names_its_emotion(tmp_path, sample_examples):
-    answers = ['The user\'s emotion may be "Terrified". Afraid of it.', 'The emotion is sad, then "joyful".',
-               'The user\'s emotion is anger.']
+    answers = [
+        'The user\'s emotion may be "Terrified". Afraid of it.',
+        'The emotion is sad, then "joyful".',
+        "The user's emotion is anger.",
+    ]
     path = write_llm4ed(tmp_path / 'LLM4ED', sample_examples[:3], answers)
     outputs = read_released(path, 'llm4ed-stage1')
     assert [o.predicted_emotion for o in outputs] == ['terrified', 'joyful', '']
@@ -266,8 +305,10 @@ def test_context_keys_agree_across_the_papers_preprocessings():
 
 
 def test_every_output_is_matched_or_counted(sample_examples):
-    outputs = [ReleasedOutput(tuple(moel(t) for t in e.context_utterances), 'ok', moel(e.label), e.emotion, f'f:{i}')
-               for i, e in enumerate(sample_examples)]
+    outputs = [
+        ReleasedOutput(tuple(moel(t) for t in e.context_utterances), 'ok', moel(e.label), e.emotion, f'f:{i}')
+        for i, e in enumerate(sample_examples)
+    ]
     stranger = ReleasedOutput(('a context no ed conversation has',), 'ok', 'ref', 'sad', 'f:900')
     again = outputs[3]
     alignment = align(outputs + [stranger, again], sample_examples)
@@ -306,11 +347,26 @@ def test_a_conversation_read_differently_is_matched_by_its_last_turn_and_referen
 def test_empathy_score_scores_a_released_file_and_writes_a_published_row(tmp_path, run_parlai, sample_examples):
     path = write_mime(tmp_path / 'output.txt', sample_examples[:-1])
     artifacts = tmp_path / 'runs'
-    done = run_parlai('empathy_score', '-o', path, '--outputs-format', 'mime-beam', '--ed-datapath', 'sample',
-                      '--bertscore-model', 'none', '--artifacts', artifacts, '--entry', 'mime_beam')
+    done = run_parlai(
+        'empathy_score',
+        '-o',
+        path,
+        '--outputs-format',
+        'mime-beam',
+        '--ed-datapath',
+        'sample',
+        '--bertscore-model',
+        'none',
+        '--artifacts',
+        artifacts,
+        '--entry',
+        'mime_beam',
+    )
     n = len(sample_examples)
-    assert f'{n - 1} outputs: {n - 1} matched with ED test examples (0 by last turn and reference), 0 ambiguous, ' \
-           f'0 unmatched, 0 duplicates; 1 of the {n} ED test examples have no output' in done.stdout
+    assert (
+        f'{n - 1} outputs: {n - 1} matched with ED test examples (0 by last turn and reference), 0 ambiguous, '
+        f'0 unmatched, 0 duplicates; 1 of the {n} ED test examples have no output' in done.stdout
+    )
     for key in ('avg_bleu', 'avg_bleu_lc', 'multi_bleu', 'dist-1', 'dist-2_nltk', 'reply_tokens', 'distinct_replies'):
         assert f'| {key} |' in done.stdout
     assert '| distinct_replies | 1.0000 |' in done.stdout and '| reply_tokens | 7.0000 |' in done.stdout
@@ -331,9 +387,19 @@ def test_empathy_score_scores_a_released_file_and_writes_a_published_row(tmp_pat
 
 def test_empathy_score_refuses_what_it_cannot_score(tmp_path, run_parlai):
     garbage = tmp_path / 'garbage.txt'
-    garbage.write_text('emotion:sad\tvader-score: 1\tpredicted_emotion: sad\nContext:[\'hi\']\n')
-    done = run_parlai('empathy_score', '-o', garbage, '--outputs-format', 'mime-beam', '--ed-datapath', 'sample',
-                      '--bertscore-model', 'none', check=False)
+    garbage.write_text("emotion:sad\tvader-score: 1\tpredicted_emotion: sad\nContext:['hi']\n")
+    done = run_parlai(
+        'empathy_score',
+        '-o',
+        garbage,
+        '--outputs-format',
+        'mime-beam',
+        '--ed-datapath',
+        'sample',
+        '--bertscore-model',
+        'none',
+        check=False,
+    )
     assert done.returncode != 0 and f"{garbage}, line 1, field 'Beam'" in done.stderr + done.stdout
     assert 'Traceback' not in done.stderr
     done = run_parlai('empathy_score', '--released', 'nonsense', '--bertscore-model', 'none', check=False)
@@ -349,8 +415,9 @@ def test_released_files_are_fetched_once_and_checked(tmp_path, monkeypatch, samp
     content = open(write_mime(tmp_path / 'src.txt', sample_examples[:2]), 'rb').read()
     import hashlib
 
-    known = released.ReleasedFile('x', 'X', 'greedy', 'owner/repo', 'a' * 40, 'out/output.txt',
-                                  hashlib.sha256(content).hexdigest(), 'mime-greedy')
+    known = released.ReleasedFile(
+        'x', 'X', 'greedy', 'owner/repo', 'a' * 40, 'out/output.txt', hashlib.sha256(content).hexdigest(), 'mime-greedy'
+    )
 
     class Response:
         def __init__(self, data):

@@ -16,6 +16,7 @@ The only substitutions, each keeping the command's meaning at a scale CI can aff
 
 Every command must exit 0; what a user would look at is asserted per command below.
 """
+
 import json
 import os
 import re
@@ -35,11 +36,31 @@ from tiny_models import PARLAI
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, 'README.md')
 
-TINY_STEPS = ['--max-train-steps', '4', '-bs', '8', '-vme', '100000', '--short-final-eval', 'true',
-              '--validation-max-exs', '16']
+TINY_STEPS = [
+    '--max-train-steps',
+    '4',
+    '-bs',
+    '8',
+    '-vme',
+    '100000',
+    '--short-final-eval',
+    'true',
+    '--validation-max-exs',
+    '16',
+]
 TINY_TRAIN = {
-    'empathy/mime': ['--embedding-size', '32', '--attention-size', '16', '--ffn-size', '32',
-                     '--latent-size', '16', '--n-heads', '2'],
+    'empathy/mime': [
+        '--embedding-size',
+        '32',
+        '--attention-size',
+        '16',
+        '--ffn-size',
+        '32',
+        '--latent-size',
+        '16',
+        '--n-heads',
+        '2',
+    ],
 }
 SERVERS = ('empathy_chat', 'empathy_humaneval_serve')
 MESSAGE = 'I finally passed my driving test after three tries!'
@@ -98,8 +119,7 @@ def test_readme_lists_the_jobs_on_its_first_screen():
     """A newcomer finds train, chat, evaluate and human evaluation in the first 80 lines."""
     with open(README, encoding='utf-8') as f:
         first_screen = ''.join(f.readlines()[:80])
-    for command in ('parlai train_model', 'parlai interactive', 'parlai eval_model',
-                    'parlai empathy_humaneval_build'):
+    for command in ('parlai train_model', 'parlai interactive', 'parlai eval_model', 'parlai empathy_humaneval_build'):
         assert command in first_screen, command
     with open(README, encoding='utf-8') as f:
         assert len(f.readlines()) <= 120
@@ -108,14 +128,18 @@ def test_readme_lists_the_jobs_on_its_first_screen():
 def test_every_readme_command_runs_on_the_sample(tmp_path):
     commands = readme_commands()
     assert len(commands) >= 10, commands
-    env = dict(os.environ, HF_HUB_OFFLINE='1', OMP_NUM_THREADS='1',
-               PATH=os.path.dirname(PARLAI) + os.pathsep + os.environ.get('PATH', ''))
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE='1',
+        OMP_NUM_THREADS='1',
+        PATH=os.path.dirname(PARLAI) + os.pathsep + os.environ.get('PATH', ''),
+    )
     humaneval_port = free_port()
     seen = set()
     for lineno, command in commands:
         where = f'README.md:{lineno}: {command}'
         if command.startswith('export '):
-            name, _, _ = command[len('export '):].partition('=')
+            name, _, _ = command[len('export ') :].partition('=')
             assert name == 'PARLAI_EMPATHY_ED_DIR', where
             env[name] = sample_dir()
             continue
@@ -138,12 +162,20 @@ def test_every_readme_command_runs_on_the_sample(tmp_path):
             args += ['--eval-args', '-ne 24 -bs 8']
         elif job == 'interactive':
             stdin = f'{MESSAGE}\n[EXIT]\n'
-        done = subprocess.run(args, cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True,
-                              timeout=1800)
+        done = subprocess.run(args, cwd=tmp_path, env=env, input=stdin, capture_output=True, text=True, timeout=1800)
         assert done.returncode == 0, f'{where}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}'
         check_output(job, args, done.stdout + done.stderr, tmp_path, where)
-    assert {'train_model', 'interactive', 'empathy_chat', 'eval_model', 'empathy_leaderboard',
-            'empathy_humaneval_build', 'empathy_humaneval_serve', 'empathy_score', 'empathy_reproduce'} <= seen
+    assert {
+        'train_model',
+        'interactive',
+        'empathy_chat',
+        'eval_model',
+        'empathy_leaderboard',
+        'empathy_humaneval_build',
+        'empathy_humaneval_serve',
+        'empathy_score',
+        'empathy_reproduce',
+    } <= seen
 
 
 def check_output(job, args, out, cwd, where):
@@ -177,8 +209,9 @@ def check_output(job, args, out, cwd, where):
         assert (cwd / option(args, '--outdir')).is_dir(), where
     elif job == 'empathy_score':
         # each reply matched with its ED test example, then the suite's table
-        assert re.search(r'^\S+ \(world_logs\): (\d+) outputs: \1 matched with ED test examples', out, flags=re.M), \
+        assert re.search(r'^\S+ \(world_logs\): (\d+) outputs: \1 matched with ED test examples', out, flags=re.M), (
             where + '\n' + out[-2000:]
+        )
         for row in ('| avg_bleu |', '| avg_bleu_lc |', '| dist-2 |', '| bertscore_f |', '| distinct_replies |'):
             assert row in out, where + '\n' + out[-2000:]
     elif job == 'empathy_reproduce':
@@ -214,8 +247,9 @@ def check_server(job, args, port, env, cwd, where):
 
 
 def test_every_relative_link_of_the_readme_and_docs_resolves():
-    pages = [README] + [os.path.join(REPO, 'docs', n) for n in sorted(os.listdir(os.path.join(REPO, 'docs')))
-                        if n.endswith('.md')]
+    pages = [README] + [
+        os.path.join(REPO, 'docs', n) for n in sorted(os.listdir(os.path.join(REPO, 'docs'))) if n.endswith('.md')
+    ]
     broken = []
     for page in pages:
         with open(page, encoding='utf-8') as f:

@@ -1,6 +1,7 @@
 """``projects/majumder2020_mime/diagnostics/reference_curve.py --init ours``: the 300-d word file it
 writes for the reference's
 ``gen_embeddings`` starts every word as our ``-m empathy/mime`` does under each ``--fill-std``."""
+
 import os
 import subprocess
 import sys
@@ -36,8 +37,7 @@ def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
     tables = {}
     for option in ('0.01', 'glove'):
         out = str(tmp_path / f'init_{option}.txt')
-        info = reference_curve.write_init_file(
-            dict_file, out, fill_std=fill_std_value(glove_fill_std(option)))
+        info = reference_curve.write_init_file(dict_file, out, fill_std=fill_std_value(glove_fill_std(option)))
         assert info['words'] == 3 and info['in_glove'] == 2 and info['dim'] == 300
         assert info['fill_std'] == (0.01 if option == '0.01' else 'glove')
         tables[option] = read_table(out)
@@ -57,9 +57,20 @@ def test_fill_std_scales_only_what_glove_does_not_give(tmp_path, dict_file):
 @pytest.mark.parametrize('option', ['-1', 'wide', 'nan'])
 def test_fill_std_rejects_what_is_not_a_scale(option, tmp_path):
     done = subprocess.run(
-        [sys.executable, os.path.join(DIAGNOSTICS, 'reference_curve.py'), '--mime-repo',
-         str(tmp_path), '--dict', str(tmp_path / 'none.dict'), '--out', str(tmp_path / 'c.json'),
-         f'--fill-std={option}'], capture_output=True, text=True)
+        [
+            sys.executable,
+            os.path.join(DIAGNOSTICS, 'reference_curve.py'),
+            '--mime-repo',
+            str(tmp_path),
+            '--dict',
+            str(tmp_path / 'none.dict'),
+            '--out',
+            str(tmp_path / 'c.json'),
+            f'--fill-std={option}',
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2, done.stderr
     assert '--fill-std' in done.stderr and 'non-negative number or "glove"' in done.stderr
     assert not (tmp_path / 'c.json').exists()
@@ -69,10 +80,12 @@ def test_child_reads_its_arguments_without_our_package(tmp_path):
     """The child process runs in the reference's own venv, where ``parlai_empathy`` is not
     installed: reading its command line must not need it (a ``--fill-std`` type that imported it
     stopped every run at its start)."""
-    code = ('import sys; sys.modules["parlai_empathy"] = None; '
-            f'sys.path.insert(0, {DIAGNOSTICS!r}); import reference_curve; '
-            'args = reference_curve.build_parser().parse_args(["--child", "mime-curve", "--spec", "s.json"]); '
-            'print(args.child, args.fill_std)')
+    code = (
+        'import sys; sys.modules["parlai_empathy"] = None; '
+        f'sys.path.insert(0, {DIAGNOSTICS!r}); import reference_curve; '
+        'args = reference_curve.build_parser().parse_args(["--child", "mime-curve", "--spec", "s.json"]); '
+        'print(args.child, args.fill_std)'
+    )
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ['mime-curve', '0.01']

@@ -5,6 +5,7 @@ Runs only when the reference checkouts are given: ``PARLAI_EMPATHY_MIME_REPO`` (
 ``PARLAI_EMPATHY_REF_PYTHON`` the python of their venv (``bench/reference_speed.py
 --setup-ref-venv DIR``). Otherwise it is skipped, and says why.
 """
+
 import json
 import os
 import subprocess
@@ -15,15 +16,15 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDED = ('PARLAI_EMPATHY_MIME_REPO', 'PARLAI_EMPATHY_ETHREED_REPO', 'PARLAI_EMPATHY_REF_PYTHON')
 MISSING = [name for name in NEEDED if not os.environ.get(name)]
-REASON = (f'reference checkouts not given: set {", ".join(MISSING)} (see bench/reference_speed.py)'
-          if MISSING else '')
+REASON = f'reference checkouts not given: set {", ".join(MISSING)} (see bench/reference_speed.py)' if MISSING else ''
 if MISSING:
     print(f'test_reference_speed: skipped: {REASON}')
 
 
 def git_status(folder):
-    done = subprocess.run(['git', '-C', folder, 'status', '--porcelain', '--untracked-files=all'],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ['git', '-C', folder, 'status', '--porcelain', '--untracked-files=all'], capture_output=True, text=True
+    )
     return done.stdout if done.returncode == 0 else None
 
 
@@ -33,13 +34,45 @@ def test_reference_speed_smoke(tmp_path, ed_dir):
     before = {repo: git_status(repo) for repo in (mime, ethreed)}
     out = tmp_path / 'report.json'
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'bench', 'reference_speed.py'), '--mime-repo', mime,
-         '--ethreed-repo', ethreed, '--ref-python', os.environ['PARLAI_EMPATHY_REF_PYTHON'],
-         '--ed-dir', ed_dir, '--ed-limit', '60', '--workdir', str(tmp_path / 'work'),
-         '--mime-warmup', '1', '--mime-steps', '1', '--ethreed-warmup', '0', '--ethreed-steps', '1',
-         '--ethreed-our-batches', '8', '--our-warmup', '1', '--our-steps', '1',
-         '--decode-contexts', '3', '--out', str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=1800)
+        [
+            sys.executable,
+            os.path.join(REPO, 'bench', 'reference_speed.py'),
+            '--mime-repo',
+            mime,
+            '--ethreed-repo',
+            ethreed,
+            '--ref-python',
+            os.environ['PARLAI_EMPATHY_REF_PYTHON'],
+            '--ed-dir',
+            ed_dir,
+            '--ed-limit',
+            '60',
+            '--workdir',
+            str(tmp_path / 'work'),
+            '--mime-warmup',
+            '1',
+            '--mime-steps',
+            '1',
+            '--ethreed-warmup',
+            '0',
+            '--ethreed-steps',
+            '1',
+            '--ethreed-our-batches',
+            '8',
+            '--our-warmup',
+            '1',
+            '--our-steps',
+            '1',
+            '--decode-contexts',
+            '3',
+            '--out',
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert 'ours / reference' in done.stdout
     report = json.loads(out.read_text())
@@ -75,14 +108,39 @@ def test_reference_curve_smoke_and_resume(tmp_path):
 
     def run(steps):
         return subprocess.run(
-            [sys.executable, os.path.join(REPO, 'projects', 'majumder2020_mime', 'diagnostics', 'reference_curve.py'),
-             '--mime-repo', mime,
-             '--ref-python', os.environ['PARLAI_EMPATHY_REF_PYTHON'], '--dict', str(words),
-             '--ed-dir', os.path.join(REPO, 'parlai_empathy', 'data', 'sample'), '--steps', str(steps),
-             '--log-every', '1', '--save-every', '1', '--smoke-valid-batches', '2', '--count-after', '0',
-             '--initial-best-ppl', '1e30',
-             '--workdir', str(tmp_path / 'work'), '--out', str(out)],
-            cwd=REPO, capture_output=True, text=True, timeout=1800)
+            [
+                sys.executable,
+                os.path.join(REPO, 'projects', 'majumder2020_mime', 'diagnostics', 'reference_curve.py'),
+                '--mime-repo',
+                mime,
+                '--ref-python',
+                os.environ['PARLAI_EMPATHY_REF_PYTHON'],
+                '--dict',
+                str(words),
+                '--ed-dir',
+                os.path.join(REPO, 'parlai_empathy', 'data', 'sample'),
+                '--steps',
+                str(steps),
+                '--log-every',
+                '1',
+                '--save-every',
+                '1',
+                '--smoke-valid-batches',
+                '2',
+                '--count-after',
+                '0',
+                '--initial-best-ppl',
+                '1e30',
+                '--workdir',
+                str(tmp_path / 'work'),
+                '--out',
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
 
     done = run(2)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

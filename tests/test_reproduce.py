@@ -1,4 +1,5 @@
 """``parlai empathy_reproduce``: a row's plan re-creates its evidence and refills the tables."""
+
 import json
 import os
 import re
@@ -11,12 +12,15 @@ from conftest import REPO
 from parlai_empathy.evidence import reproduce
 
 PROJECTS = os.path.join(REPO, 'projects')
-TINY_TRAIN = ('--ed-datapath sample --embedding-size 32 --attention-size 16 --ffn-size 32 --glove-init false '
-              '--dict-maxtokens 2000 -bs 8 --max-train-steps 4 --validation-max-exs 16 -vstep 4')
+TINY_TRAIN = (
+    '--ed-datapath sample --embedding-size 32 --attention-size 16 --ffn-size 32 --glove-init false '
+    '--dict-maxtokens 2000 -bs 8 --max-train-steps 4 --validation-max-exs 16 -vstep 4'
+)
 
 
-@pytest.mark.parametrize('project', sorted(p for p in os.listdir(PROJECTS)
-                                            if os.path.isfile(os.path.join(PROJECTS, p, 'table.json'))))
+@pytest.mark.parametrize(
+    'project', sorted(p for p in os.listdir(PROJECTS) if os.path.isfile(os.path.join(PROJECTS, p, 'table.json')))
+)
 def test_every_plan_names_real_tasks_agents_and_options(project):
     """ParlAI parses every step of every row's plans, cpu and gpu (so no option is misspelt or made up)."""
     from parlai.core.script import SCRIPT_REGISTRY, setup_script_registry
@@ -24,18 +28,20 @@ def test_every_plan_names_real_tasks_agents_and_options(project):
     setup_script_registry()
     for entry in reproduce.all_rows(PROJECTS, project):
         spec = reproduce.load_spec(PROJECTS, project)['reproduce']['rows'][entry]
-        assert reproduce.row_profiles(PROJECTS, project, entry) == (['cpu'] if spec.get('cpu_only') else
-                                                                    list(reproduce.PROFILES)), entry
-    for entry, profile in [(e, p) for e in reproduce.all_rows(PROJECTS, project)
-                           for p in reproduce.row_profiles(PROJECTS, project, e)]:
+        assert reproduce.row_profiles(PROJECTS, project, entry) == (
+            ['cpu'] if spec.get('cpu_only') else list(reproduce.PROFILES)
+        ), entry
+    for entry, profile in [
+        (e, p) for e in reproduce.all_rows(PROJECTS, project) for p in reproduce.row_profiles(PROJECTS, project, e)
+    ]:
         plan = reproduce.row_plan(PROJECTS, project, entry, 'runs', profile)
         for step in plan.steps:
             script = SCRIPT_REGISTRY[step.argv[0]].klass
             opt = script.setup_args().parse_args(step.argv[1:])
             if '-mf' in step.argv:
-                assert (os.path.abspath(opt['model_file']) == os.path.abspath(plan.model)
-                        or step.argv[0] != 'train_model')
-
+                assert (
+                    os.path.abspath(opt['model_file']) == os.path.abspath(plan.model) or step.argv[0] != 'train_model'
+                )
 
 
 RECIPE = {'projection_dim': 0, 'add_special_tokens': True, 'truncate_side': 'left', 'turn_separator': 'none'}
@@ -65,17 +71,39 @@ def test_sentence_encoder_ranker_plans_name_the_cpu_recipe(project):
 def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_steps(run_parlai, tmp_path):
     projects = tmp_path / 'projects'
     # the project as a fresh clone would have it before any run: its committed evidence left out
-    shutil.copytree(os.path.join(PROJECTS, 'majumder2020_mime'), projects / 'majumder2020_mime',
-                    ignore=shutil.ignore_patterns('runs'))
+    shutil.copytree(
+        os.path.join(PROJECTS, 'majumder2020_mime'),
+        projects / 'majumder2020_mime',
+        ignore=shutil.ignore_patterns('runs'),
+    )
     spec_path = projects / 'majumder2020_mime' / 'table.json'
     spec = json.loads(spec_path.read_text())
     train, evaluate = spec['reproduce']['rows']['multitask_transformer']['cpu']
     train['parlai'] += shlex.split(TINY_TRAIN)
-    evaluate['parlai'] += ['--ed-datapath', 'sample', '--bertscore-model', 'none', '--eval-args',
-                           '-bs 16 --inference greedy --beam-size 1', '--progress', 'false']
+    evaluate['parlai'] += [
+        '--ed-datapath',
+        'sample',
+        '--bertscore-model',
+        'none',
+        '--eval-args',
+        '-bs 16 --inference greedy --beam-size 1',
+        '--progress',
+        'false',
+    ]
     spec_path.write_text(json.dumps(spec))
-    args = ['empathy_reproduce', '--project', 'majumder2020_mime', '--projects-dir', projects, '--runs-dir',
-            tmp_path / 'runs', '--rows', 'multitask_transformer', '--board', tmp_path / 'board']
+    args = [
+        'empathy_reproduce',
+        '--project',
+        'majumder2020_mime',
+        '--projects-dir',
+        projects,
+        '--runs-dir',
+        tmp_path / 'runs',
+        '--rows',
+        'multitask_transformer',
+        '--board',
+        tmp_path / 'board',
+    ]
     readme_before = (projects / 'majumder2020_mime' / 'README.md').read_text()
     # by default the evidence goes under the runs folder and the clone's committed rows stay as they are
     run_parlai(*args)
@@ -85,8 +113,9 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     assert sorted(os.listdir(ours)) == sorted(['report.json', 'outputs.jsonl.gz', 'model.opt', 'meta.json'])
     assert not (projects / 'majumder2020_mime' / 'runs').exists()
     assert (projects / 'majumder2020_mime' / 'README.md').read_text() == readme_before
-    assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == \
-        ['majumder2020_mime/multitask_transformer']
+    assert [r['name'] for r in json.loads((tmp_path / 'board' / 'results.json').read_text())['results']] == [
+        'majumder2020_mime/multitask_transformer'
+    ]
 
     # --write-projects: over the committed rows, and the project README is refilled (training is done)
     trained_at = model.stat().st_mtime_ns
@@ -97,10 +126,14 @@ def test_reproduce_creates_a_rows_evidence_fills_the_table_and_skips_finished_st
     report = json.loads((row / 'report.json').read_text())
     meta = json.loads((row / 'meta.json').read_text())
     assert meta['plan']['commands'][0].startswith(
-        'parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/')
+        'parlai train_model -t empathy_ed_clean -m empathy/multitask_transformer -mf {runs}/'
+    )
     assert meta['examples'] == report['exs']['ppl'] > 0
-    line = next(text for text in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines()
-                if text.startswith('| Multi-TR'))
+    line = next(
+        text
+        for text in (projects / 'majumder2020_mime' / 'README.md').read_text().splitlines()
+        if text.startswith('| Multi-TR')
+    )
     assert f'{report["values"]["ppl"]:.4g}' in line
     assert '[runs/multitask_transformer](runs/multitask_transformer)' in line
 
@@ -119,26 +152,35 @@ def test_a_dry_run_works_from_any_directory_and_says_how_long_each_step_took(run
     machine = reproduce.machine_words(meta['machine'])
     assert machine.startswith('2 CPU cores')
     lines = done.stdout.splitlines()
-    assert f'# majumder2020_mime/mime train: about {reproduce.duration_words(train)} on {machine}, ' \
-           'as the committed row took' in lines, done.stdout
-    assert f'# majumder2020_mime/mime evaluate: about {reproduce.duration_words(evaluate)} on {machine}, ' \
-           'as the committed row took' in lines
-    assert f'# cpu plan, the steps to run in all: about {reproduce.duration_words(train + evaluate)} on {machine}, ' \
-           'as the committed row took' in lines
+    assert (
+        f'# majumder2020_mime/mime train: about {reproduce.duration_words(train)} on {machine}, '
+        'as the committed row took' in lines
+    ), done.stdout
+    assert (
+        f'# majumder2020_mime/mime evaluate: about {reproduce.duration_words(evaluate)} on {machine}, '
+        'as the committed row took' in lines
+    )
+    assert (
+        f'# cpu plan, the steps to run in all: about {reproduce.duration_words(train + evaluate)} on {machine}, '
+        'as the committed row took' in lines
+    )
     commands = [line for line in lines if line.startswith('parlai ')]
     assert len(commands) == 2 and f'-mf {tmp_path}/runs/majumder2020_mime/mime/model' in commands[0]
     assert f'--artifacts {tmp_path}/runs/projects/majumder2020_mime/runs ' in commands[1]
     assert not os.path.exists(tmp_path / 'runs')  # a dry run writes nothing
     # and a row measured with the other profile says so instead of guessing
-    done = run_parlai('empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows', 'bert_ft',
-                      '--dry-run')
-    bert = json.loads(open(os.path.join(PROJECTS, 'rashkin2019_empatheticdialogues', 'runs', 'bert_ft',
-                                        'meta.json')).read())
+    done = run_parlai(
+        'empathy_reproduce', '--project', 'rashkin2019_empatheticdialogues', '--rows', 'bert_ft', '--dry-run'
+    )
+    bert = json.loads(
+        open(os.path.join(PROJECTS, 'rashkin2019_empatheticdialogues', 'runs', 'bert_ft', 'meta.json')).read()
+    )
     assert 'not timed: the committed row ran its gpu plan in ' in done.stdout
     assert f' on {reproduce.machine_words(bert["machine"])}' in done.stdout, done.stdout
     # the installed copy is no clone: nothing is written into it
-    done = run_parlai('empathy_reproduce', '--project', 'majumder2020_mime', '--rows', 'mime', '--write-projects',
-                      check=False)
+    done = run_parlai(
+        'empathy_reproduce', '--project', 'majumder2020_mime', '--rows', 'mime', '--write-projects', check=False
+    )
     assert done.returncode != 0 and 'run from a clone of parlai-empathy' in done.stderr
     assert 'Traceback' not in done.stderr
 
@@ -160,8 +202,17 @@ def test_the_plans_are_found_from_a_subfolder_of_a_clone_or_by_the_environment(t
 def test_unknown_project_or_row_is_named(run_parlai):
     done = run_parlai('empathy_reproduce', '--project', 'nope', '--projects-dir', PROJECTS, '--dry-run', check=False)
     assert done.returncode != 0 and 'majumder2020_mime' in done.stderr
-    done = run_parlai('empathy_reproduce', '--project', 'li_ethreed', '--projects-dir', PROJECTS,
-                      '--rows', 'ethreed_v2', '--dry-run', check=False)
+    done = run_parlai(
+        'empathy_reproduce',
+        '--project',
+        'li_ethreed',
+        '--projects-dir',
+        PROJECTS,
+        '--rows',
+        'ethreed_v2',
+        '--dry-run',
+        check=False,
+    )
     assert done.returncode != 0 and 'ethreed_no_policy' in done.stderr
 
 
@@ -169,10 +220,18 @@ def test_a_step_whose_output_lives_outside_the_runs_folder_always_runs(tmp_path)
     """The tag step's cache sits in ParlAI's datapath, which differs between installations: a marker
     in the runs folder cannot vouch for it, so the plans mark it ``always`` (cheap when the cache
     exists); an ordinary step with its marker is done."""
-    spec = {'reproduce': {'rows': {'r': {'cpu': [
-        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
-        {'name': 'tag', 'parlai': ['empathy_tag_ed', '-mf', '{model}'], 'always': True},
-    ]}}}}
+    spec = {
+        'reproduce': {
+            'rows': {
+                'r': {
+                    'cpu': [
+                        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
+                        {'name': 'tag', 'parlai': ['empathy_tag_ed', '-mf', '{model}'], 'always': True},
+                    ]
+                }
+            }
+        }
+    }
     (tmp_path / 'p').mkdir()
     (tmp_path / 'p' / 'table.json').write_text(json.dumps(spec))
     train, tag = reproduce.row_plan(str(tmp_path), 'p', 'r', str(tmp_path / 'runs')).steps
@@ -194,11 +253,22 @@ def test_an_evaluation_done_from_another_clone_is_done_where_its_evidence_is(tmp
     folder as ``{artifacts}``: run from another clone of the project (a later commit, whose
     evidence folder holds what the step wrote) it is done; where the evidence is missing it runs
     again; a marker in the old form (the absolute command) still counts in its own clone."""
-    spec = {'reproduce': {'rows': {'r': {'cpu': [
-        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
-        {'name': 'evaluate', 'parlai': ['empathy_leaderboard', '-mf', '{model}', '--artifacts', '{artifacts}']},
-        {'name': 'report', 'parlai': ['empathy_patterns', '--report-dir', '{artifacts}/../report']},
-    ]}}}}
+    spec = {
+        'reproduce': {
+            'rows': {
+                'r': {
+                    'cpu': [
+                        {'name': 'train', 'parlai': ['train_model', '-mf', '{model}']},
+                        {
+                            'name': 'evaluate',
+                            'parlai': ['empathy_leaderboard', '-mf', '{model}', '--artifacts', '{artifacts}'],
+                        },
+                        {'name': 'report', 'parlai': ['empathy_patterns', '--report-dir', '{artifacts}/../report']},
+                    ]
+                }
+            }
+        }
+    }
     clones = []
     for clone in ('a', 'b'):
         (tmp_path / clone / 'p').mkdir(parents=True)
@@ -239,7 +309,8 @@ def test_a_malformed_table_json_is_named_with_its_line_and_column(tmp_path, run_
     with pytest.raises(ValueError, match=re.escape(where)):
         leaderboard.fill_project_tables(str(tmp_path))
     with pytest.raises(ValueError, match=re.escape(where)):
-        model_card._project_row(str(tmp_path), "p", "r")
-    done = run_parlai('empathy_reproduce', '--project', 'p', '--projects-dir', tmp_path, '--rows', 'r',
-                      '--dry-run', check=False)
+        model_card._project_row(str(tmp_path), 'p', 'r')
+    done = run_parlai(
+        'empathy_reproduce', '--project', 'p', '--projects-dir', tmp_path, '--rows', 'r', '--dry-run', check=False
+    )
     assert done.returncode != 0 and where in done.stderr

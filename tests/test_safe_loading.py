@@ -6,6 +6,7 @@ folder if it were ever unpickled; and the trust boundary: a folder whose ``.opt`
 agent (a stock ParlAI one, or any module) is refused by every command of ours before anything it
 names is imported, unless the user passes ``--trust-model-file``.
 """
+
 import json
 import os
 import pickle
@@ -65,8 +66,14 @@ def test_code_in_a_model_file_is_refused_and_never_run(mime, tmp_path):
     assert model_file in message and 'arbitrary unpickling' in message and 'mkdir' in message
     assert not os.path.exists(marker)
     # the same through the stock CLI: a clear message, no code run
-    done = subprocess.run([PARLAI, 'interactive', '-mf', model_file], input='hello\n[EXIT]\n',
-                          capture_output=True, text=True, cwd=tmp_path, timeout=3600)
+    done = subprocess.run(
+        [PARLAI, 'interactive', '-mf', model_file],
+        input='hello\n[EXIT]\n',
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=3600,
+    )
     assert done.returncode != 0
     assert 'was refused: loading it needs arbitrary unpickling' in done.stderr
     assert not os.path.exists(marker)
@@ -83,12 +90,15 @@ def test_a_plain_pickle_is_refused(mime, tmp_path):
     assert not os.path.exists(marker)
 
 
-@pytest.mark.parametrize('damage, expected', [
-    ('truncated', 'truncated or corrupt PyTorch checkpoint'),
-    ('empty', 'is empty'),
-    ('text', 'is not a PyTorch checkpoint'),
-    ('bare state dict', 'bare state dict'),
-])
+@pytest.mark.parametrize(
+    'damage, expected',
+    [
+        ('truncated', 'truncated or corrupt PyTorch checkpoint'),
+        ('empty', 'is empty'),
+        ('text', 'is not a PyTorch checkpoint'),
+        ('bare state dict', 'bare state dict'),
+    ],
+)
 def test_damaged_or_foreign_files_name_the_file(mime, tmp_path, damage, expected):
     model_file = copy_model(mime, tmp_path / 'damaged')
     with open(mime, 'rb') as f:
@@ -143,15 +153,22 @@ def test_a_truncated_opt_file_names_file_line_and_column(mime, tmp_path):
 
 # ----- the trust boundary: the .opt chooses the agent, and so the code, that opens a folder --------
 def run(*args, env=None, cwd=None, timeout=3600):
-    return subprocess.run([PARLAI] + [str(a) for a in args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})))
+    return subprocess.run(
+        [PARLAI] + [str(a) for a in args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=dict(os.environ, HF_HUB_OFFLINE='1', **(env or {})),
+    )
 
 
 def assert_refused(done, marker, agent):
     """Refused with the one message (file, agent, the flag), no traceback, and nothing ran."""
     assert done.returncode != 0, done.stdout[-2000:]
-    assert f"field \"model\" names '{agent}', which is not an agent of parlai-empathy" in done.stderr, \
-        done.stderr[-3000:]
+    assert f'field "model" names \'{agent}\', which is not an agent of parlai-empathy' in done.stderr, done.stderr[
+        -3000:
+    ]
     assert '--trust-model-file' in done.stderr and 'Traceback' not in done.stderr, done.stderr[-3000:]
     assert not os.path.exists(marker), 'code from the model file ran'
 
@@ -159,12 +176,36 @@ def assert_refused(done, marker, agent):
 def commands(model_file, tmp_path):
     """Every command of ours that opens a model file, pointed at ``model_file``."""
     return {
-        'empathy_package_model': ['empathy_package_model', '-mf', model_file, '--name', 'x',
-                                  '--outdir', tmp_path / 'out'],
-        'empathy_leaderboard': ['empathy_leaderboard', '--entries', f'x={model_file}', '--ed-datapath', 'sample',
-                                '--outdir', tmp_path / 'lb', '--bertscore-model', 'none', '--progress', 'false'],
-        'empathy_init_model': ['empathy_init_model', *STOCK_GENERATOR, '--init-model', model_file,
-                               '-mf', tmp_path / 'new' / 'model'],
+        'empathy_package_model': [
+            'empathy_package_model',
+            '-mf',
+            model_file,
+            '--name',
+            'x',
+            '--outdir',
+            tmp_path / 'out',
+        ],
+        'empathy_leaderboard': [
+            'empathy_leaderboard',
+            '--entries',
+            f'x={model_file}',
+            '--ed-datapath',
+            'sample',
+            '--outdir',
+            tmp_path / 'lb',
+            '--bertscore-model',
+            'none',
+            '--progress',
+            'false',
+        ],
+        'empathy_init_model': [
+            'empathy_init_model',
+            *STOCK_GENERATOR,
+            '--init-model',
+            model_file,
+            '-mf',
+            tmp_path / 'new' / 'model',
+        ],
         'empathy_tag_ed': ['empathy_tag_ed', '-mf', model_file, '--ed-datapath', 'sample'],
         # a chat that opened the model would serve until killed: the timeout below fails the test
         'empathy_chat': ['empathy_chat', '-mf', model_file, '--port', '0'],
@@ -177,8 +218,9 @@ def hostile_folder(tmp_path_factory):
     return hostile_stock_model(root / 'stock', root / 'code-ran'), str(root / 'code-ran')
 
 
-@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_init_model',
-                                     'empathy_chat'])
+@pytest.mark.parametrize(
+    'command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_init_model', 'empathy_chat']
+)
 def test_a_stock_agents_checkpoint_is_never_unpickled_by_our_commands(hostile_folder, tmp_path, command):
     """A stock transformer/generator folder whose checkpoint runs code when ParlAI's TorchAgent.load
     unpickles it: each command refuses it unopened (--init-model: the stock -m agent would open it)."""
@@ -205,8 +247,9 @@ def test_the_chat_api_refuses_a_stock_agents_folder_unopened(hostile_folder):
     assert not os.path.exists(marker)
 
 
-@pytest.mark.parametrize('command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_tag_ed',
-                                     'empathy_init_model', 'empathy_chat'])
+@pytest.mark.parametrize(
+    'command', ['empathy_package_model', 'empathy_leaderboard', 'empathy_tag_ed', 'empathy_init_model', 'empathy_chat']
+)
 def test_an_opt_naming_any_module_is_refused_without_importing_it(tmp_path, command):
     """ParlAI imports whatever module ``model`` names (while it parses -mf, before the command
     runs): a module on the path that runs code at import is never imported."""
@@ -233,12 +276,16 @@ def test_missing_or_broken_opt_files_are_named_with_line_and_field(tmp_path):
     model_file = tmp_path / 'model'
     with pytest.raises(ModelFileError, match=f'{tmp_path}/model.opt: no such options file'):
         check_model_trust(str(model_file))
-    cases = [('{"model": "empathy/mime",\n "x": ',
-              'line 2: not valid JSON for an options file (Expecting value at column 7)'),
-             ('["empathy/mime"]', 'line 1: not an options file (a JSON list'),
-             ('{\n  "task": "x",\n  "model": null\n}', 'line 3: field "model": missing or not an agent name'),
-             ('{"task": "x"}', 'line 1: field "model": missing'),
-             ('[' * 100_000, 'line 1: nested deeper than the cap of 64 (PARLAI_EMPATHY_CAP_JSON_DEPTH) levels')]
+    cases = [
+        (
+            '{"model": "empathy/mime",\n "x": ',
+            'line 2: not valid JSON for an options file (Expecting value at column 7)',
+        ),
+        ('["empathy/mime"]', 'line 1: not an options file (a JSON list'),
+        ('{\n  "task": "x",\n  "model": null\n}', 'line 3: field "model": missing or not an agent name'),
+        ('{"task": "x"}', 'line 1: field "model": missing'),
+        ('[' * 100_000, 'line 1: nested deeper than the cap of 64 (PARLAI_EMPATHY_CAP_JSON_DEPTH) levels'),
+    ]
     for text, expected in cases:
         (tmp_path / 'model.opt').write_text(text)
         with pytest.raises(ModelFileError) as err:
@@ -256,8 +303,16 @@ def test_our_agents_pass_in_any_spelling_and_the_list_is_what_exists(tmp_path):
     assert ours == sorted(f'empathy/{a}' for a in AGENTS)  # the modules of agents/empathy/, no hand list
     assert safe_loading.our_agent('parlai_empathy.agents.bert_ranker:BertRankerAgent') == 'empathy/bert_ranker'
     assert safe_loading.our_agent('parlai.agents.empathy.mime:MimeAgent') == 'empathy/mime'
-    for other in ('transformer/generator', 'empathy/safety', 'empathy/mime/x', 'parlai_empathy.agents.safety:X',
-                  'os:system', 'empathy', None, 3):
+    for other in (
+        'transformer/generator',
+        'empathy/safety',
+        'empathy/mime/x',
+        'parlai_empathy.agents.safety:X',
+        'os:system',
+        'empathy',
+        None,
+        3,
+    ):
         assert safe_loading.our_agent(other) is None, other
     (tmp_path / 'model.opt').write_text(json.dumps({'model': 'transformer/generator'}))
     assert check_model_trust(str(tmp_path / 'model'), trust=True) == 'transformer/generator'

@@ -5,6 +5,7 @@ superscript lists every option twice, and the commands with a required option (`
 help with "Parse Error: the following arguments are required" and exit status 2
 (``parlai_empathy.integration.compat`` repairs both).
 """
+
 import concurrent.futures
 import os
 import re
@@ -42,7 +43,7 @@ def options_and_help(text):
         match = OPTION.match(line)
         if match:
             help_lines = []
-            for following in lines[i + 1:]:
+            for following in lines[i + 1 :]:
                 if not following.startswith('        ') or OPTION.match(following):
                     break
                 help_lines.append(following.strip())
@@ -55,8 +56,14 @@ def helps(tmp_path_factory):
     cwd = tmp_path_factory.mktemp('help')
 
     def run(name):
-        return name, subprocess.run([PARLAI, name, '--help'], capture_output=True, text=True, cwd=cwd,
-                                    timeout=600, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+        return name, subprocess.run(
+            [PARLAI, name, '--help'],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=600,
+            env=dict(os.environ, HF_HUB_OFFLINE='1'),
+        )
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         return dict(pool.map(run, COMMANDS))

@@ -12,6 +12,7 @@ per-utterance Distinct-n) up to float noise (relative 1e-5: the shards batch and
 order). BERTScore, computed offline from the world logs, must be the same from the 1-worker log
 and the two per-rank logs read together.
 """
+
 import json
 import os
 
@@ -20,9 +21,24 @@ import pytest
 from bert_ranker_tiny import build_tiny_bert
 from tiny_models import cached_tiny_model, train_tiny
 
-EXACT = ['exs', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'avg_bleu', 'multi_bleu',
-         'dist-1', 'dist-2', 'p@1,100', 'p@1,100_shuffled', 'hits@1', 'hits@100', 'emo_acc', 'emo_acc@2',
-         'emo_acc@5']
+EXACT = [
+    'exs',
+    'corpus_bleu-1',
+    'corpus_bleu-2',
+    'corpus_bleu-3',
+    'corpus_bleu-4',
+    'avg_bleu',
+    'multi_bleu',
+    'dist-1',
+    'dist-2',
+    'p@1,100',
+    'p@1,100_shuffled',
+    'hits@1',
+    'hits@100',
+    'emo_acc',
+    'emo_acc@2',
+    'emo_acc@5',
+]
 PRINTED = ['utt_dist-1', 'utt_dist-2', 'ppl', 'ppl_ex', 'ppl_gold', 'ppl_ex_gold', 'mrr', 'token_acc']
 ED = ['-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-dt', 'test']
 
@@ -71,8 +87,9 @@ def assert_same_figures(one, two, expected):
         if key in one:
             # equal up to float noise (the shards batch and add in another order): printed
             # digits differ when a figure sits on a rounding boundary
-            assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-9), \
+            assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-9), (
                 f'{key}: 1 worker {one[key]!r}, 2 workers {two[key]!r}'
+            )
     print({key: one[key] for key in EXACT + PRINTED if key in one})
 
 
@@ -106,8 +123,11 @@ def test_generator_suite_matches_and_offline_bertscore(tmp_path, tmp_path_factor
     args = ['-mf', model_file, '--skip-generation', 'false', '--inference', 'greedy', '--beam-size', '1', '-bs', '32']
     one, one_logs = evaluate(run_parlai, tmp_path, 'one', args, 1)
     two, two_logs = evaluate(run_parlai, tmp_path, 'two', args, 2)
-    assert_same_figures(one, two, ['avg_bleu', 'dist-1', 'dist-2', 'emo_acc', 'emo_acc@5', 'ppl', 'ppl_ex',
-                                   'ppl_gold', 'ppl_ex_gold', 'exs'])
+    assert_same_figures(
+        one,
+        two,
+        ['avg_bleu', 'dist-1', 'dist-2', 'emo_acc', 'emo_acc@5', 'ppl', 'ppl_ex', 'ppl_gold', 'ppl_ex_gold', 'exs'],
+    )
     assert read_turns(one_logs).keys() == sharded_turns(two_logs).keys()
 
     # BERTScore is scored offline from the saved outputs: the per-rank logs read together (as
@@ -132,13 +152,33 @@ def test_the_evidence_step_sharded_gives_the_1_worker_figures(tmp_path, tmp_path
     results, outputs = {}, {}
     for workers in (1, 2):
         outdir, artifacts = tmp_path / f'lb{workers}', tmp_path / f'runs{workers}'
-        run_parlai('empathy_leaderboard', '--entries', f'gen={mime}', f'rank={tiny_ranker}', '--ed-datapath', 'sample',
-                   '--outdir', outdir, '--bertscore-model', 'none', '--eval-args', '-bs 16', '--progress', 'false',
-                   '--entry-args', 'gen=--inference greedy --beam-size 1', '--artifacts', artifacts,
-                   '--eval-workers', workers, timeout=1500)
+        run_parlai(
+            'empathy_leaderboard',
+            '--entries',
+            f'gen={mime}',
+            f'rank={tiny_ranker}',
+            '--ed-datapath',
+            'sample',
+            '--outdir',
+            outdir,
+            '--bertscore-model',
+            'none',
+            '--eval-args',
+            '-bs 16',
+            '--progress',
+            'false',
+            '--entry-args',
+            'gen=--inference greedy --beam-size 1',
+            '--artifacts',
+            artifacts,
+            '--eval-workers',
+            workers,
+            timeout=1500,
+        )
         results[workers] = {r['name']: r for r in json.loads((outdir / 'results.json').read_text())['results']}
-        outputs[workers] = {name: evidence.read_outputs(str(artifacts / name / 'outputs.jsonl.gz'))
-                            for name in ('gen', 'rank')}
+        outputs[workers] = {
+            name: evidence.read_outputs(str(artifacts / name / 'outputs.jsonl.gz')) for name in ('gen', 'rank')
+        }
         assert not list(outdir.glob('*_[01].jsonl')), 'the per-rank world logs were joined and removed'
     for name in ('gen', 'rank'):
         one, two = results[1][name], results[2][name]
@@ -151,7 +191,12 @@ def test_the_evidence_step_sharded_gives_the_1_worker_figures(tmp_path, tmp_path
                 assert two['values'][key] == pytest.approx(one['values'][key], rel=1e-5, abs=1e-9), f'{name} {key}'
         by_id = {row['id']: row for row in outputs[1][name]}
         assert len(outputs[2][name]) == len(by_id) and all(
-            {k: v for k, v in row.items() if k not in ('nll', 'nll_gold')} ==
-            {k: v for k, v in by_id[row['id']].items() if k not in ('nll', 'nll_gold')} for row in outputs[2][name])
-        assert all(c.startswith('parlai multiprocessing_eval --distributed-world-size 2 ') for c in two['commands']
-                   if 'eval' in c.split()[1])
+            {k: v for k, v in row.items() if k not in ('nll', 'nll_gold')}
+            == {k: v for k, v in by_id[row['id']].items() if k not in ('nll', 'nll_gold')}
+            for row in outputs[2][name]
+        )
+        assert all(
+            c.startswith('parlai multiprocessing_eval --distributed-world-size 2 ')
+            for c in two['commands']
+            if 'eval' in c.split()[1]
+        )

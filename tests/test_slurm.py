@@ -5,6 +5,7 @@ checkpoint and resubmitted (``tools/slurm/mime_resume.py``): it must resume from
 and finish. The daemons need root; as root the test installs Debian's slurm-wlm and munge when
 they are missing. Where the cluster cannot start, the test is skipped and says why.
 """
+
 import json
 import os
 import shutil
@@ -48,17 +49,24 @@ def slurm_cluster(tmp_path, capsys):
     if os.geteuid() != 0:
         skip(capsys, 'SLURM daemons need root (slurmd starts jobs as their user); run as root, e.g. in CI')
     if not all(shutil.which(tool) for tool in ('munged', 'slurmctld', 'slurmd', 'srun', 'sbatch')):
-        say(capsys, 'installing Debian\'s slurm-wlm and munge with apt-get (running as root)')
+        say(capsys, "installing Debian's slurm-wlm and munge with apt-get (running as root)")
         env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-        done = subprocess.run('apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge',
-                              shell=True, capture_output=True, text=True, env=env, timeout=900)
+        done = subprocess.run(
+            'apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge',
+            shell=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
         if done.returncode != 0:
             skip(capsys, f'slurm-wlm/munge could not be installed: {(done.stdout + done.stderr)[-500:]}')
     state = tmp_path / 'slurm'
     env = dict(os.environ, SLURM_LOCAL_DIR=str(state), SLURM_LOCAL_PORT=str(free_port_pair()), SLURM_LOCAL_CPUS='2')
     say(capsys, f'starting a one-node SLURM cluster in {state} (munged, slurmctld, slurmd on 127.0.0.1)')
-    started = subprocess.run(['bash', os.path.join(SLURM, 'start.sh')], capture_output=True, text=True, env=env,
-                             timeout=180)
+    started = subprocess.run(
+        ['bash', os.path.join(SLURM, 'start.sh')], capture_output=True, text=True, env=env, timeout=180
+    )
     try:
         if started.returncode != 0:
             skip(capsys, f'the SLURM daemons did not start: {(started.stdout + started.stderr)[-800:]}')
@@ -71,9 +79,26 @@ def slurm_cluster(tmp_path, capsys):
 
 def test_two_task_mime_training_is_cancelled_and_resumes(slurm_cluster, tmp_path, ed_dir, capsys):
     env = dict(slurm_cluster, PARLAI_EMPATHY_ED_DIR=ed_dir, HF_HUB_OFFLINE='1')
-    done = subprocess.run([sys.executable, os.path.join(SLURM, 'mime_resume.py'), '--workdir', str(tmp_path / 'run'),
-                           '--tasks', '2', '--steps', '40', '--valid-steps', '10', '--timeout', '1200'],
-                          capture_output=True, text=True, env=env, timeout=3000)
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(SLURM, 'mime_resume.py'),
+            '--workdir',
+            str(tmp_path / 'run'),
+            '--tasks',
+            '2',
+            '--steps',
+            '40',
+            '--valid-steps',
+            '10',
+            '--timeout',
+            '1200',
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3000,
+    )
     with open(tmp_path / 'run' / 'figures.json') as f:
         figures = json.load(f)
     say(capsys, json.dumps({k: v for k, v in figures.items() if not k.startswith('log')}))

@@ -1,11 +1,18 @@
 """The start-up hook (parlai_empathy_compat.pth) does nothing in a process that never imports
 ParlAI, and still arms the ParlAI repairs in one that does (fresh processes of this venv)."""
+
 import json
 import subprocess
 import sys
 
-HEAVY = ('parlai_empathy.integration.compat', 'parlai_empathy.integration.cpu_distributed', 'torch', 'numpy',
-         'pkg_resources', 'parlai')
+HEAVY = (
+    'parlai_empathy.integration.compat',
+    'parlai_empathy.integration.cpu_distributed',
+    'torch',
+    'numpy',
+    'pkg_resources',
+    'parlai',
+)
 
 
 def _fresh(code):
@@ -24,9 +31,11 @@ def test_a_process_without_parlai_imports_nothing_of_ours_but_the_hook():
 
 
 def test_importing_parlai_arms_the_repairs():
-    out, _stderr = _fresh('import sys, json\n'
-                 'before = "parlai_empathy.integration.compat" in sys.modules\n'
-                 'import parlai.core.dict, parlai.nn.lr_scheduler\n'
-                 'print(json.dumps([before, type(parlai.core.dict.np).__name__,\n'
-                 '                  type(parlai.nn.lr_scheduler.optim).__name__]))')
+    out, _stderr = _fresh(
+        'import sys, json\n'
+        'before = "parlai_empathy.integration.compat" in sys.modules\n'
+        'import parlai.core.dict, parlai.nn.lr_scheduler\n'
+        'print(json.dumps([before, type(parlai.core.dict.np).__name__,\n'
+        '                  type(parlai.nn.lr_scheduler.optim).__name__]))'
+    )
     assert out == [False, '_ModuleView', '_ModuleView']

@@ -6,6 +6,7 @@ for a stock agent ParlAI's ``TrainLoop`` itself. No class of ParlAI changes, so 
 trains as upstream ParlAI 1.7.2 does with the package installed. Each change of the loop has its
 own test where its agent is tested (``tests/test_agents_mime.py``) or below.
 """
+
 import json
 import os
 import subprocess
@@ -19,14 +20,42 @@ from parlai_empathy.agents.training_loop import replay_validations
 SITE = os.path.dirname(os.path.dirname(torch.__file__))  # the venv's site-packages
 
 # a stock agent on a stock teacher (its data is generated in code: nothing of ours is involved)
-STOCK_RUN = ['train_model', '-t', 'integration_tests:nocandidate', '-m', 'transformer/generator',
-             '--n-layers', '1', '--embedding-size', '16', '--ffn-size', '16', '--n-heads', '2',
-             '-bs', '4', '--max-train-steps', '5', '-vstep', '2', '-vmt', 'ppl', '-vmm', 'min',
-             '--validation-max-exs', '8', '--short-final-eval', 'true', '--skip-generation', 'true',
-             '--seed', '0']
+STOCK_RUN = [
+    'train_model',
+    '-t',
+    'integration_tests:nocandidate',
+    '-m',
+    'transformer/generator',
+    '--n-layers',
+    '1',
+    '--embedding-size',
+    '16',
+    '--ffn-size',
+    '16',
+    '--n-heads',
+    '2',
+    '-bs',
+    '4',
+    '--max-train-steps',
+    '5',
+    '-vstep',
+    '2',
+    '-vmt',
+    'ppl',
+    '-vmm',
+    'min',
+    '--validation-max-exs',
+    '8',
+    '--short-final-eval',
+    'true',
+    '--skip-generation',
+    'true',
+    '--seed',
+    '0',
+]
 
 # seeded before anything is built, identically in both processes, so the weights can be compared
-TRAIN = '''
+TRAIN = """
 import sys
 {prelude}
 import random
@@ -34,29 +63,37 @@ import numpy, torch
 random.seed(0); numpy.random.seed(0); torch.manual_seed(0); torch.set_num_threads(1)
 from parlai.core.script import superscript_main
 superscript_main({args!r})
-'''
+"""
 
 # ParlAI alone: the interpreter starts without site-packages' .pth files (no start-up hook of
 # ours); only the version shims ParlAI 1.7.2 cannot run without on this stack are installed
-PARLAI_ALONE = f'''
+PARLAI_ALONE = f"""
 sys.path[:0] = [{SITE!r}]
 from parlai_empathy.integration import compat
 compat.install()
-'''
+"""
 
 # the package installed, its agents and teachers imported too
-WITH_PACKAGE = '''
+WITH_PACKAGE = """
 import parlai_empathy.agents.mime, parlai_empathy.agents.bert_ranker, parlai_empathy.tasks.ed
-'''
+"""
 
 
 def _train(tmp_path, name, isolated):
     model_file = tmp_path / name / 'model'
-    code = TRAIN.format(prelude=PARLAI_ALONE if isolated else WITH_PACKAGE,
-                        args=STOCK_RUN + ['-mf', str(model_file), '-dp', str(tmp_path / 'data')])
+    code = TRAIN.format(
+        prelude=PARLAI_ALONE if isolated else WITH_PACKAGE,
+        args=STOCK_RUN + ['-mf', str(model_file), '-dp', str(tmp_path / 'data')],
+    )
     command = [sys.executable] + (['-S'] if isolated else []) + ['-c', textwrap.dedent(code)]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, OMP_NUM_THREADS='1', HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS='1', HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     with open(str(model_file) + '.trainstats') as f:
         stats = json.load(f)
@@ -81,11 +118,45 @@ def test_a_stock_agent_trains_as_with_parlai_alone(tmp_path):
 
 
 # a tiny MIME on the embedded sample, two validations and the end of its schedule
-OUR_RUN = ['train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-           '--embedding-size', '16', '--attention-size', '8', '--ffn-size', '16', '--latent-size', '8',
-           '--n-heads', '2', '--glove-init', 'false', '-bs', '4', '--max-train-steps', '5', '-vstep', '2',
-           '-vmt', 'ppl', '-vmm', 'min', '-vme', '8', '--short-final-eval', 'true', '--skip-generation', 'true',
-           '--seed', '0']
+OUR_RUN = [
+    'train_model',
+    '-t',
+    'empathy_ed_clean',
+    '--ed-datapath',
+    'sample',
+    '-m',
+    'empathy/mime',
+    '--embedding-size',
+    '16',
+    '--attention-size',
+    '8',
+    '--ffn-size',
+    '16',
+    '--latent-size',
+    '8',
+    '--n-heads',
+    '2',
+    '--glove-init',
+    'false',
+    '-bs',
+    '4',
+    '--max-train-steps',
+    '5',
+    '-vstep',
+    '2',
+    '-vmt',
+    'ppl',
+    '-vmm',
+    'min',
+    '-vme',
+    '8',
+    '--short-final-eval',
+    'true',
+    '--skip-generation',
+    'true',
+    '--seed',
+    '0',
+]
 
 # Runs ``train_model`` commands in this process as the ``parlai`` command does (the class ParlAI's
 # script registry holds for it) and prints what ParlAI's classes and the runs' objects are after each
@@ -150,15 +221,25 @@ print('STATE', json.dumps(runs))
 
 def _state_after_runs(tmp_path, runs, isolated):
     tmp_path.mkdir(exist_ok=True)
-    code = STATE_AFTER_RUNS.format(prelude=PARLAI_ALONE if isolated else '', registry=not isolated,
-                                   runs=[(name, args + ['-mf', str(tmp_path / name / 'model'),
-                                                        '-dp', str(tmp_path / 'data')]) for name, args in runs])
+    code = STATE_AFTER_RUNS.format(
+        prelude=PARLAI_ALONE if isolated else '',
+        registry=not isolated,
+        runs=[
+            (name, args + ['-mf', str(tmp_path / name / 'model'), '-dp', str(tmp_path / 'data')]) for name, args in runs
+        ],
+    )
     command = [sys.executable] + (['-S'] if isolated else []) + ['-c', textwrap.dedent(code)]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, OMP_NUM_THREADS='1', HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, OMP_NUM_THREADS='1', HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith('STATE ')]
-    return json.loads(line[len('STATE '):])
+    return json.loads(line[len('STATE ') :])
 
 
 def test_parlai_is_as_upstream_left_it_after_our_run_and_a_stock_run(tmp_path):
@@ -182,23 +263,31 @@ def test_parlai_is_as_upstream_left_it_after_our_run_and_a_stock_run(tmp_path):
 
 
 def test_the_start_up_hook_repairs_only_the_listed_modules():
-    code = '''
+    code = """
     import parlai.scripts.train_model, parlai.scripts.multiprocessing_train, parlai.core.torch_generator_agent
     from parlai_empathy.integration import compat
     print(' '.join(sorted(compat._REPAIRS)))
-    '''
+    """
     done = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == sorted([
-        'parlai.core.dict', 'parlai.nn.lr_scheduler',  # version shims
-        'parlai.utils.distributed', 'parlai.core.torch_ranker_agent', 'parlai.core.torch_generator_agent',  # CPU
-        'parlai.core.opt', 'parlai.core.params',  # loading: JSON .opt, model trust check
-    ])
+    assert done.stdout.split() == sorted(
+        [
+            'parlai.core.dict',
+            'parlai.nn.lr_scheduler',  # version shims
+            'parlai.utils.distributed',
+            'parlai.core.torch_ranker_agent',
+            'parlai.core.torch_generator_agent',  # CPU
+            'parlai.core.opt',
+            'parlai.core.params',  # loading: JSON .opt, model trust check
+        ]
+    )
 
 
 def test_replay_validations_follows_train_loop_bookkeeping():
-    reports = [{'train_steps': s, 'ppl': p, 'acc': a}
-               for s, p, a in [(1000, 50.0, 0.1), (2000, 40.0, 0.3), (3000, 41.0, 0.2), (4000, 42.0, 0.25)]]
+    reports = [
+        {'train_steps': s, 'ppl': p, 'acc': a}
+        for s, p, a in [(1000, 50.0, 0.1), (2000, 40.0, 0.3), (3000, 41.0, 0.2), (4000, 42.0, 0.25)]
+    ]
     assert replay_validations(reports, 'ppl', -1) == (40.0, 2)
     assert replay_validations(reports, 'acc', 1) == (0.3, 2)
     # --count-validations-after: validations at or before it start the bookkeeping afresh
@@ -214,10 +303,41 @@ def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
 
     def weights(name, seed):
         model_file = tmp_path / name / 'model'
-        run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                   '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
-                   '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '--max-train-steps', 2,
-                   '-vme', 8, '--short-final-eval', 'true', '--skip-generation', 'true', '--seed', seed)
+        run_parlai(
+            'train_model',
+            '-t',
+            'empathy_ed_clean',
+            '--ed-datapath',
+            'sample',
+            '-m',
+            'empathy/mime',
+            '-mf',
+            model_file,
+            '--embedding-size',
+            16,
+            '--attention-size',
+            8,
+            '--ffn-size',
+            16,
+            '--latent-size',
+            8,
+            '--n-heads',
+            2,
+            '--glove-init',
+            'false',
+            '-bs',
+            4,
+            '--max-train-steps',
+            2,
+            '-vme',
+            8,
+            '--short-final-eval',
+            'true',
+            '--skip-generation',
+            'true',
+            '--seed',
+            seed,
+        )
         return load_checkpoint(str(model_file))['model']
 
     first, again, other = weights('a', 5), weights('b', 5), weights('c', 6)
@@ -231,12 +351,51 @@ def test_a_schedule_that_ends_by_its_linear_learning_rate_is_validated_at_its_en
     loop's budget check and its validation: the last stretch was trained and thrown away (the model
     stayed the last validated one). Its end is validated too, and a better end becomes the model."""
     model_file = tmp_path / 'model'
-    done = run_parlai('train_model', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-                      '-mf', model_file, '--embedding-size', 16, '--attention-size', 8, '--ffn-size', 16,
-                      '--latent-size', 8, '--n-heads', 2, '--glove-init', 'false', '-bs', 4, '-lr', 1e-3,
-                      '--lr-scheduler', 'linear', '--warmup-updates', 0, '--max-train-steps', 6, '-vstep', 4,
-                      '-vme', 8, '-vmt', 'ppl', '-vmm', 'min', '--short-final-eval', 'true',
-                      '--skip-generation', 'true')
+    done = run_parlai(
+        'train_model',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/mime',
+        '-mf',
+        model_file,
+        '--embedding-size',
+        16,
+        '--attention-size',
+        8,
+        '--ffn-size',
+        16,
+        '--latent-size',
+        8,
+        '--n-heads',
+        2,
+        '--glove-init',
+        'false',
+        '-bs',
+        4,
+        '-lr',
+        1e-3,
+        '--lr-scheduler',
+        'linear',
+        '--warmup-updates',
+        0,
+        '--max-train-steps',
+        6,
+        '-vstep',
+        4,
+        '-vme',
+        8,
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--short-final-eval',
+        'true',
+        '--skip-generation',
+        'true',
+    )
     log = done.stdout + done.stderr
     assert 'End of Linear LR Schedule' in log
     assert 'the training schedule ends at 6 updates: validating its last weights' in log

@@ -1,5 +1,6 @@
 """The bounded body reader both servers use: a declared or streamed body over the limit is
 refused, and a streamed one is not read past the limit."""
+
 import asyncio
 
 import pytest
@@ -35,7 +36,7 @@ def test_streamed_body_stops_at_the_limit():
 
 
 def test_declared_length_over_limit_is_refused_before_reading():
-    request = FakeRequest([b'x'], {'content-length': str(200 * 2 ** 20)})
+    request = FakeRequest([b'x'], {'content-length': str(200 * 2**20)})
     with pytest.raises(BodyTooLarge, match='209715200 bytes'):
         run(request, 4096)
     assert request.read == 0

@@ -4,6 +4,7 @@ The chat, prompt and zoo tests talk to real model files (weights, optimizer stat
 dictionary) as users' training runs leave them, only tiny: a few updates on the embedded ED sample,
 tiny sizes, a tiny random BERT for the BERT-based agents. Each is trained once per test session.
 """
+
 import os
 import pathlib
 import subprocess
@@ -14,10 +15,36 @@ from parlai_empathy.files.cache_lock import build_lock
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
 AGENTS = ('bert_ranker', 'mime', 'multitask_transformer', 'moel', 'ethreed', 'emotion_classifier')
 
-COMMON = ['--ed-datapath', 'sample', '-bs', 8, '--max-train-steps', 3, '--validation-max-exs', 16,
-          '--short-final-eval', 'true', '-vme', 10_000]
-GENERATOR = ['-t', 'empathy_ed_clean', '-vmt', 'ppl', '-vmm', 'min', '--skip-generation', 'true',
-             '--dict-maxtokens', 1500, '--glove-init', 'false', '--dropout', 0]
+COMMON = [
+    '--ed-datapath',
+    'sample',
+    '-bs',
+    8,
+    '--max-train-steps',
+    3,
+    '--validation-max-exs',
+    16,
+    '--short-final-eval',
+    'true',
+    '-vme',
+    10_000,
+]
+GENERATOR = [
+    '-t',
+    'empathy_ed_clean',
+    '-vmt',
+    'ppl',
+    '-vmm',
+    'min',
+    '--skip-generation',
+    'true',
+    '--dict-maxtokens',
+    1500,
+    '--glove-init',
+    'false',
+    '--dropout',
+    0,
+]
 TRANSFORMER = ['--embedding-size', 32, '--attention-size', 16, '--ffn-size', 32, '--n-heads', 2]
 
 
@@ -29,12 +56,24 @@ def train_args(agent: str, model_file: str, tiny_bert: str = None):
     if agent in ('multitask_transformer', 'moel'):
         return args + GENERATOR + TRANSFORMER
     if agent == 'ethreed':
-        return args + GENERATOR + ['--hidden-size', 16, '--embedding-size', 16,
-                                   '--listener-emotions', 'none']
+        return args + GENERATOR + ['--hidden-size', 16, '--embedding-size', 16, '--listener-emotions', 'none']
     if agent == 'bert_ranker':
-        return args + ['-t', 'empathy_ed_clean', '--bert-model', tiny_bert, '--pooling', 'mean',
-                       '-vmt', 'loss', '-vmm', 'min', '--eval-candidates', 'batch',
-                       '--pool-ed-datapath', 'sample']
+        return args + [
+            '-t',
+            'empathy_ed_clean',
+            '--bert-model',
+            tiny_bert,
+            '--pooling',
+            'mean',
+            '-vmt',
+            'loss',
+            '-vmm',
+            'min',
+            '--eval-candidates',
+            'batch',
+            '--pool-ed-datapath',
+            'sample',
+        ]
     if agent == 'emotion_classifier':
         return args + ['-t', 'empathy_ed_emotion', '--encoder', tiny_bert, '--max-length', 32]
     raise ValueError(f'no tiny recipe for {agent!r}; known: {AGENTS}')
@@ -43,9 +82,14 @@ def train_args(agent: str, model_file: str, tiny_bert: str = None):
 def train_tiny(agent: str, folder: str, tiny_bert: str = None) -> str:
     """Train a tiny ``empathy/<agent>`` into ``folder/model``; returns the model file."""
     model_file = os.path.join(folder, 'model')
-    done = subprocess.run([PARLAI] + [str(a) for a in train_args(agent, model_file, tiny_bert)],
-                          cwd=folder, capture_output=True, text=True, timeout=3600,
-                          env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    done = subprocess.run(
+        [PARLAI] + [str(a) for a in train_args(agent, model_file, tiny_bert)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=dict(os.environ, HF_HUB_OFFLINE='1'),
+    )
     assert done.returncode == 0, f'training a tiny {agent} failed:\n{done.stderr[-4000:]}'
     return model_file
 
@@ -74,8 +118,20 @@ def cached_tiny_model(tmp_path_factory, agent: str) -> str:
     return str(folder / 'model')
 
 
-STOCK_GENERATOR = ['-m', 'transformer/generator', '--n-layers', 1, '--embedding-size', 16, '--ffn-size', 32,
-                   '--n-heads', 2, '-t', 'empathy_ed_clean']
+STOCK_GENERATOR = [
+    '-m',
+    'transformer/generator',
+    '--n-layers',
+    1,
+    '--embedding-size',
+    16,
+    '--ffn-size',
+    32,
+    '--n-heads',
+    2,
+    '-t',
+    'empathy_ed_clean',
+]
 
 
 class MakesMarker:

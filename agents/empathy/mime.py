@@ -1,2 +1,3 @@
 """``-m empathy/mime`` (see parlai_empathy.agents.mime)."""
+
 from parlai_empathy.agents.mime import MimeAgent  # noqa: F401

@@ -20,6 +20,7 @@ n-gram or block-list blocking, no prefix tokens, temperature 1 and no per-token 
 On ETHREED's decoding of 100 test responses x 40 tokens (``bench/reference_speed.py``) the
 per-example searches were about a third of the decoding time.
 """
+
 import math
 from typing import List, Optional, Tuple
 

@@ -56,6 +56,7 @@ restore what earlier versions did by default: ``--projection-dim 0 --add-special
   ("sad anxious <text>") — contexts, labels and candidates alike, as Rashkin et al. did. The
   prefix survives truncation. The fixed candidates' emotions are cached beside their encodings.
 """
+
 import os
 from typing import Dict, List, Optional
 
@@ -120,50 +121,94 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         # the model's options, from its config (one source of their names and defaults)
         add_config_options(group, BiEncoderConfig)
         # how texts become the model's inputs, and what the agent adds around it
-        group.add_argument('--add-special-tokens', type='bool', default=False,
-                           help='wrap every context and candidate in [CLS] ... [SEP]; the reference '
-                           'adds neither')
-        group.add_argument('--truncate-side', choices=('right', 'left'), default='right',
-                           help='which end of a context longer than --text-truncate is cut: right '
-                           'keeps its first word pieces (the reference), left its last, i.e. the most '
-                           'recent turns. Candidates always keep their first word pieces')
-        group.add_argument('--turn-separator', type=str, default='[unused1]',
-                           help='vocabulary token between the context\'s turns (the reference: '
-                           '[unused1] for its <SOC>; an [unusedN] token gets a random embedding like '
-                           'the reference\'s); none: join the turns with --context-delimiter as text')
-        group.add_argument('--negatives-chunk', type=int, default=0,
-                           help='gradient cache for in-batch negatives: encode the batch in chunks of '
-                           'this many rows without a graph, back-propagate the whole-batch loss to the '
-                           'vectors, then each chunk again with its graph: the same loss and gradients '
-                           'as the whole batch, in the memory of one chunk (e.g. -bs 256 '
-                           '--negatives-chunk 32 on a CPU); 0 = off')
-        group.add_argument('--bf16', type=bf16_option, default=False,
-                           help='bfloat16 autocast in the encoders: true, false or auto (where the CPU has '
-                           'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
-                           'slower where emulated); weights and scores stay float32; the options saved with '
-                           'the model record the resolved true/false')
-        group.add_argument('--context-turns', type=int, default=4,
-                           help='previous utterances in the context (the paper: up to 4)')
-        group.add_argument('--context-delimiter', type=str, default='\n',
-                           help='joins the context utterances into one text (what the emotion '
-                           'classifier of EmoPrepend reads, and with --turn-separator none what is '
-                           'tokenized)')
-        group.add_argument('--candidate-encodings-cache', type=str, default=None,
-                           help='file for the fixed candidates\' encodings (default: beside the model '
-                           'file); rebuilt whenever weights, candidate file or vectorization change')
-        group.add_argument('--pool-ed-datapath', type=str, default=None,
-                           help='ED folder (or "sample") to build the fixed pool from when no '
-                           '--fixed-candidates-path is given; default: --ed-datapath, then '
-                           'PARLAI_EMPATHY_ED_DIR')
-        group.add_argument('--pool-max-tokens', type=int, default=response_pool.RASHKIN_MAX_TOKENS,
-                           help='keep pool responses of at most this many tokens (Rashkin: 20; 0 = all)')
-        group.add_argument('--emo-prepend-k', type=int, default=0,
-                           help='EmoPrepend-k: prepend the top-k predicted emotion labels to contexts '
-                           'and candidates (the paper: 1); needs --emo-classifier-file')
-        group.add_argument('--emo-classifier-file', type=str, default=None,
-                           help='model file of a trained empathy/emotion_classifier: with --emo-prepend-k '
-                           'K its labels are prepended; either way replies carry the predicted_emotion '
-                           'of their context')
+        group.add_argument(
+            '--add-special-tokens',
+            type='bool',
+            default=False,
+            help='wrap every context and candidate in [CLS] ... [SEP]; the reference adds neither',
+        )
+        group.add_argument(
+            '--truncate-side',
+            choices=('right', 'left'),
+            default='right',
+            help='which end of a context longer than --text-truncate is cut: right '
+            'keeps its first word pieces (the reference), left its last, i.e. the most '
+            'recent turns. Candidates always keep their first word pieces',
+        )
+        group.add_argument(
+            '--turn-separator',
+            type=str,
+            default='[unused1]',
+            help="vocabulary token between the context's turns (the reference: "
+            '[unused1] for its <SOC>; an [unusedN] token gets a random embedding like '
+            "the reference's); none: join the turns with --context-delimiter as text",
+        )
+        group.add_argument(
+            '--negatives-chunk',
+            type=int,
+            default=0,
+            help='gradient cache for in-batch negatives: encode the batch in chunks of '
+            'this many rows without a graph, back-propagate the whole-batch loss to the '
+            'vectors, then each chunk again with its graph: the same loss and gradients '
+            'as the whole batch, in the memory of one chunk (e.g. -bs 256 '
+            '--negatives-chunk 32 on a CPU); 0 = off',
+        )
+        group.add_argument(
+            '--bf16',
+            type=bf16_option,
+            default=False,
+            help='bfloat16 autocast in the encoders: true, false or auto (where the CPU has '
+            'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
+            'slower where emulated); weights and scores stay float32; the options saved with '
+            'the model record the resolved true/false',
+        )
+        group.add_argument(
+            '--context-turns', type=int, default=4, help='previous utterances in the context (the paper: up to 4)'
+        )
+        group.add_argument(
+            '--context-delimiter',
+            type=str,
+            default='\n',
+            help='joins the context utterances into one text (what the emotion '
+            'classifier of EmoPrepend reads, and with --turn-separator none what is '
+            'tokenized)',
+        )
+        group.add_argument(
+            '--candidate-encodings-cache',
+            type=str,
+            default=None,
+            help="file for the fixed candidates' encodings (default: beside the model "
+            'file); rebuilt whenever weights, candidate file or vectorization change',
+        )
+        group.add_argument(
+            '--pool-ed-datapath',
+            type=str,
+            default=None,
+            help='ED folder (or "sample") to build the fixed pool from when no '
+            '--fixed-candidates-path is given; default: --ed-datapath, then '
+            'PARLAI_EMPATHY_ED_DIR',
+        )
+        group.add_argument(
+            '--pool-max-tokens',
+            type=int,
+            default=response_pool.RASHKIN_MAX_TOKENS,
+            help='keep pool responses of at most this many tokens (Rashkin: 20; 0 = all)',
+        )
+        group.add_argument(
+            '--emo-prepend-k',
+            type=int,
+            default=0,
+            help='EmoPrepend-k: prepend the top-k predicted emotion labels to contexts '
+            'and candidates (the paper: 1); needs --emo-classifier-file',
+        )
+        group.add_argument(
+            '--emo-classifier-file',
+            type=str,
+            default=None,
+            help='model file of a trained empathy/emotion_classifier: with --emo-prepend-k '
+            'K its labels are prepended; either way replies carry the predicted_emotion '
+            'of their context',
+        )
         parser.set_defaults(
             candidates='batch',
             eval_candidates='batch',  # validation on the in-batch loss, as the reference
@@ -229,7 +274,8 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def build_model(self):
         config = config_from_opt(BiEncoderConfig, self.opt)
         model = BiEncoder.from_pretrained(
-            resolve_encoder(config.bert_model, self.opt.get('datapath')), config, pad_id=self.NULL_IDX)
+            resolve_encoder(config.bert_model, self.opt.get('datapath')), config, pad_id=self.NULL_IDX
+        )
         separator = self.turn_separator_id
         if separator is not None and UNUSED_TOKEN.fullmatch(self.opt['turn_separator']):
             model.redraw_token_embeddings([separator])  # trained weights, if any, are loaded after this
@@ -283,8 +329,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         classifier = classifier_files.load_classifier(path)
         if k > len(classifier.classes):
             raise ValueError(
-                f'--emo-prepend-k {k} exceeds the {len(classifier.classes)} classes of the emotion '
-                f'classifier {path!r}.'
+                f'--emo-prepend-k {k} exceeds the {len(classifier.classes)} classes of the emotion classifier {path!r}.'
             )
         use = f'EmoPrepend-{k}' if k else 'Replies show the emotion detected'
         logging.info(f'{use} with the {len(classifier.classes)}-class emotion classifier {path}')
@@ -299,7 +344,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         specials = add_start + add_end
         if truncate is not None and len(prefix) + len(ids) + specials > truncate:
             keep = max(truncate - specials - len(prefix), 0)
-            ids = ids[len(ids) - keep:] if truncate_left else ids[:keep]
+            ids = ids[len(ids) - keep :] if truncate_left else ids[:keep]
         ids = ([self.START_IDX] if add_start else []) + list(prefix) + list(ids) + ([self.END_IDX] if add_end else [])
         return torch.LongTensor(ids or [self.dict[self.dict.unk_token]])  # a text of no word piece
 
@@ -315,8 +360,9 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         vec = self._bert_vec(ids, add_start, add_end, truncate, truncate_left, prefix)
         return vec, original, original > len(vec)
 
-    def _vectorize_text_with_truncate_stats(self, text, add_start=False, add_end=False, truncate=None,
-                                            truncate_left=True):
+    def _vectorize_text_with_truncate_stats(
+        self, text, add_start=False, add_end=False, truncate=None, truncate_left=True
+    ):
         prefix = self._emotion_prefixes([text])[0] if self._prepending else []
         return self._truncated_vec(self.dict.txt2vec(text), prefix, add_start, add_end, truncate, truncate_left)
 
@@ -446,8 +492,13 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
             context = self.bi_encoder.encode_context(batch.text_vec)
             return self.bi_encoder.score(context.to(cand_encs.dtype), cand_encs).float()
         chunk = self.opt.get('negatives_chunk') or 0
-        if (chunk > 0 and cand_vecs.dim() == 2 and cand_vecs.size(0) > chunk
-                and self.bi_encoder.training and torch.is_grad_enabled()):
+        if (
+            chunk > 0
+            and cand_vecs.dim() == 2
+            and cand_vecs.size(0) > chunk
+            and self.bi_encoder.training
+            and torch.is_grad_enabled()
+        ):
             # gradient cache: scores of vectors encoded without a graph; backward() finishes
             self._gradient_cache = self.bi_encoder.gradient_cached(batch.text_vec, cand_vecs, chunk)
             context, candidates = self._gradient_cache
@@ -478,7 +529,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         flat /= dist.get_world_size()
         offset = 0
         for grad in grads:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
             offset += grad.numel()
 
     def encode_candidates(self, padded_cands):
@@ -498,9 +549,7 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
     def get_task_candidates_path(self):
         """The Rashkin pool (deduplicated ED train listener responses), built if missing."""
         ed_dir = (
-            self.opt.get('pool_ed_datapath')
-            or self.opt.get('ed_datapath')
-            or os.environ.get('PARLAI_EMPATHY_ED_DIR')
+            self.opt.get('pool_ed_datapath') or self.opt.get('ed_datapath') or os.environ.get('PARLAI_EMPATHY_ED_DIR')
         )
         if not ed_dir:
             raise ValueError(
@@ -567,9 +616,12 @@ class BertRankerAgent(SafeAgentMixin, TorchRankerAgent):
         key = self.candidate_cache_key(cand_path)
         # several ranks starting together: one encodes, the others wait and read its file
         # the cache holds CPU tensors, readable on any machine
-        encs, built = load_or_build(cache_path, key,
-                                    lambda: self._make_candidate_encs(self.fixed_candidate_vecs).cpu(),
-                                    self.num_fixed_candidates)
+        encs, built = load_or_build(
+            cache_path,
+            key,
+            lambda: self._make_candidate_encs(self.fixed_candidate_vecs).cpu(),
+            self.num_fixed_candidates,
+        )
         if built:
             logging.info(f'Saved {encs.size(0)} candidate encodings to {cache_path}')
         else:

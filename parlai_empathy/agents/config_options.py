@@ -18,6 +18,7 @@ Field metadata read here (all optional):
 A field whose type is itself a config dataclass (``size: TransformerSize``) contributes its own
 fields as options, under their names: the nested config is rebuilt from them.
 """
+
 import dataclasses
 import typing
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
@@ -133,9 +134,12 @@ def _missing(config_cls, field, opt: Mapping[str, Any]) -> BaseException:
     model_file = opt.get('model_file')
     if isinstance(model_file, str) and os.path.isfile(model_file + '.opt'):
         default = field.default if field.default is not dataclasses.MISSING else None
-        return ModelFileExit(ModelFileError(
-            f'{model_file}.opt: field "{field.name}": missing ({what}); a .opt edited by hand or saved by '
-            f'another version? Add the field (its default is {default!r})'))
+        return ModelFileExit(
+            ModelFileError(
+                f'{model_file}.opt: field "{field.name}": missing ({what}); a .opt edited by hand or saved by '
+                f'another version? Add the field (its default is {default!r})'
+            )
+        )
     return KeyError(f'{what} is missing from the options')
 
 
@@ -157,4 +161,3 @@ def migrate_saved_opt(opt, migrations: Mapping[int, Mapping[str, Any]]):
             if key not in opt:
                 opt[key] = value
     return opt
-

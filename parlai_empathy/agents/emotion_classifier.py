@@ -12,6 +12,7 @@ BERT baseline: max length 50, lr 5e-5, batch size 16, 4 epochs, ``bert-base-case
 network). A trained model keeps its tokenizer and encoder config in ``<model_file>.hf/``, so it
 reloads without the original encoder.
 """
+
 import os
 from typing import List, Optional
 
@@ -59,8 +60,10 @@ def decision_threshold(opt):
     threshold = classifier_files.decision_threshold(opt)
     if isinstance(threshold, list):
         if opt.get('classes') and len(threshold) != len(opt['classes']):
-            raise ValueError(f'{len(threshold)} tuned thresholds for {len(opt["classes"])} classes: re-run '
-                             '`parlai empathy_tune_thresholds -mf MODEL`')
+            raise ValueError(
+                f'{len(threshold)} tuned thresholds for {len(opt["classes"])} classes: re-run '
+                '`parlai empathy_tune_thresholds -mf MODEL`'
+            )
         return torch.tensor(threshold)
     return threshold
 
@@ -117,11 +120,15 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         )
         group.add_argument('--max-length', type=int, default=50, help='tokens per input, [CLS]/[SEP] included')
         group.add_argument('--pooling', type=str, default='cls', choices=['cls', 'mean'])
-        group.add_argument('--bf16', type=bf16_option, default=False,
-                           help='bfloat16 autocast in the encoder: true, false or auto (where the CPU has '
-                           'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
-                           'slower where emulated); weights stay float32; the options saved with the model '
-                           'record the resolved true/false')
+        group.add_argument(
+            '--bf16',
+            type=bf16_option,
+            default=False,
+            help='bfloat16 autocast in the encoder: true, false or auto (where the CPU has '
+            'AVX-512 BF16 or AMX, or the GPU supports it: about 2x faster there, several times '
+            'slower where emulated); weights stay float32; the options saved with the model '
+            'record the resolved true/false',
+        )
         group.add_argument(
             '--multilabel',
             type='bool',
@@ -135,11 +142,17 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
             help='probability over which a label is predicted (multi-label, --threshold-scheme single)',
         )
         group.add_argument(
-            '--multilabel-thresholds', type='floats', default=None, hidden=True,
+            '--multilabel-thresholds',
+            type='floats',
+            default=None,
+            hidden=True,
             help='one threshold per class, tuned on dev by `parlai empathy_tune_thresholds` (stored in the .opt)',
         )
         group.add_argument(
-            '--threshold-scheme', type=str, default='tuned', choices=['tuned', 'single'],
+            '--threshold-scheme',
+            type=str,
+            default='tuned',
+            choices=['tuned', 'single'],
             help='multi-label decisions: per-label thresholds tuned on dev when the model has them, '
             'else (or with "single") every label at --multilabel-threshold (the GoEmotions paper\'s 0.3)',
         )
@@ -191,11 +204,13 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         if saved:
             from transformers import AutoConfig
 
-            model = EmotionClassifier.from_config(AutoConfig.from_pretrained(saved), num_classes, multilabel,
-                                                  self.opt['pooling'])
+            model = EmotionClassifier.from_config(
+                AutoConfig.from_pretrained(saved), num_classes, multilabel, self.opt['pooling']
+            )
         else:
-            model = EmotionClassifier.from_pretrained(resolve_encoder(self.opt['encoder'], option='--encoder'),
-                                                      num_classes, multilabel, self.opt['pooling'])
+            model = EmotionClassifier.from_pretrained(
+                resolve_encoder(self.opt['encoder'], option='--encoder'), num_classes, multilabel, self.opt['pooling']
+            )
         model.encoder.bf16 = bool(self.opt.get('bf16'))
         return model
 
@@ -236,7 +251,7 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         unknown = [n for n in names if n not in self.class_dict]
         if unknown:
             raise LabelSetError(
-                f'label(s) {unknown} of the task are not among this classifier\'s {len(self.class_list)} '
+                f"label(s) {unknown} of the task are not among this classifier's {len(self.class_list)} "
                 f'classes {self.class_list}: train a classifier on this label set (e.g. '
                 '`parlai train_model -t <task> -m empathy/emotion_classifier`), or pick the matching '
                 'task options (e.g. --goemotions-grouping).'
@@ -264,8 +279,9 @@ class EmotionClassifierAgent(SafeAgentMixin, TorchClassifierAgent):
         if batch.text_vec is None:
             return Output()
         has_labels = batch.labels is not None and not self.opt.get('ignore_labels')
-        targets = (multi_hot([self._label_ids(label) for label in batch.labels], len(self.class_list))
-                   if has_labels else None)
+        targets = (
+            multi_hot([self._label_ids(label) for label in batch.labels], len(self.class_list)) if has_labels else None
+        )
         if train:
             self.model.train()
             self.zero_grad()  # ParlAI's: keeps accumulated gradients under --update-freq

@@ -43,6 +43,7 @@ speaker ids. With ParlAI's episodes instead (``--ed-history-length 0``), a batch
 conversations turn by turn, so consecutive updates see the same 16 conversations and emotion
 labels; measured in ``projects/majumder2020_mime/NOTEBOOK.md``.
 """
+
 import contextlib
 import math
 
@@ -74,7 +75,7 @@ from parlai_empathy.models.transformer_blocks import TransformerSize
 USER, MODEL = 0, 1
 # the one source of the layer-size defaults (MIME's and Multi-TR's): the options are its fields
 SIZE = EmotionTransformerConfig().size
-NOAM_PEAK_LR = SIZE.embedding_size ** -0.5 * 8000 ** -0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
+NOAM_PEAK_LR = SIZE.embedding_size**-0.5 * 8000**-0.5  # the reference's NoamOpt(300, 1, 8000) at its peak
 REFERENCE_FILL_STD = 0.01  # common_layer.gen_embeddings: randn * 0.01 for what GloVe does not give
 # config fields whose option is unset by default: a new model takes the field's default, a saved
 # one what its options say (``_new_model_flag``)
@@ -131,54 +132,101 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         group = parser.add_argument_group('Emotion-aware transformer (parlai-empathy)')
         # the layer sizes, alpha and the tag form: EmotionTransformerConfig's fields, under their names
         add_config_options(group, EmotionTransformerConfig, defaults={key: None for key in NEW_MODEL_FLAGS})
-        group.add_argument('--label-smoothing', type=float, default=0.1,
-                           help='label smoothing of the training loss (reference: 0.1); '
-                           'perplexity is always the plain NLL')
-        group.add_argument('--max-response-length', type=int, default=50,
-                           help='generated tokens at most (reference: max_dec_step 50)')
-        group.add_argument('--glove-init', type='bool', default=True,
-                           help='initialize word embeddings from GloVe')
-        group.add_argument('--glove-path', type=str, default=None,
-                           help='GloVe text file (e.g. glove.6B.300d.txt) or a word table folder of parlai '
-                           'empathy_word_table; default: offline 6B 50d')
-        group.add_argument('--glove-fit', choices=['pad', 'project'], default='pad',
-                           help='when GloVe is narrower than the model: pad with random columns '
-                           'or keep GloVe size and learn a projection')
-        group.add_argument('--glove-fill-std', type=glove_fill_std, default=REFERENCE_FILL_STD,
-                           help="with --glove-fit pad: the std of the random values of words GloVe lacks "
-                           "and of the columns beyond its width (default 0.01: the reference's randn * 0.01 "
-                           "for every value GloVe does not give; 'glove': the std of the found GloVe values, "
-                           'the rule of every MIME and Multi-TR row trained before this default)')
-        group.add_argument('--embeddings-scale', type='bool', default=None,
-                           help='multiply word and speaker embeddings by sqrt(D_h) before the input '
-                           "projection, as the reference's Embeddings.forward (default: true for a new "
-                           'model; a model saved without this option keeps the unscaled form it was trained with)')
-        group.add_argument('--beam-stop', choices=['top', 'finished'], default='top',
-                           help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
-                           'hypotheses that ended stay in the beam, the search stops when the best one has just '
-                           'ended and returns it; finished: ParlAI\'s, the best of the first --beam-size '
-                           'finished hypotheses, which without a length penalty favours short generic replies '
-                           '(parlai_empathy.agents.reference_beam)')
-        group.add_argument('--bf16', type=bf16_option, default=False,
-                           help='bfloat16 autocast in the training forward pass: true, false or auto (where '
-                           'the CPU has AVX-512 BF16 or AMX, or the GPU supports it). Weights, optimizer and the '
-                           'response log-softmax stay float32, and evaluation (every perplexity, generation) '
-                           'runs float32, so figures compare with float32 runs; the options saved with the '
-                           'model record the resolved true/false')
-        group.add_argument('--count-validations-after', type=int, default=0,
-                           help='validations at or before this many updates are run, logged and saved, '
-                           'but neither the best valid figure nor the patience counts them: the first '
-                           'later validation starts both afresh (the MIME reference skips every '
-                           'validation before 10,000 updates; its Multi-TR counts from the start)')
+        group.add_argument(
+            '--label-smoothing',
+            type=float,
+            default=0.1,
+            help='label smoothing of the training loss (reference: 0.1); perplexity is always the plain NLL',
+        )
+        group.add_argument(
+            '--max-response-length', type=int, default=50, help='generated tokens at most (reference: max_dec_step 50)'
+        )
+        group.add_argument('--glove-init', type='bool', default=True, help='initialize word embeddings from GloVe')
+        group.add_argument(
+            '--glove-path',
+            type=str,
+            default=None,
+            help='GloVe text file (e.g. glove.6B.300d.txt) or a word table folder of parlai '
+            'empathy_word_table; default: offline 6B 50d',
+        )
+        group.add_argument(
+            '--glove-fit',
+            choices=['pad', 'project'],
+            default='pad',
+            help='when GloVe is narrower than the model: pad with random columns '
+            'or keep GloVe size and learn a projection',
+        )
+        group.add_argument(
+            '--glove-fill-std',
+            type=glove_fill_std,
+            default=REFERENCE_FILL_STD,
+            help='with --glove-fit pad: the std of the random values of words GloVe lacks '
+            "and of the columns beyond its width (default 0.01: the reference's randn * 0.01 "
+            "for every value GloVe does not give; 'glove': the std of the found GloVe values, "
+            'the rule of every MIME and Multi-TR row trained before this default)',
+        )
+        group.add_argument(
+            '--embeddings-scale',
+            type='bool',
+            default=None,
+            help='multiply word and speaker embeddings by sqrt(D_h) before the input '
+            "projection, as the reference's Embeddings.forward (default: true for a new "
+            'model; a model saved without this option keeps the unscaled form it was trained with)',
+        )
+        group.add_argument(
+            '--beam-stop',
+            choices=['top', 'finished'],
+            default='top',
+            help="beam search's stopping rule. top: the reference's (MIME/MoEL Translator): "
+            'hypotheses that ended stay in the beam, the search stops when the best one has just '
+            "ended and returns it; finished: ParlAI's, the best of the first --beam-size "
+            'finished hypotheses, which without a length penalty favours short generic replies '
+            '(parlai_empathy.agents.reference_beam)',
+        )
+        group.add_argument(
+            '--bf16',
+            type=bf16_option,
+            default=False,
+            help='bfloat16 autocast in the training forward pass: true, false or auto (where '
+            'the CPU has AVX-512 BF16 or AMX, or the GPU supports it). Weights, optimizer and the '
+            'response log-softmax stay float32, and evaluation (every perplexity, generation) '
+            'runs float32, so figures compare with float32 runs; the options saved with the '
+            'model record the resolved true/false',
+        )
+        group.add_argument(
+            '--count-validations-after',
+            type=int,
+            default=0,
+            help='validations at or before this many updates are run, logged and saved, '
+            'but neither the best valid figure nor the patience counts them: the first '
+            'later validation starts both afresh (the MIME reference skips every '
+            'validation before 10,000 updates; its Multi-TR counts from the start)',
+        )
         parser.set_defaults(
-            text_truncate=256, label_truncate=128, truncate=256,
-            dict_tokenizer='moel', dict_lower=True,
-            optimizer='adam', learningrate=NOAM_PEAK_LR, betas=(0.9, 0.98), adam_eps=1e-9,
-            lr_scheduler='invsqrt', warmup_updates=8000, invsqrt_lr_decay_gamma=8000,
-            gradient_clip=-1, train_experiencer_only=True, ed_history_length=1000,
-            validation_every_n_steps=1000, validation_metric='ppl_ex', validation_metric_mode='min',
-            validation_patience=3, skip_generation=True,
-            inference='beam', beam_size=5, beam_min_length=1, beam_length_penalty=0.0,
+            text_truncate=256,
+            label_truncate=128,
+            truncate=256,
+            dict_tokenizer='moel',
+            dict_lower=True,
+            optimizer='adam',
+            learningrate=NOAM_PEAK_LR,
+            betas=(0.9, 0.98),
+            adam_eps=1e-9,
+            lr_scheduler='invsqrt',
+            warmup_updates=8000,
+            invsqrt_lr_decay_gamma=8000,
+            gradient_clip=-1,
+            train_experiencer_only=True,
+            ed_history_length=1000,
+            validation_every_n_steps=1000,
+            validation_metric='ppl_ex',
+            validation_metric_mode='min',
+            validation_patience=3,
+            skip_generation=True,
+            inference='beam',
+            beam_size=5,
+            beam_min_length=1,
+            beam_length_penalty=0.0,
         )
         training_defaults(parser, partial_opt, 16)
         return parser
@@ -205,7 +253,8 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         truncation lengths."""
         opt = self.opt
         return config_from_opt(
-            TransformerSize, opt,
+            TransformerSize,
+            opt,
             max_positions=max(1024, (opt.get('text_truncate') or 0) + 2, (opt.get('label_truncate') or 0) + 2),
             ffn_final_relu=self._new_model_flag('ffn_final_relu', new=SIZE.ffn_final_relu),
         )
@@ -216,15 +265,25 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
         scale = self._embeddings_scale(size)
         if not self.opt.get('glove_init') or self.opt.get('init_model') or self._model_exists():
-            return WordEmbedding(len(vocab), size.embedding_size, self.NULL_IDX,
-                                 self._glove_table_dim(size), scale)
-        words, hit_rate = WordEmbedding.from_glove(vocab, size.embedding_size, self.NULL_IDX,
-                                                   self.opt.get('glove_path'), self.opt['glove_fit'], scale,
-                                                   fill_std=fill_std_value(self.opt.get('glove_fill_std')))
+            return WordEmbedding(len(vocab), size.embedding_size, self.NULL_IDX, self._glove_table_dim(size), scale)
+        words, hit_rate = WordEmbedding.from_glove(
+            vocab,
+            size.embedding_size,
+            self.NULL_IDX,
+            self.opt.get('glove_path'),
+            self.opt['glove_fit'],
+            scale,
+            fill_std=fill_std_value(self.opt.get('glove_fill_std')),
+        )
         print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
-        warn_unless_papers_word_table(self.opt.get('model') or type(self).__name__, self.paper_glove,
-                                      self.opt.get('glove_path'), words.glove_dim, size.embedding_size,
-                                      self.opt['glove_fit'])
+        warn_unless_papers_word_table(
+            self.opt.get('model') or type(self).__name__,
+            self.paper_glove,
+            self.opt.get('glove_path'),
+            words.glove_dim,
+            size.embedding_size,
+            self.opt['glove_fit'],
+        )
         # saved with the model's opt, so the table is rebuilt in the same shape when it is loaded
         self.opt['word_table_dim'] = words.table.embedding_dim
         return words
@@ -241,14 +300,23 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
     def model_config(self, config_class):
         """``config_class`` (an :class:`EmotionTransformerConfig`) from the options, each field
         from the option of its name."""
-        return config_from_opt(config_class, self.opt, size=self.transformer_size(),
-                               reference_tags=self._new_model_flag(
-                                   'reference_tags', new=EmotionTransformerConfig().reference_tags))
+        return config_from_opt(
+            config_class,
+            self.opt,
+            size=self.transformer_size(),
+            reference_tags=self._new_model_flag('reference_tags', new=EmotionTransformerConfig().reference_tags),
+        )
 
     def build_generator(self, model_class, config):
         """``model_class(vocab_size, config, words, ...)`` on this agent's dictionary and word table."""
-        return model_class(len(self.dict), config, words=self.build_words(), padding_idx=self.NULL_IDX,
-                           start_idx=self.START_IDX, end_idx=self.END_IDX)
+        return model_class(
+            len(self.dict),
+            config,
+            words=self.build_words(),
+            padding_idx=self.NULL_IDX,
+            start_idx=self.START_IDX,
+            end_idx=self.END_IDX,
+        )
 
     # ----- vectorization ------------------------------------------------------------------
     def _set_text_vec(self, obs, history, truncate):
@@ -257,8 +325,13 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             # an empty message: the model still answers, from the CTX token alone
             obs.force_set('text_vec', torch.LongTensor([]))
         if obs.get('text_vec') is not None and 'speaker_vec' not in obs:
-            turns = history_turns(history.history_strings, history.history_vecs, history.parse,
-                                  history.delimiter, len(history.delimiter_tok))
+            turns = history_turns(
+                history.history_strings,
+                history.history_vecs,
+                history.parse,
+                history.delimiter,
+                len(history.delimiter_tok),
+            )
             speakers = utterance_speakers(turns, len(history.delimiter_tok), len(obs['text_vec']))
             obs.force_set('speaker_vec', torch.LongTensor(speakers))
         return obs
@@ -268,8 +341,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         if batch.text_vec is None:
             return batch
         observations = [obs_batch[i] for i in batch.valid_indices.tolist()]  # batch order
-        speakers = [obs.get('speaker_vec', torch.zeros(len(obs['text_vec']), dtype=torch.long))
-                    for obs in observations]
+        speakers = [obs.get('speaker_vec', torch.zeros(len(obs['text_vec']), dtype=torch.long)) for obs in observations]
         padded = torch.zeros_like(batch.text_vec)
         for i, vec in enumerate(speakers):
             padded[i, : len(vec)] = vec
@@ -278,8 +350,7 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         batch['emotion_ids'] = None
         if all(e is not None for e in emotions):
             try:
-                batch['emotion_ids'] = torch.tensor([emotion_to_id(e) for e in emotions],
-                                                    device=batch.text_vec.device)
+                batch['emotion_ids'] = torch.tensor([emotion_to_id(e) for e in emotions], device=batch.text_vec.device)
             except ValueError as err:
                 raise ValueError(f'bad "emotion" field in a {self.id} observation: {err}') from err
         return batch
@@ -309,8 +380,9 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
             encoder_states = self.record_extra_eval_metrics(batch, gold)
         smoothing = self.opt['label_smoothing'] if training else 0.0
         with self._training_precision():
-            response, _, encoder_states = self.model(*self._model_input(batch), ys=batch.label_vec,
-                                                     prev_enc=encoder_states, loss_smoothing=smoothing)
+            response, _, encoder_states = self.model(
+                *self._model_input(batch), ys=batch.label_vec, prev_enc=encoder_states, loss_smoothing=smoothing
+            )
             extra, parts = self.core_model.extra_losses(encoder_states, gold) if gold is not None else (0, {})
         if not training:
             self.keep_readout(encoder_states)
@@ -355,8 +427,9 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
         )
 
     def _generate(self, batch, beam_size, max_ts, prefix_tokens=None):
-        return super()._generate(batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts),
-                                 prefix_tokens=prefix_tokens)
+        return super()._generate(
+            batch, beam_size, min(max_ts, self.opt.get('max_response_length') or max_ts), prefix_tokens=prefix_tokens
+        )
 
     def add_readout_fields(self, output, readout):
         predicted = readout.emotion_logits.argmax(dim=-1).tolist()
@@ -369,7 +442,10 @@ class EmotionGeneratorAgent(EncoderReadoutAgent):
 
     def observe(self, observation):
         # in chat an empty message is answered without the model (SafeAgentMixin)
-        if ('text' in observation and not str(observation.get('text') or '').strip()
-                and not is_blank_chat_message(self.opt, observation)):
+        if (
+            'text' in observation
+            and not str(observation.get('text') or '').strip()
+            and not is_blank_chat_message(self.opt, observation)
+        ):
             warn_once(f'{self.id}: empty message; answering from the CTX token alone')
         return super().observe(observation)

@@ -30,6 +30,7 @@ It also holds what every generator shares about *training* like its reference:
   What such a model had is each agent's one migration table (``OPT_MIGRATIONS``), applied where a
   saved model's options are read: :meth:`EncoderReadoutAgent.upgrade_opt`.
 """
+
 import os
 
 import parlai.utils.logging as logging
@@ -113,9 +114,10 @@ def warn_world_logs_without_replies(opt):
     stops. Our generators default to ``skip_generation`` true (and save it), so say so at once."""
     if opt.get('world_logs') and opt.get('skip_generation'):
         logging.warning(
-            f"--world-logs {opt['world_logs']} will hold no generated replies: skip_generation is "
+            f'--world-logs {opt["world_logs"]} will hold no generated replies: skip_generation is '
             'true (the default of this agent, kept in the options saved with its models); add '
-            '--skip-generation false to write them')
+            '--skip-generation false to write them'
+        )
 
 
 class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
@@ -128,10 +130,14 @@ class EncoderReadoutAgent(SafeAgentMixin, TorchGeneratorAgent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt=partial_opt)
         group = parser.add_argument_group('Optimizer (parlai-empathy)')
-        group.add_argument('--amsgrad', type='bool', default=None,
-                           help="AMSGrad in --optimizer adam. ParlAI always switches it on; the MIME and "
-                           'ETHREED references use plain Adam (default: false for a new model; a model saved '
-                           'without this option was trained with AMSGrad and keeps it)')
+        group.add_argument(
+            '--amsgrad',
+            type='bool',
+            default=None,
+            help='AMSGrad in --optimizer adam. ParlAI always switches it on; the MIME and '
+            'ETHREED references use plain Adam (default: false for a new model; a model saved '
+            'without this option was trained with AMSGrad and keeps it)',
+        )
         return parser
 
     def __init__(self, opt, shared=None):

@@ -39,6 +39,7 @@ clip 1.0, 7 epochs with the learning rate times 0.3 after the 4th and the 5th
 (``--lr-milestones``), batches of 16 responses (about the 8 conversations of a reference batch),
 responses of at most 40 tokens, greedy decoding.
 """
+
 import os
 
 import numpy as np
@@ -160,51 +161,88 @@ class EthreedAgent(EncoderReadoutAgent):
         group = parser.add_argument_group('ETHREED (parlai-empathy)')
         # the model's sizes, dropout, L2 weight and ablations: EthreedConfig's fields, under their names
         add_config_options(group, EthreedConfig)
-        group.add_argument('--embedding-size', '-esz', type=int, default=300,
-                           help='word embedding size (paper: 300)')
-        group.add_argument('--glove-init', type='bool', default=True,
-                           help='initialize word embeddings from GloVe (missing columns random)')
-        group.add_argument('--glove-path', type=str, default=None,
-                           help='GloVe text file (the paper: glove.840B.300d.txt) or a word table folder of parlai '
-                           'empathy_word_table; default: the '
-                           'offline 6B 50d vectors, padded to the embedding size')
-        group.add_argument('--glove-fill-std', type=glove_fill_std, default='glove',
-                           help="the std of the random values GloVe does not give: the rows of words "
-                           "it lacks and, with vectors narrower than --embedding-size, the columns "
-                           "beyond their width. 'glove' (default, the rule of every ETHREED row so far): "
-                           "the std of the found GloVe values; a number: N(0, that std). Measured with the "
-                           "offline 50-d vectors (projects/li_ethreed/runs/diagnostics/glove_fill*): "
-                           "0.01 trains worse, "
-                           "1.0 (the reference's rule for words its 300-d vectors lack) about the same")
-        group.add_argument('--utterance-truncate', type=int, default=40,
-                           help='tokens kept per context utterance, its end token included '
-                           '(reference: 40)')
-        group.add_argument('--max-turns', type=int, default=8,
-                           help='most recent utterances kept as context (ED has at most 7)')
-        group.add_argument('--lr-milestones', type=str, default='4,5',
-                           help='with --lr-scheduler fixed: the validations (one per epoch by '
-                           'default) after which the learning rate is multiplied by '
-                           '--lr-scheduler-decay (reference: MultiStepLR at epochs 4 and 5); '
-                           'empty: ParlAI\'s decay every --lr-scheduler-patience validations')
-        group.add_argument('--listener-emotions', type=str, default=PACKAGED_LABELS,
-                           help='the listener labels of L1. Default "%(default)s": the labels that '
-                           'the ED 32-way utterance classifier of the li_ethreed/ed32_utterance row '
-                           'gave every utterance of ED, shipped with the package (they are checked '
-                           'against the text of your ED files). Else the ED 32-way classifier model '
-                           'file that parlai empathy_tag_ed tagged ED with (its cache is found in '
-                           '--tag-cache-dir or the default root), the tag cache folder itself, or a '
-                           'folder of parlai empathy_tag_ed --export-labels; '
-                           f'"{NO_TAGS}": speaker labels only; "{CONVERSATION_LABELS}": the '
-                           "conversation's ED label for every listener utterance too (an "
-                           'upper bound on what better listener tags can give, not the paper)')
-        group.add_argument('--tag-cache-dir', type=str, default=None,
-                           help='tag cache root, as given to parlai empathy_tag_ed')
+        group.add_argument('--embedding-size', '-esz', type=int, default=300, help='word embedding size (paper: 300)')
+        group.add_argument(
+            '--glove-init',
+            type='bool',
+            default=True,
+            help='initialize word embeddings from GloVe (missing columns random)',
+        )
+        group.add_argument(
+            '--glove-path',
+            type=str,
+            default=None,
+            help='GloVe text file (the paper: glove.840B.300d.txt) or a word table folder of parlai '
+            'empathy_word_table; default: the '
+            'offline 6B 50d vectors, padded to the embedding size',
+        )
+        group.add_argument(
+            '--glove-fill-std',
+            type=glove_fill_std,
+            default='glove',
+            help='the std of the random values GloVe does not give: the rows of words '
+            'it lacks and, with vectors narrower than --embedding-size, the columns '
+            "beyond their width. 'glove' (default, the rule of every ETHREED row so far): "
+            'the std of the found GloVe values; a number: N(0, that std). Measured with the '
+            'offline 50-d vectors (projects/li_ethreed/runs/diagnostics/glove_fill*): '
+            '0.01 trains worse, '
+            "1.0 (the reference's rule for words its 300-d vectors lack) about the same",
+        )
+        group.add_argument(
+            '--utterance-truncate',
+            type=int,
+            default=40,
+            help='tokens kept per context utterance, its end token included (reference: 40)',
+        )
+        group.add_argument(
+            '--max-turns', type=int, default=8, help='most recent utterances kept as context (ED has at most 7)'
+        )
+        group.add_argument(
+            '--lr-milestones',
+            type=str,
+            default='4,5',
+            help='with --lr-scheduler fixed: the validations (one per epoch by '
+            'default) after which the learning rate is multiplied by '
+            '--lr-scheduler-decay (reference: MultiStepLR at epochs 4 and 5); '
+            "empty: ParlAI's decay every --lr-scheduler-patience validations",
+        )
+        group.add_argument(
+            '--listener-emotions',
+            type=str,
+            default=PACKAGED_LABELS,
+            help='the listener labels of L1. Default "%(default)s": the labels that '
+            'the ED 32-way utterance classifier of the li_ethreed/ed32_utterance row '
+            'gave every utterance of ED, shipped with the package (they are checked '
+            'against the text of your ED files). Else the ED 32-way classifier model '
+            'file that parlai empathy_tag_ed tagged ED with (its cache is found in '
+            '--tag-cache-dir or the default root), the tag cache folder itself, or a '
+            'folder of parlai empathy_tag_ed --export-labels; '
+            f'"{NO_TAGS}": speaker labels only; "{CONVERSATION_LABELS}": the '
+            "conversation's ED label for every listener utterance too (an "
+            'upper bound on what better listener tags can give, not the paper)',
+        )
+        group.add_argument(
+            '--tag-cache-dir', type=str, default=None, help='tag cache root, as given to parlai empathy_tag_ed'
+        )
         parser.set_defaults(
-            dict_tokenizer='ethreed', dict_lower=False, dict_minfreq=3, dict_maxtokens=-1,
-            label_truncate=40, text_truncate=256, truncate=256, train_experiencer_only=True,
-            optimizer='adam', learningrate=5e-4, gradient_clip=1.0, lr_scheduler='fixed',
-            lr_scheduler_decay=0.3, num_epochs=7, validation_every_n_epochs=1,
-            validation_metric='ppl', validation_metric_mode='min', skip_generation=True,
+            dict_tokenizer='ethreed',
+            dict_lower=False,
+            dict_minfreq=3,
+            dict_maxtokens=-1,
+            label_truncate=40,
+            text_truncate=256,
+            truncate=256,
+            train_experiencer_only=True,
+            optimizer='adam',
+            learningrate=5e-4,
+            gradient_clip=1.0,
+            lr_scheduler='fixed',
+            lr_scheduler_decay=0.3,
+            num_epochs=7,
+            validation_every_n_epochs=1,
+            validation_metric='ppl',
+            validation_metric_mode='min',
+            skip_generation=True,
             inference='greedy',
         )
         training_defaults(parser, partial_opt, 16)
@@ -273,12 +311,22 @@ class EthreedAgent(EncoderReadoutAgent):
         vocab = [self.dict.ind2tok[i] for i in range(len(self.dict))]
         fresh = not (opt.get('init_model') or os.path.isfile(opt.get('model_file') or ''))
         if opt['glove_init'] and fresh:
-            words, hit_rate = WordEmbedding.from_glove(vocab, opt['embedding_size'], self.NULL_IDX,
-                                                       opt.get('glove_path'), glove_fit='pad',
-                                                       fill_std=fill_std_value(opt.get('glove_fill_std')))
+            words, hit_rate = WordEmbedding.from_glove(
+                vocab,
+                opt['embedding_size'],
+                self.NULL_IDX,
+                opt.get('glove_path'),
+                glove_fit='pad',
+                fill_std=fill_std_value(opt.get('glove_fill_std')),
+            )
             print(f'[ GloVe init: {hit_rate:.1%} of {len(vocab)} words found ]')
-            warn_unless_papers_word_table(opt.get('model') or type(self).__name__, 'glove.840B.300d.txt',
-                                          opt.get('glove_path'), words.glove_dim, opt['embedding_size'])
+            warn_unless_papers_word_table(
+                opt.get('model') or type(self).__name__,
+                'glove.840B.300d.txt',
+                opt.get('glove_path'),
+                words.glove_dim,
+                opt['embedding_size'],
+            )
         else:
             words = WordEmbedding(len(vocab), opt['embedding_size'], self.NULL_IDX)
         config = config_from_opt(EthreedConfig, opt)
@@ -293,8 +341,7 @@ class EthreedAgent(EncoderReadoutAgent):
         if not milestones or not isinstance(self.scheduler, FixedLRScheduler):
             return
         inner = self.scheduler.scheduler
-        inner = torch.optim.lr_scheduler.MultiStepLR(inner.optimizer, milestones,
-                                                     gamma=self.opt['lr_scheduler_decay'])
+        inner = torch.optim.lr_scheduler.MultiStepLR(inner.optimizer, milestones, gamma=self.opt['lr_scheduler_decay'])
         if states and 'lr_scheduler' in states and not hard_reset:
             inner.load_state_dict({**states['lr_scheduler'], 'milestones': inner.milestones})
         self.scheduler.scheduler = inner
@@ -355,7 +402,7 @@ class EthreedAgent(EncoderReadoutAgent):
                 continue
             tokens = self.dict.tokenize(str(obs[field + '_choice']))
             extended = vec.clone()
-            for position, token in enumerate(tokens[:len(vec)]):
+            for position, token in enumerate(tokens[: len(vec)]):
                 if token in obs['source_oov'] and int(vec[position]) == self.dict[self.dict.unk_token]:
                     extended[position] = len(self.dict) + obs['source_oov'].index(token)
             obs.force_set(field + '_ext_vec', extended)
@@ -428,8 +475,7 @@ class EthreedAgent(EncoderReadoutAgent):
         return self.listener_tags.get(obs['conv_id'], turn)
 
     def _model_input(self, batch):
-        return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles,
-                batch.source_tokens)
+        return (batch.utt_tokens, batch.utt_lengths, batch.dialogue_lengths, batch.roles, batch.source_tokens)
 
     # ----- losses, metrics and replies ---------------------------------------------------------
     def compute_loss(self, batch, return_output=False):
@@ -437,14 +483,12 @@ class EthreedAgent(EncoderReadoutAgent):
         if batch.label_vec is None:
             raise ValueError('Cannot compute loss without a label.')
         targets = batch.label_ext if batch.get('label_ext') is not None else batch.label_vec
-        response, _, encoder_states = self.model(*self._model_input(batch), ys=targets,
-                                                 loss_smoothing=0.0)
+        response, _, encoder_states = self.model(*self._model_input(batch), ys=targets, loss_smoothing=0.0)
         if not self.model.training:
             self.keep_readout(encoder_states)
         record_response_metrics(self, response)
         l3 = (response.nll / response.tokens.clamp(min=1)).mean()
-        extra, parts = self.core_model.extra_losses(encoder_states, batch.answered_labels,
-                                                    batch.response_labels)
+        extra, parts = self.core_model.extra_losses(encoder_states, batch.answered_labels, batch.response_labels)
         size = targets.size(0)
         for key, value in parts.items():
             self.record_local_metric(f'loss_{key}', AverageMetric.many([float(value)] * size))
@@ -500,13 +544,14 @@ class EthreedAgent(EncoderReadoutAgent):
         output['predicted_emotion'] = [ED_EMOTIONS[i] for i in speaker_probs.argmax(-1).tolist()]
         # label -> probability, what ``parlai empathy_score`` reads from world logs (emo_acc offline)
         output['emotion_scores'] = [dict(zip(ED_EMOTIONS, row)) for row in speaker_probs.tolist()]
-        output['predicted_listener_emotion'] = [
-            ED_EMOTIONS[i] for i in readout.responder_logits.argmax(-1).tolist()
-        ]
+        output['predicted_listener_emotion'] = [ED_EMOTIONS[i] for i in readout.responder_logits.argmax(-1).tolist()]
 
     def observe(self, observation):
         # in chat an empty message is answered without the model (SafeAgentMixin)
-        if ('text' in observation and not str(observation.get('text') or '').strip()
-                and not is_blank_chat_message(self.opt, observation)):
+        if (
+            'text' in observation
+            and not str(observation.get('text') or '').strip()
+            and not is_blank_chat_message(self.opt, observation)
+        ):
             warn_once(f'{self.id}: empty message; answering from the dialogue state alone')
         return super().observe(observation)

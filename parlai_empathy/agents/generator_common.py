@@ -5,6 +5,7 @@ these from here, so neither agent module imports the other's: the MoEL dictionar
 metrics every generator records, and the start-up warning about a word table that is not the
 paper's.
 """
+
 from parlai.core.dict import DictionaryAgent
 from parlai.core.metrics import AverageMetric
 from parlai.core.torch_generator_agent import PPLMetric
@@ -23,8 +24,10 @@ def warn_unless_papers_word_table(model, paper_file, glove_path, glove_dim, d_mo
     option that gives the paper's. The offline default (6B 50d, padded to 300 with random
     columns) trains, but is not "the paper's settings" however every other option is set."""
     if glove.is_word_table(glove_path):
-        warn_once(f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
-                  f'({paper_file}); this run from {glove.source_name(glove_path)}, a substitute built offline.')
+        warn_once(
+            f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
+            f'({paper_file}); this run from {glove.source_name(glove_path)}, a substitute built offline.'
+        )
         return
     if glove_dim == PAPER_GLOVE_DIM:
         return
@@ -36,10 +39,12 @@ def warn_unless_papers_word_table(model, paper_file, glove_path, glove_dim, d_mo
         fit = f'cut to the {d_model}-d embedding'
     else:
         fit = f'as wide as the {d_model}-d embedding'
-    warn_once(f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
-              f'({paper_file}); this run from {glove.source_name(glove_path)}: {glove_dim}-d vectors, '
-              f'{fit}. For the paper\'s word table pass --glove-path /path/to/{paper_file} (any '
-              f'{PAPER_GLOVE_DIM}-d GloVe text file, with --embedding-size {PAPER_GLOVE_DIM}).')
+    warn_once(
+        f"{model}: the word table is not the paper's. The paper starts from {PAPER_GLOVE_DIM}-d GloVe "
+        f'({paper_file}); this run from {glove.source_name(glove_path)}: {glove_dim}-d vectors, '
+        f"{fit}. For the paper's word table pass --glove-path /path/to/{paper_file} (any "
+        f'{PAPER_GLOVE_DIM}-d GloVe text file, with --embedding-size {PAPER_GLOVE_DIM}).'
+    )
 
 
 class MoelDictionaryAgent(DictionaryAgent):

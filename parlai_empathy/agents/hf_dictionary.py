@@ -5,6 +5,7 @@ ParlAI's special tokens onto BERT's: start = [CLS], end = [SEP], null = [PAD], u
 ``txt2vec`` never adds special tokens: each agent adds them itself, after truncation.
 Agents subclass it and say where their tokenizer comes from (:meth:`tokenizer_source`).
 """
+
 import os
 from collections import defaultdict
 from typing import List

@@ -15,6 +15,7 @@ and ``ppl_word``: the gold reply's NLL without the end token per word of the gol
 (``metrics.bootstrap.words``), the board's per-word perplexity. ``--skip-generation true``
 scores the gold replies only.
 """
+
 import json
 import os
 from typing import Dict, List, Optional, Tuple
@@ -49,8 +50,9 @@ class HfLmAgent(Agent):
     def add_cmdline_args(cls, parser, partial_opt=None):
         group = parser.add_argument_group('Hugging Face causal LM (parlai-empathy)')
         add_config_options(group, HfLmConfig)
-        group.add_argument('--skip-generation', type='bool', default=False,
-                           help='score the gold replies only, generating nothing')
+        group.add_argument(
+            '--skip-generation', type='bool', default=False, help='score the gold replies only, generating nothing'
+        )
         return parser
 
     def __init__(self, opt, shared=None):
@@ -78,8 +80,9 @@ class HfLmAgent(Agent):
         for i in live:
             labels = observations[i].get('labels') or observations[i].get('eval_labels')
             golds.append(labels[0] if labels else None)
-        results = self.lm.run([conversation(observations[i]) for i in live], golds,
-                              generate=not self.opt.get('skip_generation'))
+        results = self.lm.run(
+            [conversation(observations[i]) for i in live], golds, generate=not self.opt.get('skip_generation')
+        )
         for i, gold, result in zip(live, golds, results):
             reply = replies[i]
             if result.reply is not None:
@@ -89,8 +92,12 @@ class HfLmAgent(Agent):
             if result.nll_reply is not None:
                 tokens = result.reply_tokens + 1  # the end-of-turn token
                 nll = result.nll_reply + result.nll_end
-                metrics.update(loss=AverageMetric(nll, tokens), ppl=PPLMetric(nll, tokens),
-                               llen=AverageMetric(tokens), nll_end=AverageMetric(result.nll_end))
+                metrics.update(
+                    loss=AverageMetric(nll, tokens),
+                    ppl=PPLMetric(nll, tokens),
+                    llen=AverageMetric(tokens),
+                    nll_end=AverageMetric(result.nll_end),
+                )
                 count = words(gold)
                 if count:
                     metrics['ppl_word'] = PPLMetric(result.nll_reply, count)
@@ -110,6 +117,13 @@ class HfLmAgent(Agent):
         opt['hf_chat_template'] = self.lm.chat_template
         opt.save(path + '.opt')
         with open(path, 'w') as f:
-            json.dump({'agent': 'empathy/hf_lm', 'hf_model': self.config.hf_model,
-                       'note': 'no weights here: the model is loaded from --hf-model (see FILE.opt)'}, f, indent=1)
+            json.dump(
+                {
+                    'agent': 'empathy/hf_lm',
+                    'hf_model': self.config.hf_model,
+                    'note': 'no weights here: the model is loaded from --hf-model (see FILE.opt)',
+                },
+                f,
+                indent=1,
+            )
             f.write('\n')

@@ -5,6 +5,7 @@ emotion field, the reference's loss, perplexities, emo_acc, reply fields) is
 ``emotion_generator.EmotionGeneratorAgent``. Plain ``-m empathy/mime`` trains with the paper's
 setup (Adam under the Noam schedule, peak lr 6.455e-4, batch 16, beam 5): see that module.
 """
+
 from parlai.core.loader import register_agent
 
 from parlai_empathy.agents.config_options import add_config_options
@@ -38,7 +39,8 @@ class MimeAgent(EmotionGeneratorAgent):
         reference computes its perplexity (it generates with the predicted polarity, as here).
         Returns the predicted polarity's encoder states, read from the same context encoding."""
         gold_states, predicted_states = self.core_model.gold_and_predicted_states(
-            batch.text_vec, batch.get('speaker_vec'), gold)
+            batch.text_vec, batch.get('speaker_vec'), gold
+        )
         response, _, _ = self.model(batch.text_vec, ys=batch.label_vec, prev_enc=gold_states, loss_smoothing=0.0)
         record_response_metrics(self, response, suffix='_gold')
         return predicted_states

@@ -24,6 +24,7 @@ Every reply carries ``predicted_emotion`` (the argmax of the emotion logits), ``
 heaviest first (``sad 0.62, lonely 0.21, ...``); ``parlai interactive`` shows the emotion and the
 listeners by default.
 """
+
 import random
 
 from parlai.core.loader import register_agent

@@ -4,6 +4,7 @@ A transformer encoder-decoder that also classifies the user emotion from its enc
 blocks and agent plumbing as MIME (``emotion_generator.EmotionGeneratorAgent``), whose defaults
 are the paper's training setup (``-o empathy/multitask_transformer`` only names the model).
 """
+
 from parlai.core.loader import register_agent
 
 from parlai_empathy.agents.emotion_generator import EmotionGeneratorAgent

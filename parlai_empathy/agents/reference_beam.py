@@ -22,6 +22,7 @@ Not reproduced: ``--beam-min-length`` still forbids the end token for the first 
 reference has no minimum; the default minimum 1 only removes empty replies), and n-gram blocking
 options apply as in ParlAI (the reference has none; they are off by default).
 """
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -38,12 +39,14 @@ class ReferenceBeamSearch(BeamSearch):
         if self.scores is None:
             self.scores = torch.zeros(1).type_as(logprobs).to(logprobs.device)
         if self.block_ngram > 0:
-            logprobs = self._block_ngrams(ngram_size=self.block_ngram, logprobs=logprobs, step=step,
-                                          if_context_blocking=False)
+            logprobs = self._block_ngrams(
+                ngram_size=self.block_ngram, logprobs=logprobs, step=step, if_context_blocking=False
+            )
         logprobs = self._block_block_list(logprobs)
         if self.context_block_ngram > 0:
-            logprobs = self._block_ngrams(ngram_size=self.context_block_ngram, logprobs=logprobs, step=step,
-                                          if_context_blocking=True)
+            logprobs = self._block_ngrams(
+                ngram_size=self.context_block_ngram, logprobs=logprobs, step=step, if_context_blocking=True
+            )
         # unlike ParlAI's advance, hypotheses that already ended keep their scores: they compete
         selection = self.select_paths(logprobs, self.scores, len(self.all_scores) - 1)
         self.scores = selection.scores
@@ -51,8 +54,10 @@ class ReferenceBeamSearch(BeamSearch):
         self.outputs.append(selection.token_ids)
         self.bookkeep.append(selection.hypothesis_ids)
         device = self.partial_hyps.device
-        self.partial_hyps = torch.cat((self.partial_hyps[selection.hypothesis_ids.long().to(device)],
-                                       selection.token_ids.view(-1, 1).to(device)), 1)
+        self.partial_hyps = torch.cat(
+            (self.partial_hyps[selection.hypothesis_ids.long().to(device)], selection.token_ids.view(-1, 1).to(device)),
+            1,
+        )
         if self.verbose:
             for i in range(self.beam_size):
                 self.token_details[i].append(selection.token_details[i])
@@ -65,13 +70,17 @@ class ReferenceBeamSearch(BeamSearch):
 
     def _cut(self, hypid: int) -> List[_HypothesisTail]:
         """Hypothesis ``hypid`` of the last step, up to and including its first end token."""
-        tail = _HypothesisTail(timestep=len(self.outputs) - 1, hypid=hypid, score=self.all_scores[-1][hypid],
-                               tokenid=self.outputs[-1][hypid],
-                               token_details=self.token_details[hypid][-1] if self.token_details is not None else None)
+        tail = _HypothesisTail(
+            timestep=len(self.outputs) - 1,
+            hypid=hypid,
+            score=self.all_scores[-1][hypid],
+            tokenid=self.outputs[-1][hypid],
+            token_details=self.token_details[hypid][-1] if self.token_details is not None else None,
+        )
         path = list(reversed(self._get_hyp_from_finished(tail)))  # bos first
         for i, step in enumerate(path[1:], start=1):
             if step.tokenid == self.eos:
-                return path[:i + 1]
+                return path[: i + 1]
         return path
 
     def get_rescored_finished(self, n_best: Optional[int] = None) -> List[Tuple[torch.Tensor, torch.Tensor, None]]:

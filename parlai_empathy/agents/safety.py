@@ -25,6 +25,7 @@
   :class:`~parlai_empathy.agents.training_loop.EmpathyTrainLoop`; a stock agent trains with
   ParlAI's own loop).
 """
+
 import os
 import re
 
@@ -41,10 +42,10 @@ def resolve_model_dir_paths(opt) -> None:
     for key, value in list(opt.items()):
         if isinstance(value, str) and value.startswith(MODEL_DIR_PREFIX):
             if not model_file:
-                raise ModelFileError(f'option {key}={value!r} is relative to the model file, but no '
-                                     'model file (-mf) is given')
-            opt[key] = os.path.join(os.path.dirname(os.path.abspath(model_file)),
-                                    value[len(MODEL_DIR_PREFIX):])
+                raise ModelFileError(
+                    f'option {key}={value!r} is relative to the model file, but no model file (-mf) is given'
+                )
+            opt[key] = os.path.join(os.path.dirname(os.path.abspath(model_file)), value[len(MODEL_DIR_PREFIX) :])
 
 
 _SURROGATE = re.compile('[\ud800-\udfff]')
@@ -125,12 +126,16 @@ class SafeAgentMixin:
             return super().upgrade_opt(opt_from_disk)
         except (AssertionError, KeyError) as err:
             model_file = opt_from_disk.get('model_file')
-            where = f'{model_file}.opt' if isinstance(model_file, str) else 'the model\'s .opt'
-            key = err.args[0] if isinstance(err, KeyError) and err.args else (
-                'beam_size' if 'inference' not in opt_from_disk and 'beam_size' not in opt_from_disk else None)
+            where = f'{model_file}.opt' if isinstance(model_file, str) else "the model's .opt"
+            key = (
+                err.args[0]
+                if isinstance(err, KeyError) and err.args
+                else ('beam_size' if 'inference' not in opt_from_disk and 'beam_size' not in opt_from_disk else None)
+            )
             field = f'field "{key}": missing' if key else 'an option ParlAI expects is missing'
-            raise ModelFileExit(ModelFileError(
-                f'{where}: {field}; a .opt edited by hand or cut short? (ParlAI cannot upgrade it)')) from None
+            raise ModelFileExit(
+                ModelFileError(f'{where}: {field}; a .opt edited by hand or cut short? (ParlAI cannot upgrade it)')
+            ) from None
 
     def observe(self, observation):
         text = observation.get('text') if observation is not None else None

@@ -40,6 +40,7 @@ The changes (methods of :class:`EmpathyTrainLoop`), and the upstream behaviour e
   ``.checkpoint.trainstats``, and the resumed run stopped on a JSON error (the agent saves its own
   files the same way: :meth:`~parlai_empathy.agents.safety.SafeAgentMixin.save`).
 """
+
 import json
 import logging as std_logging
 import os
@@ -80,10 +81,15 @@ class EmpathyTrainLoop(parlai_train_model.TrainLoop):
         metric = self.opt.get('validation_metric')
         value = _metric_value(self.valid_reports[-1].get(metric)) if self.valid_reports else None
         figure = f'{metric} {value:.4g}' if isinstance(value, (int, float)) else str(metric)
-        saved = f'; its weights are saved to {self.opt["model_file"]} until a counted validation ' \
-            'replaces them' if self.opt.get('model_file') else ''
-        logging.info(f'validation at {self._train_steps} updates not counted for the best model or '
-                     f'patience (--count-validations-after {after}): {figure}{saved}')
+        saved = (
+            f'; its weights are saved to {self.opt["model_file"]} until a counted validation replaces them'
+            if self.opt.get('model_file')
+            else ''
+        )
+        logging.info(
+            f'validation at {self._train_steps} updates not counted for the best model or '
+            f'patience (--count-validations-after {after}): {figure}{saved}'
+        )
         # the next validation is compared with nothing (so it saves the model), as the reference's
         # first counted one is; patience starts from 0
         self.best_valid, self.impatience = None, 0
@@ -266,11 +272,12 @@ def _restore_best_under_current_metric(loop):
         return
     loop.best_valid, loop.impatience = replay
     logging.warning(
-        f'the saved best valid figure {best_valid:.6g} is not the {metric} of any of the run\'s '
+        f"the saved best valid figure {best_valid:.6g} is not the {metric} of any of the run's "
         f'{len(reports)} validations: it was selected under another --validation-metric. Best and '
         f'patience are recomputed under {metric} from those validations: best {replay[0]:.6g}, '
-        f'impatience {replay[1]}. The model file keeps the earlier metric\'s best until a '
-        f'validation beats {replay[0]:.6g}.')
+        f"impatience {replay[1]}. The model file keeps the earlier metric's best until a "
+        f'validation beats {replay[0]:.6g}.'
+    )
 
 
 def _keep_best_saved_after_checkpoint(loop):
@@ -303,7 +310,8 @@ def _keep_best_saved_after_checkpoint(loop):
         f'checkpoint this run resumes from ({loop._train_steps} updates, best '
         f'{"none" if loop.best_valid is None else format(loop.best_valid, ".6g")}): the run was stopped '
         f'between that validation and its next checkpoint. Its best {best:.6g} is kept, so only a '
-        f'validation that beats it replaces the model file (--save-after-valid true avoids this).')
+        f'validation that beats it replaces the model file (--save-after-valid true avoids this).'
+    )
     loop.best_valid, loop.impatience = best, 0
 
 

@@ -5,6 +5,7 @@ garbage collector would re-scan them again and again while they are created (mea
 of the time to load ED train). None of them form reference cycles, so the collector is paused for
 the duration of a bulk load and restored afterwards.
 """
+
 import contextlib
 import gc
 

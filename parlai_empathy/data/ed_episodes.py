@@ -7,6 +7,7 @@ history themselves; for models that want the ED paper's fixed context instead, e
 carries its previous utterances, and ``history_length > 0`` turns each example into its own
 episode whose text is the last ``history_length`` utterances.
 """
+
 import random
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -101,7 +102,9 @@ def _flat(episodes):
 
 
 def attach_rashkin_candidates(
-    episodes: List[List[EDExample]], block: int = RASHKIN_BLOCK, shuffle_seed: Optional[int] = None,
+    episodes: List[List[EDExample]],
+    block: int = RASHKIN_BLOCK,
+    shuffle_seed: Optional[int] = None,
     whole_context_text: bool = True,
 ) -> List[List[EDExample]]:
     """Rashkin et al.'s P@1,100 protocol.
@@ -129,7 +132,7 @@ def attach_rashkin_candidates(
         random.Random(shuffle_seed).shuffle(flat)
     keep = len(flat) - len(flat) % block
     for start in range(0, keep, block):
-        members = flat[start:start + block]
+        members = flat[start : start + block]
         pool = [example.label for example in members]
         for example in members:
             example.label_candidates = pool

@@ -9,6 +9,7 @@ The raw files are not real CSV: fields are split on ``,`` and commas inside text
 * :func:`read_clean` recovers what the raw reading crashes on or mangles (the cleaned ED of Metz &
   You) and accounts for every change in a :class:`CleaningReport`: nothing is dropped silently.
 """
+
 import json
 import os
 import re
@@ -96,7 +97,9 @@ def check_plain_fields(path, line_no: int, parts: List[str]) -> None:
     for index in NOT_TEXT_FIELDS:
         if index < len(parts) and '"' in parts[index]:
             raise EDFormatError(
-                path, line_no, FIELDS[index],
+                path,
+                line_no,
+                FIELDS[index],
                 f'holds a double quote ({parts[index][:40]!r}): EmpatheticDialogues files have no CSV quoting '
                 '(commas are written _comma_) and this field is never text; the file was written by a CSV '
                 'writer, or a quoted field ran onto this line',
@@ -108,7 +111,9 @@ def _unbalanced_quote(path, line_no: int, parts: List[str], how: str) -> EDForma
     index = next((i for i, part in enumerate(parts) if part.count('"') % 2 == 1), len(parts) - 1)
     name = 'prompt' if index == 3 else 'utterance' if index >= 5 else FIELDS[index]
     return EDFormatError(
-        path, line_no, name,
+        path,
+        line_no,
+        name,
         f'unbalanced double quote in a row of {len(parts)} comma-separated fields ({how}): CSV quoting of a '
         'field that holds commas or a line break, which EmpatheticDialogues files do not use (commas are '
         'written _comma_); rewrite the row without CSV quoting',
@@ -119,10 +124,13 @@ def _check_header(path, line: str) -> None:
     found = line.strip().split(',')
     if found != HEADER:
         # the first column that differs; a header with extra columns after ours is wrong in the last
-        position = next((i for i, (name, got) in enumerate(zip(HEADER, found + [''] * len(HEADER))) if name != got),
-                        len(HEADER) - 1)
+        position = next(
+            (i for i, (name, got) in enumerate(zip(HEADER, found + [''] * len(HEADER))) if name != got), len(HEADER) - 1
+        )
         raise EDFormatError(
-            path, 1, HEADER[position],
+            path,
+            1,
+            HEADER[position],
             f'the first line is not the EmpatheticDialogues header {",".join(HEADER)!r} '
             f'(found {line.strip()[:80]!r}): not an ED file?',
         )
@@ -148,7 +156,9 @@ def read_faithful(path: str) -> List[Conversation]:
         check_plain_fields(path, line_no, parts)
         if len(parts) not in (8, 9):
             raise EDFormatError(
-                path, line_no, 'line',
+                path,
+                line_no,
+                'line',
                 f'has {len(parts)} comma-separated fields, expected 8 (or 9 with inline candidates); '
                 'use the empathy_ed_clean teacher to recover such rows',
             )
@@ -164,7 +174,9 @@ def read_faithful(path: str) -> List[Conversation]:
             expected = current.utterances[-1].utterance_idx + 1
             if utterance_idx != expected:
                 raise EDFormatError(
-                    path, line_no, 'utterance_idx',
+                    path,
+                    line_no,
+                    'utterance_idx',
                     f'is {utterance_idx} but {expected} was expected in {parts[0]}; '
                     'use the empathy_ed_clean teacher to renumber',
                 )
@@ -172,7 +184,9 @@ def read_faithful(path: str) -> List[Conversation]:
         else:
             if utterance_idx != 1:
                 raise EDFormatError(
-                    path, line_no, 'utterance_idx',
+                    path,
+                    line_no,
+                    'utterance_idx',
                     f'conversation {parts[0]} starts at {utterance_idx}, not 1',
                 )
             current = Conversation(parts[0], parts[2], unescape(parts[3]), [utt])
@@ -190,8 +204,11 @@ FIX_DESCRIPTIONS = OrderedDict(
     [
         ('invalid_utf8', 'bytes that are not UTF-8 were replaced by U+FFFD'),
         ('blank_line', 'blank line skipped'),
-        ('prompt_repeated_shift', 'prompt repeated in the utterance column; real utterance shifted right '
-                                  '(EmpatheticDialogues issue #40) - realigned'),
+        (
+            'prompt_repeated_shift',
+            'prompt repeated in the utterance column; real utterance shifted right '
+            '(EmpatheticDialogues issue #40) - realigned',
+        ),
         ('unescaped_comma', 'raw commas inside a text field split it; fields re-joined'),
         ('missing_trailing_fields', 'row ended early; missing selfeval/tags taken as empty'),
         ('inline_candidates', '9th field of inline candidates split off (kept, _comma_/_pipe_ decoded)'),
@@ -328,7 +345,7 @@ def _split_fields(parts: List[str], line_no: int, report: CleaningReport) -> Opt
     for j in range(6, n - 1):
         if SELFEVAL_RE.match(parts[j]):
             report.fix('unescaped_comma', line_no)
-            candidates = ','.join(parts[j + 2:]) if n > j + 2 else None
+            candidates = ','.join(parts[j + 2 :]) if n > j + 2 else None
             if candidates is not None:
                 report.fix('inline_candidates', line_no)
             return ','.join(parts[5:j]), parts[j], parts[j + 1], candidates, False
@@ -349,14 +366,20 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
             line = raw.decode('utf-8', errors='replace')
             report.fix('invalid_utf8', line_no)
             if first_not_utf8 is None:
-                first_not_utf8 = (f'line {line_no}, field {field_at(raw, err.start, b",", FIELDS)!r}: byte '
-                                  f'0x{raw[err.start]:02x} at column {column_of(raw, err.start)}')
+                first_not_utf8 = (
+                    f'line {line_no}, field {field_at(raw, err.start, b",", FIELDS)!r}: byte '
+                    f'0x{raw[err.start]:02x} at column {column_of(raw, err.start)}'
+                )
         if '\0' in line:
             # no release of ED holds one: a NUL byte means a binary or UTF-16 file, not a quirk to repair
             nul = raw.find(b'\0')
-            raise DataFileError(path, line_no, field_at(raw, nul, b',', FIELDS),
-                                f'NUL byte at column {column_of(raw, nul)}: not text (a binary file, or UTF-16 '
-                                'without a byte order mark?)')
+            raise DataFileError(
+                path,
+                line_no,
+                field_at(raw, nul, b',', FIELDS),
+                f'NUL byte at column {column_of(raw, nul)}: not text (a binary file, or UTF-16 '
+                'without a byte order mark?)',
+            )
         line = line.rstrip('\r\n')
         if line_no == 1 and line.startswith('conv_id,'):
             has_header = True
@@ -372,8 +395,9 @@ def read_clean(path: str, report: Optional[CleaningReport] = None) -> Tuple[List
             continue
         split = _split_fields(parts, line_no, report)
         if line.count('"') % 2 == 1 and (split is None or not split[4]):
-            raise _unbalanced_quote(path, line_no, parts,
-                                    'the row ends early' if len(parts) < 8 else 'raw commas after the quote')
+            raise _unbalanced_quote(
+                path, line_no, parts, 'the row ends early' if len(parts) < 8 else 'raw commas after the quote'
+            )
         if split is None:
             report.reject(
                 line_no,
@@ -425,8 +449,10 @@ def _nothing_readable(path, report: CleaningReport, lines: int, has_header: bool
         return no_examples(path, f'every row has an empty utterance, e.g. lines {", ".join(map(str, lines_seen))}')
     not_utf8 = report.count('invalid_utf8')
     if not_utf8 * 2 >= report.rows_read:
-        why = [f'not UTF-8 text: {not_utf8} of its {report.rows_read} lines are not UTF-8, the first at '
-               f'{first_not_utf8}; a binary file?']
+        why = [
+            f'not UTF-8 text: {not_utf8} of its {report.rows_read} lines are not UTF-8, the first at '
+            f'{first_not_utf8}; a binary file?'
+        ]
     else:
         first = report.unrecoverable[0]
         why = [f'none of its {report.rows_read} rows can be read; the first, line {first["line"]}, {first["reason"]}']

@@ -5,6 +5,7 @@ sample embedded in this package), the ``PARLAI_EMPATHY_ED_DIR`` environment vari
 official release, downloaded once into ParlAI's datapath exactly where ParlAI's own
 ``empathetic_dialogues`` task puts it (same URL, sha256-verified, marked built).
 """
+
 import hashlib
 import os
 from typing import Optional
@@ -34,7 +35,7 @@ def _check_folder(folder: str, origin: str) -> str:
     if missing:
         raise EDDataNotFound(
             f'{origin} points at {folder!r}, which lacks {", ".join(missing)}. It must be a folder '
-            f'holding EmpatheticDialogues\' train.csv, valid.csv and test.csv (as unpacked from '
+            f"holding EmpatheticDialogues' train.csv, valid.csv and test.csv (as unpacked from "
             f'{OFFICIAL_FILE}).'
         )
     return folder

@@ -5,6 +5,7 @@ modules without ParlAI (the ParlAI agents use ParlAI's dictionary and batching i
 examples are MIME's: every Listener turn, its context being all previous utterances, each token
 tagged with the speaker (0) or listener (1) who said it.
 """
+
 import re
 from collections import Counter
 

@@ -10,18 +10,58 @@ negative ("anticipating" is negative there, as in the paper).
 """
 
 ED_EMOTIONS = (
-    'afraid', 'angry', 'annoyed', 'anticipating', 'anxious', 'apprehensive', 'ashamed', 'caring',
-    'confident', 'content', 'devastated', 'disappointed', 'disgusted', 'embarrassed', 'excited',
-    'faithful', 'furious', 'grateful', 'guilty', 'hopeful', 'impressed', 'jealous', 'joyful',
-    'lonely', 'nostalgic', 'prepared', 'proud', 'sad', 'sentimental', 'surprised', 'terrified',
+    'afraid',
+    'angry',
+    'annoyed',
+    'anticipating',
+    'anxious',
+    'apprehensive',
+    'ashamed',
+    'caring',
+    'confident',
+    'content',
+    'devastated',
+    'disappointed',
+    'disgusted',
+    'embarrassed',
+    'excited',
+    'faithful',
+    'furious',
+    'grateful',
+    'guilty',
+    'hopeful',
+    'impressed',
+    'jealous',
+    'joyful',
+    'lonely',
+    'nostalgic',
+    'prepared',
+    'proud',
+    'sad',
+    'sentimental',
+    'surprised',
+    'terrified',
     'trusting',
 )
 NUM_EMOTIONS = len(ED_EMOTIONS)
 
-POSITIVE_EMOTIONS = frozenset({
-    'caring', 'confident', 'content', 'excited', 'faithful', 'grateful', 'hopeful', 'impressed',
-    'joyful', 'prepared', 'proud', 'surprised', 'trusting',
-})
+POSITIVE_EMOTIONS = frozenset(
+    {
+        'caring',
+        'confident',
+        'content',
+        'excited',
+        'faithful',
+        'grateful',
+        'hopeful',
+        'impressed',
+        'joyful',
+        'prepared',
+        'proud',
+        'surprised',
+        'trusting',
+    }
+)
 NEGATIVE_EMOTIONS = frozenset(set(ED_EMOTIONS) - POSITIVE_EMOTIONS)
 
 POSITIVE, NEGATIVE = 'positive', 'negative'
@@ -37,10 +77,7 @@ def emotion_to_id(label):
     """Id of an ED emotion label (case and surrounding spaces ignored); clear error otherwise."""
     key = str(label).strip().lower()
     if key not in _ID_OF:
-        raise ValueError(
-            f'unknown EmpatheticDialogues emotion {label!r}; expected one of: '
-            + ', '.join(ED_EMOTIONS)
-        )
+        raise ValueError(f'unknown EmpatheticDialogues emotion {label!r}; expected one of: ' + ', '.join(ED_EMOTIONS))
     return _ID_OF[key]
 
 

@@ -20,6 +20,7 @@ One deliberate departure: the reference's table maps " whats " to "what's" witho
 around it, gluing the word to its neighbours ("so whats up" -> "sowhat isup"); here the spaces
 are kept.
 """
+
 import re
 from functools import lru_cache
 from typing import List, Tuple
@@ -28,30 +29,57 @@ from parlai_empathy.data.moel_text import CONTRACTIONS
 
 # 1. apostrophes restored between spaces, then contractions expanded (case-sensitive)
 _RESTORED = tuple(
-    (f' {bare} ', f" {full} ") for bare, full in (
-        ('thats', "that's"), ('dont', "don't"), ('doesnt', "doesn't"), ('didnt', "didn't"),
-        ('youd', "you'd"), ('youre', "you're"), ('youll', "you'll"), ('im', "i'm"),
-        ('theyre', "they're"), ('whats', "what's"), ('couldnt', "couldn't"),
-        ('souldnt', "souldn't"), ('ive', "i've"), ('cant', "can't"), ('arent', "aren't"),
-        ('isnt', "isn't"), ('wasnt', "wasn't"), ('werent', "weren't"), ('wont', "won't"),
-        ('theres', "there's"), ('therere', "there're"), ('its', "it's"),
+    (f' {bare} ', f' {full} ')
+    for bare, full in (
+        ('thats', "that's"),
+        ('dont', "don't"),
+        ('doesnt', "doesn't"),
+        ('didnt', "didn't"),
+        ('youd', "you'd"),
+        ('youre', "you're"),
+        ('youll', "you'll"),
+        ('im', "i'm"),
+        ('theyre', "they're"),
+        ('whats', "what's"),
+        ('couldnt', "couldn't"),
+        ('souldnt', "souldn't"),
+        ('ive', "i've"),
+        ('cant', "can't"),
+        ('arent', "aren't"),
+        ('isnt', "isn't"),
+        ('wasnt', "wasn't"),
+        ('werent', "weren't"),
+        ('wont', "won't"),
+        ('theres', "there's"),
+        ('therere', "there're"),
+        ('its', "it's"),
     )
 )
 EXPANSIONS = CONTRACTIONS + (("haven't", 'have not'),)
 
 # 2. character filter and clitic/punctuation splits
 _NOT_KEPT = re.compile(r"[^A-Za-z0-9,!?'`.]")
-_SPACED = [(re.compile(pattern), replacement) for pattern, replacement in (
-    (r'\.{3}', ' ...'), (r"'s", " 's"), (r"'ve", " 've"), (r"n't", " n't"), (r"'re", " 're"),
-    (r"'d", " 'd"), (r"'ll", " 'll"), (r',', ' , '), (r'!', ' ! '), (r'\?', ' ? '), (r'\s{2,}', ' '),
-)]
+_SPACED = [
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r'\.{3}', ' ...'),
+        (r"'s", " 's"),
+        (r"'ve", " 've"),
+        (r"n't", " n't"),
+        (r"'re", " 're"),
+        (r"'d", " 'd"),
+        (r"'ll", " 'll"),
+        (r',', ' , '),
+        (r'!', ' ! '),
+        (r'\?', ' ? '),
+        (r'\s{2,}', ' '),
+    )
+]
 
 # 3. spaCy's English rules that can fire on that alphabet
 _PREFIX = re.compile(r"^(?:\.\.+|[,!?'`])")
 _UNITS = 'km|m|cm|mm|dm|ha|nm|yd|in|ft|kg|g|mg|t|lb|oz|mph|kmh|mb|kb|gb|tb'
-_SUFFIX = re.compile(
-    r"(?:\.\.+$|[,!?'`]$|'s$|(?<=[0-9])(?:" + _UNITS + r")$|(?<=[0-9a-z,!?'`])\.$)"
-)
+_SUFFIX = re.compile(r"(?:\.\.+$|[,!?'`]$|'s$|(?<=[0-9])(?:" + _UNITS + r")$|(?<=[0-9a-z,!?'`])\.$)")
 _INFIX = re.compile(r"\.\.+|(?<=[a-z'`])\.(?=['`])")
 
 
@@ -61,15 +89,16 @@ def _special_cases():
     # a word + a verb, with no apostrophe ("im" -> i m, "thats" -> that s); forms that are
     # words of their own ("its", "ill", "well", "were", "hell", "shell", "shed", "whore") stay
     wh = ('s', 're', 'll', 'd', 've', 'dve', 'llve')
-    verbs = {'i': ('m', 'll', 'd', 've', 'dve', 'llve'),
-             **{word: ('re', 'll', 'd', 've', 'dve', 'llve') for word in ('you', 'we', 'they')},
-             **{word: ('s', 'll', 'd', 'dve', 'llve') for word in ('he', 'she', 'it', 'that', 'this')},
-             **{word: wh for word in ('what', 'who', 'there', 'how', 'why', 'where', 'when')}}
+    verbs = {
+        'i': ('m', 'll', 'd', 've', 'dve', 'llve'),
+        **{word: ('re', 'll', 'd', 've', 'dve', 'llve') for word in ('you', 'we', 'they')},
+        **{word: ('s', 'll', 'd', 'dve', 'llve') for word in ('he', 'she', 'it', 'that', 'this')},
+        **{word: wh for word in ('what', 'who', 'there', 'how', 'why', 'where', 'when')},
+    }
     words = {'its', 'ill', 'well', 'were', 'hell', 'shell', 'shed', 'whore'}
     for word, endings in verbs.items():
         for ending in endings:
-            pieces = (word,) + (('d', 've') if ending == 'dve' else ('ll', 've') if ending == 'llve'
-                                else (ending,))
+            pieces = (word,) + (('d', 've') if ending == 'dve' else ('ll', 've') if ending == 'llve' else (ending,))
             if word + ending not in words:
                 cases[word + ending] = pieces
     cases.update({"i'm": ('i', "'m"), "i'ma": ('i', "'m", 'a'), 'ima': ('i', 'm', 'a')})
@@ -83,12 +112,44 @@ def _special_cases():
             for ending in endings:
                 cases[stem + ending] = (stem,) + (('nt', 've') if ending == 'ntve' else (ending,))
     # kept whole, or split their own way
-    for whole in ("n't", "'s", "'d", "'ll", "'re", "'cause", "'em", "'bout", "ma'am", "o'clock",
-                  "ya'll", "y'know", "doin'", "goin'", "nothin'", "somethin'", "nuthin'", "havin'",
-                  "lovin'", "ol'", 'a.m.', 'p.m.', 'e.g.', 'i.e.', 'vs.'):
+    for whole in (
+        "n't",
+        "'s",
+        "'d",
+        "'ll",
+        "'re",
+        "'cause",
+        "'em",
+        "'bout",
+        "ma'am",
+        "o'clock",
+        "ya'll",
+        "y'know",
+        "doin'",
+        "goin'",
+        "nothin'",
+        "somethin'",
+        "nuthin'",
+        "havin'",
+        "lovin'",
+        "ol'",
+        'a.m.',
+        'p.m.',
+        'e.g.',
+        'i.e.',
+        'vs.',
+    ):
         cases[whole] = (whole,)
-    cases.update({'cannot': ('can', 'not'), 'gonna': ('gon', 'na'), 'gotta': ('got', 'ta'),
-                  "y'all": ("y'", 'all'), 'yall': ('y', 'all'), "c'mon": ("c'm", 'on')})
+    cases.update(
+        {
+            'cannot': ('can', 'not'),
+            'gonna': ('gon', 'na'),
+            'gotta': ('got', 'ta'),
+            "y'all": ("y'", 'all'),
+            'yall': ('y', 'all'),
+            "c'mon": ("c'm", 'on'),
+        }
+    )
     # single letters with a period ("a.") and times of day: 1am .. 12pm, 1a.m. .. 12p.m.
     cases.update({f'{letter}.': (f'{letter}.',) for letter in 'abcdefghijklmnopqrstuvwxyz'})
     for hour in range(1, 13):
@@ -140,7 +201,7 @@ def _middle(chunk: str) -> List[str]:
     for infix in _INFIX.finditer(chunk):
         if infix.start() == 0:  # an infix never starts a token (spaCy skips it)
             continue
-        pieces += [chunk[start:infix.start()], chunk[infix.start():infix.end()]]
+        pieces += [chunk[start : infix.start()], chunk[infix.start() : infix.end()]]
         start = infix.end()
     pieces.append(chunk[start:])
     return [piece for piece in pieces if piece]

@@ -12,6 +12,7 @@ the one line that matters. :func:`guard_teacher` makes a teacher's data errors e
 with that line alone: :class:`DataFileExit`, a ``SystemExit`` that still carries the original
 error (``.error``) for Python callers.
 """
+
 import codecs
 import contextlib
 import functools
@@ -56,10 +57,15 @@ def read_lines(path, kind: str) -> Iterator[Tuple[int, bytes]]:
             raise DataFileError(err.path, err.line_no, err.field, err.problem) from None
         if line_no == 1:
             if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                raise DataFileError(path, 1, None, f'UTF-16 text (it starts with a UTF-16 byte order mark): '
-                                                   f'a {kind} file must be UTF-8; save it as UTF-8')
+                raise DataFileError(
+                    path,
+                    1,
+                    None,
+                    f'UTF-16 text (it starts with a UTF-16 byte order mark): '
+                    f'a {kind} file must be UTF-8; save it as UTF-8',
+                )
             if raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
+                raw = raw[len(codecs.BOM_UTF8) :]
         yield line_no, raw
 
 
@@ -76,22 +82,27 @@ def column_of(raw: bytes, offset: int) -> int:
     return len(raw[:offset].decode('utf-8', errors='replace')) + 1
 
 
-def decode_line(raw: bytes, path, line_no: int, sep: Optional[bytes] = None,
-                fields: Optional[Sequence[str]] = None) -> str:
+def decode_line(
+    raw: bytes, path, line_no: int, sep: Optional[bytes] = None, fields: Optional[Sequence[str]] = None
+) -> str:
     """The text of one line; a byte that is not UTF-8, or a NUL byte, is an error naming the
     line, column and (with ``sep`` and ``fields``) field."""
     try:
         text = raw.decode('utf-8')
     except UnicodeDecodeError as err:
         raise DataFileError(
-            path, line_no, field_at(raw, err.start, sep, fields),
+            path,
+            line_no,
+            field_at(raw, err.start, sep, fields),
             f'not UTF-8: byte 0x{raw[err.start]:02x} at column {column_of(raw, err.start)} '
             f'({err.reason}); the file must be UTF-8 text',
         ) from None
     nul = raw.find(b'\0')
     if nul >= 0:
         raise DataFileError(
-            path, line_no, field_at(raw, nul, sep, fields),
+            path,
+            line_no,
+            field_at(raw, nul, sep, fields),
             f'NUL byte at column {column_of(raw, nul)}: not text (a binary file, or UTF-16 without a byte order mark?)',
         )
     return text

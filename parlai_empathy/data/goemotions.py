@@ -10,6 +10,7 @@ environment variable ``PARLAI_EMPATHY_GOEMOTIONS_DIR``, or ``<parlai datapath>/g
 is downloaded from the google-research GitHub repository (sha256-checked) when it is missing.
 ParlAI is imported only for that download, so the reader itself is plain Python.
 """
+
 import json
 import os
 from dataclasses import dataclass

@@ -11,17 +11,34 @@ cannot be downloaded here. An untrained ``PunktSentenceTokenizer`` stands in for
 after every ., ! or ? followed by a space, so the rare abbreviation in ED ("mr. smith") becomes
 two sentences and its period a token of its own ("mr", ".") where trained Punkt keeps "mr.".
 """
+
 from functools import lru_cache
 from typing import List
 
 # The reference's substitutions, applied in this order to lower-cased text.
 CONTRACTIONS = (
-    ("it's", 'it is'), ("don't", 'do not'), ("doesn't", 'does not'), ("didn't", 'did not'),
-    ("you'd", 'you would'), ("you're", 'you are'), ("you'll", 'you will'), ("i'm", 'i am'),
-    ("they're", 'they are'), ("that's", 'that is'), ("what's", 'what is'),
-    ("couldn't", 'could not'), ("i've", 'i have'), ("we've", 'we have'), ("can't", 'cannot'),
-    ("i'd", 'i would'), ("aren't", 'are not'), ("isn't", 'is not'), ("wasn't", 'was not'),
-    ("weren't", 'were not'), ("won't", 'will not'), ("there's", 'there is'),
+    ("it's", 'it is'),
+    ("don't", 'do not'),
+    ("doesn't", 'does not'),
+    ("didn't", 'did not'),
+    ("you'd", 'you would'),
+    ("you're", 'you are'),
+    ("you'll", 'you will'),
+    ("i'm", 'i am'),
+    ("they're", 'they are'),
+    ("that's", 'that is'),
+    ("what's", 'what is'),
+    ("couldn't", 'could not'),
+    ("i've", 'i have'),
+    ("we've", 'we have'),
+    ("can't", 'cannot'),
+    ("i'd", 'i would'),
+    ("aren't", 'are not'),
+    ("isn't", 'is not'),
+    ("wasn't", 'was not'),
+    ("weren't", 'were not'),
+    ("won't", 'will not'),
+    ("there's", 'there is'),
     ("there're", 'there are'),
 )
 

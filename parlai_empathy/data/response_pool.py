@@ -6,6 +6,7 @@ ParlAI's ``--fixed-candidates-path``), in first-seen order so the file is determ
 :func:`ensure_pool` is the one way tools get a pool file: its name carries the train.csv checksum
 and the token limit, so another ED copy or limit never reuses a stale pool.
 """
+
 import os
 import re
 from typing import List
@@ -18,7 +19,7 @@ from parlai_empathy.files.cache_lock import atomic_write, build_lock
 RASHKIN_MAX_TOKENS = 20
 # Rashkin et al.'s tokenizer splits punctuation off words; counting the same way keeps the filter
 # close to theirs ("I'm fine." is 5 tokens, not 2).
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_TOKEN_RE = re.compile(r'\w+|[^\w\s]')
 
 
 def count_tokens(text: str) -> int:
@@ -58,8 +59,9 @@ def read_candidates(path: str) -> List[str]:
         if text:
             candidates.append(text)
     if not candidates:
-        raise no_examples(path, 'no candidates: empty file' if os.path.getsize(path) == 0
-                          else 'no candidates: only blank lines')
+        raise no_examples(
+            path, 'no candidates: empty file' if os.path.getsize(path) == 0 else 'no candidates: only blank lines'
+        )
     return candidates
 
 

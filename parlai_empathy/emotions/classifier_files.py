@@ -4,6 +4,7 @@ The agent saves ``<model_file>`` (ParlAI's torch state: ``model`` holds the weig
 ``<model_file>.opt`` (JSON: classes, mode, threshold, max length, pooling) and
 ``<model_file>.hf/`` (tokenizer and encoder config). That is all tagging needs.
 """
+
 import hashlib
 import json
 import os
@@ -76,7 +77,8 @@ def read_settings(model_file: str) -> dict:
     for needed in (model_file, model_file + '.opt', os.path.join(model_file + '.hf', 'config.json')):
         if not os.path.exists(needed):
             raise ClassifierFilesError(
-                f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})')
+                f'{needed} is missing: {model_file!r} is not a trained emotion classifier ({hint})'
+            )
     opt = _read_opt(model_file + '.opt', hint)
     if not opt.get('classes'):
         raise ClassifierFilesError(f'{model_file}.opt has no "classes": not an emotion classifier ({hint})')
@@ -111,8 +113,9 @@ def load_classifier(model_file: str, device: str = 'cpu') -> LoadedClassifier:
         states = torch.load(model_file, map_location='cpu', weights_only=True)
         weights = states['model']
     except Exception as err:  # a truncated, foreign or garbage file: name it, not torch's internals
-        raise ClassifierFilesError(f'{model_file}: not the weights of a trained emotion classifier '
-                                   f'({type(err).__name__}: {str(err)[:200]})') from None
+        raise ClassifierFilesError(
+            f'{model_file}: not the weights of a trained emotion classifier ({type(err).__name__}: {str(err)[:200]})'
+        ) from None
     model.load_state_dict(weights)
     model.to(device).eval()
     return LoadedClassifier(

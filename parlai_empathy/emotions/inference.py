@@ -4,6 +4,7 @@ Texts are tokenized once, sorted by length and cut into batches holding at most
 ``batch_tokens`` padded tokens, so almost no compute goes to padding and short texts run in big
 batches; the forward pass runs under ``torch.inference_mode``.
 """
+
 from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
@@ -14,8 +15,9 @@ from parlai_empathy.emotions.classifier_files import LoadedClassifier
 
 def tokenize(classifier: LoadedClassifier, texts: Sequence[str]) -> List[List[int]]:
     """Token ids with [CLS]/[SEP], cut to the classifier's max length (empty text -> [CLS][SEP])."""
-    encoded = classifier.tokenizer(list(texts), truncation=True, max_length=classifier.max_length,
-                                   add_special_tokens=True)
+    encoded = classifier.tokenizer(
+        list(texts), truncation=True, max_length=classifier.max_length, add_special_tokens=True
+    )
     return encoded['input_ids']
 
 
@@ -61,8 +63,9 @@ def decide_labels(probs: np.ndarray, multilabel: bool, threshold: float) -> np.n
     return labels
 
 
-def predict_all(classifier: LoadedClassifier, texts: Sequence[str],
-                batch_tokens: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+def predict_all(
+    classifier: LoadedClassifier, texts: Sequence[str], batch_tokens: int = 4096
+) -> Tuple[np.ndarray, np.ndarray]:
     """Probabilities and decided labels of ``texts``, in input order."""
     token_ids = tokenize(classifier, texts)
     probs = np.zeros((len(texts), len(classifier.classes)), dtype=np.float32)

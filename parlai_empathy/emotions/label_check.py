@@ -1,4 +1,5 @@
 """Checks that a classifier's label set fits the use it is put to."""
+
 import os
 from typing import Optional, Sequence
 
@@ -11,8 +12,9 @@ class LabelSetMismatch(ValueError):
     pass
 
 
-def check_goemotions_classifier(classes: Sequence[str], multilabel: bool, model_file: str,
-                                goemotions_dir: Optional[str] = None):
+def check_goemotions_classifier(
+    classes: Sequence[str], multilabel: bool, model_file: str, goemotions_dir: Optional[str] = None
+):
     """Tagging ED with GoEmotions labels needs a multi-label GoEmotions classifier (any grouping)."""
     if not multilabel:
         raise LabelSetMismatch(
@@ -36,8 +38,9 @@ ED_TRAIN_HINT = (
 )
 
 
-def check_tagging_classifier(classes: Sequence[str], multilabel: bool, model_file: str,
-                             goemotions_dir: Optional[str] = None):
+def check_tagging_classifier(
+    classes: Sequence[str], multilabel: bool, model_file: str, goemotions_dir: Optional[str] = None
+):
     """ED is tagged with either label set: GoEmotions (multi-label; Metz & You's patterns) or the
     32 ED emotions (single-label; ETHREED's listener emotions)."""
     from parlai_empathy.data.emotions import ED_EMOTIONS

@@ -18,6 +18,7 @@ ETHREED's default), so that plain ``parlai train_model -t empathy_ed_clean -m em
 trains the paper's model without the classifier step. Plain text, read without unpickling; a
 malformed line is named with its file, line and field.
 """
+
 import csv
 import gzip
 import hashlib
@@ -38,10 +39,13 @@ FORMAT = 'ed-utterance-labels/1'
 LABELS, META = 'labels.csv.gz', 'meta.json'
 HEADER = ('split', 'conv_id', 'utterance_idx', 'emotion', 'probability', 'text_sha1')
 PACKAGED = 'ed32-utterance'  # --listener-emotions keyword: the labels shipped with the package
-PACKAGED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'data',
-                            'listener_labels', 'ed32_utterance')
-RETAG = ('parlai empathy_reproduce --project li_ethreed --rows ed32_utterance (the classifier, then '
-         'parlai empathy_tag_ed --export-labels DIR), then --listener-emotions DIR')
+PACKAGED_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'data', 'listener_labels', 'ed32_utterance'
+)
+RETAG = (
+    'parlai empathy_reproduce --project li_ethreed --rows ed32_utterance (the classifier, then '
+    'parlai empathy_tag_ed --export-labels DIR), then --listener-emotions DIR'
+)
 
 
 class LabelFileError(ValueError):
@@ -59,8 +63,10 @@ def export(cache_directory: str, ed_dir: str, out_directory: str, command: Optio
     table = tag_cache.TagTable(cache_directory)
     classifier = table.meta['classifier']
     if classifier.get('multilabel') or sorted(table.classes) != sorted(ED_EMOTIONS):
-        raise LabelFileError(f'{cache_directory} was not tagged by a single-label ED 32-way classifier: '
-                             'only those labels can be exported')
+        raise LabelFileError(
+            f'{cache_directory} was not tagged by a single-label ED 32-way classifier: '
+            'only those labels can be exported'
+        )
     utterances = tag_cache.ed_utterances(ed_dir)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator='\n')
@@ -68,8 +74,9 @@ def export(cache_directory: str, ed_dir: str, out_directory: str, command: Optio
     for u in utterances:
         probs = table.probs[table.lookup(u.split, u.conv_id, u.utterance_idx)]
         top = int(np.argmax(probs))
-        writer.writerow((u.split, u.conv_id, u.utterance_idx, table.classes[top], f'{probs[top]:.4f}',
-                         text_sha1(u.text)))
+        writer.writerow(
+            (u.split, u.conv_id, u.utterance_idx, table.classes[top], f'{probs[top]:.4f}', text_sha1(u.text))
+        )
     os.makedirs(out_directory, exist_ok=True)
     labels_path = os.path.join(out_directory, LABELS)
     # mtime 0: the same labels give the same bytes (and the same sha256)
@@ -80,9 +87,12 @@ def export(cache_directory: str, ed_dir: str, out_directory: str, command: Optio
         by_split[u.split] = by_split.get(u.split, 0) + 1
     meta = {
         'format': FORMAT,
-        'classifier': {'key': classifier['key'], 'classes': list(table.classes),
-                       'precision': classifier.get('precision'),
-                       'model_file': os.path.basename(classifier.get('model_file') or '') or None},
+        'classifier': {
+            'key': classifier['key'],
+            'classes': list(table.classes),
+            'precision': classifier.get('precision'),
+            'model_file': os.path.basename(classifier.get('model_file') or '') or None,
+        },
         'data': dict(table.meta['data']),
         'counts': {'utterances': len(utterances), 'by_split': by_split},
         'sha256': file_checksum(labels_path),
@@ -148,8 +158,10 @@ def load(directory: str) -> ListenerLabels:
     if meta.get('format') != FORMAT:
         raise LabelFileError(f'{meta_path}, field "format": {meta.get("format")!r}, this code reads {FORMAT!r}')
     if meta.get('sha256') != file_checksum(labels_path):
-        raise LabelFileError(f'{labels_path} does not match the sha256 in {meta_path}: the file is corrupt '
-                             f'or was edited; make it again with {RETAG}')
+        raise LabelFileError(
+            f'{labels_path} does not match the sha256 in {meta_path}: the file is corrupt '
+            f'or was edited; make it again with {RETAG}'
+        )
     known = set(ED_EMOTIONS)
     labels: Dict[Tuple[str, int], Tuple[str, str]] = {}
     try:
@@ -161,13 +173,16 @@ def load(directory: str) -> ListenerLabels:
     except UnicodeDecodeError as err:
         line = data.count(b'\n', 0, err.start) + 1
         raise LabelFileError(
-            f'{labels_path}, line {line}: not UTF-8: byte 0x{data[err.start]:02x} ({err.reason})') from None
+            f'{labels_path}, line {line}: not UTF-8: byte 0x{data[err.start]:02x} ({err.reason})'
+        ) from None
     rows = csv.reader(io.StringIO(text, newline=''))
     header = tuple(next(rows, ()))
     if header != HEADER:
         raise LabelFileError(
-            f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}')
+            f'{labels_path}, line 1: the header is {",".join(header)!r}, expected {",".join(HEADER)!r}'
+        )
     for line, row in enumerate(rows, start=2):
+
         def bad(field, problem, line=line):
             return LabelFileError(f'{labels_path}, line {line}, field "{field}": {problem}')
 

@@ -26,6 +26,7 @@ macro-F1 0.399) lift 1.2 gave 78 patterns in 47.4% of conversations, with the co
 (``lift_sweep.csv``) so the choice can be checked. The dataclass default (1.2) serves library
 callers that pass no choice.
 """
+
 import math
 import os
 from dataclasses import asdict, dataclass, replace
@@ -59,14 +60,16 @@ def turn_pairs(table: TagTable, utterances: Sequence[Utterance], emotions: Dict[
         for first, second in zip(utts, utts[1:]):
             if first.utterance_idx % 2 != 1 or second.utterance_idx != first.utterance_idx + 1:
                 continue
-            rows.append({
-                'split': split,
-                'conv_id': conv_id,
-                'turn': first.utterance_idx,
-                'ed_emotion': emotions.get(conv_id, ''),
-                'speaker_labels': table.label_names(table.lookup(split, conv_id, first.utterance_idx)),
-                'listener_labels': table.label_names(table.lookup(split, conv_id, second.utterance_idx)),
-            })
+            rows.append(
+                {
+                    'split': split,
+                    'conv_id': conv_id,
+                    'turn': first.utterance_idx,
+                    'ed_emotion': emotions.get(conv_id, ''),
+                    'speaker_labels': table.label_names(table.lookup(split, conv_id, first.utterance_idx)),
+                    'listener_labels': table.label_names(table.lookup(split, conv_id, second.utterance_idx)),
+                }
+            )
     return pd.DataFrame(rows, columns=['split', 'conv_id', 'turn', 'ed_emotion', 'speaker_labels', 'listener_labels'])
 
 
@@ -85,13 +88,15 @@ def transitions(pairs: pd.DataFrame, classes: Sequence[str]) -> pd.DataFrame:
     with np.errstate(divide='ignore', invalid='ignore'):
         rates = np.where(speaker.sum(0)[:, None] > 0, counts / speaker.sum(0)[:, None], 0.0)
         lift = np.where(np.outer(p_speaker, p_listener) > 0, (counts / total) / np.outer(p_speaker, p_listener), 0.0)
-    frame = pd.DataFrame({
-        'speaker': np.repeat(list(classes), n),
-        'listener': np.tile(list(classes), n),
-        'count': counts.reshape(-1).astype(int),
-        'rate': rates.reshape(-1),
-        'lift': lift.reshape(-1),
-    })
+    frame = pd.DataFrame(
+        {
+            'speaker': np.repeat(list(classes), n),
+            'listener': np.tile(list(classes), n),
+            'count': counts.reshape(-1).astype(int),
+            'rate': rates.reshape(-1),
+            'lift': lift.reshape(-1),
+        }
+    )
     frame['pmi'] = [math.log2(x) if x > 0 else float('-inf') for x in frame['lift']]
     return frame
 
@@ -110,8 +115,9 @@ MAX_PATTERN_FRACTION = 0.57  # at most 57% with a pattern: 43% of train left for
 LIFT_GRID = tuple(round(1.0 + 0.05 * i, 2) for i in range(41))  # 1.00 ... 3.00
 
 
-def lift_sweep(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams,
-               grid: Sequence[float] = LIFT_GRID) -> pd.DataFrame:
+def lift_sweep(
+    pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, grid: Sequence[float] = LIFT_GRID
+) -> pd.DataFrame:
     """For each ``min_lift`` of the grid (the other thresholds of ``params`` kept): the pattern
     count and the fractions of turn pairs and of conversations that show a pattern."""
     trans = transitions(pairs, classes)
@@ -119,26 +125,36 @@ def lift_sweep(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParam
     for lift in grid:
         chosen = select_patterns(trans, replace(params, min_lift=float(lift)))
         hits = pattern_hits(pairs, chosen)
-        rows.append({
-            'min_lift': float(lift),
-            'patterns': len(chosen),
-            'pairs_with_pattern': float((hits > 0).mean()) if len(pairs) else 0.0,
-            'conversations_with_pattern': (float((hits.groupby(pairs['conv_id']).sum() > 0).mean())
-                                           if len(pairs) else 0.0),
-        })
+        rows.append(
+            {
+                'min_lift': float(lift),
+                'patterns': len(chosen),
+                'pairs_with_pattern': float((hits > 0).mean()) if len(pairs) else 0.0,
+                'conversations_with_pattern': (
+                    float((hits.groupby(pairs['conv_id']).sum() > 0).mean()) if len(pairs) else 0.0
+                ),
+            }
+        )
     return pd.DataFrame(rows, columns=['min_lift', 'patterns', 'pairs_with_pattern', 'conversations_with_pattern'])
 
 
-def resolve_min_lift(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams,
-                     max_fraction: float = MAX_PATTERN_FRACTION, grid: Sequence[float] = LIFT_GRID):
+def resolve_min_lift(
+    pairs: pd.DataFrame,
+    classes: Sequence[str],
+    params: PatternParams,
+    max_fraction: float = MAX_PATTERN_FRACTION,
+    grid: Sequence[float] = LIFT_GRID,
+):
     """The lowest grid lift at which at most ``max_fraction`` of the conversations show a pattern,
     and the sweep it was read from. Raises if no grid lift qualifies."""
     sweep = lift_sweep(pairs, classes, params, grid)
     ok = sweep[sweep['conversations_with_pattern'] <= max_fraction]
     if ok.empty:
-        raise ValueError(f'no min_lift in {grid[0]}..{grid[-1]} leaves at most {max_fraction:.0%} of the '
-                         f'conversations with a pattern (at {grid[-1]}: '
-                         f"{sweep['conversations_with_pattern'].iloc[-1]:.1%}); pass --pattern-min-lift explicitly")
+        raise ValueError(
+            f'no min_lift in {grid[0]}..{grid[-1]} leaves at most {max_fraction:.0%} of the '
+            f'conversations with a pattern (at {grid[-1]}: '
+            f'{sweep["conversations_with_pattern"].iloc[-1]:.1%}); pass --pattern-min-lift explicitly'
+        )
     return float(ok['min_lift'].iloc[0]), sweep
 
 
@@ -146,8 +162,10 @@ def pattern_hits(pairs: pd.DataFrame, patterns: pd.DataFrame) -> pd.Series:
     """Number of pattern transitions in each turn pair."""
     wanted = set(zip(patterns['speaker'], patterns['listener']))
     return pd.Series(
-        [sum((a, b) in wanted for a in s for b in lst)
-         for s, lst in zip(pairs['speaker_labels'], pairs['listener_labels'])],
+        [
+            sum((a, b) in wanted for a in s for b in lst)
+            for s, lst in zip(pairs['speaker_labels'], pairs['listener_labels'])
+        ],
         index=pairs.index,
         dtype=int,
     )
@@ -159,12 +177,25 @@ def per_emotion(pairs: pd.DataFrame, classes: Sequence[str], params: PatternPara
     rows = []
     for emotion, group in pairs.groupby('ed_emotion', sort=True):
         trans = transitions(group.reset_index(drop=True), classes)
-        scaled = PatternParams(params.min_lift, max(3, int(params.min_support * len(group) / max(len(pairs), 1))),
-                               params.exclude_neutral, params.exclude_mirroring)
+        scaled = PatternParams(
+            params.min_lift,
+            max(3, int(params.min_support * len(group) / max(len(pairs), 1))),
+            params.exclude_neutral,
+            params.exclude_mirroring,
+        )
         best = select_patterns(trans, scaled).head(top)
         for _, r in best.iterrows():
-            rows.append({'ed_emotion': emotion, 'pairs': len(group), 'speaker': r['speaker'], 'listener': r['listener'],
-                         'count': int(r['count']), 'rate': r['rate'], 'lift': r['lift']})
+            rows.append(
+                {
+                    'ed_emotion': emotion,
+                    'pairs': len(group),
+                    'speaker': r['speaker'],
+                    'listener': r['listener'],
+                    'count': int(r['count']),
+                    'rate': r['rate'],
+                    'lift': r['lift'],
+                }
+            )
     return pd.DataFrame(rows, columns=['ed_emotion', 'pairs', 'speaker', 'listener', 'count', 'rate', 'lift'])
 
 
@@ -178,8 +209,9 @@ def heatmap(matrix: pd.DataFrame, title: str, path: str, log: bool = False) -> N
     if log:
         values = np.log2(np.where(values > 0, values, np.nan))
     fig, ax = plt.subplots(figsize=(11, 9))
-    image = ax.imshow(values, cmap='RdBu_r' if log else 'viridis', aspect='auto',
-                      vmin=-3 if log else None, vmax=3 if log else None)
+    image = ax.imshow(
+        values, cmap='RdBu_r' if log else 'viridis', aspect='auto', vmin=-3 if log else None, vmax=3 if log else None
+    )
     ax.set_xticks(range(len(matrix.columns)), matrix.columns, rotation=90, fontsize=7)
     ax.set_yticks(range(len(matrix.index)), matrix.index, fontsize=7)
     ax.set_xlabel('Listener label')
@@ -191,8 +223,9 @@ def heatmap(matrix: pd.DataFrame, title: str, path: str, log: bool = False) -> N
     plt.close(fig)
 
 
-def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, out_dir: str,
-                 top: int = 15) -> Dict:
+def write_report(
+    pairs: pd.DataFrame, classes: Sequence[str], params: PatternParams, out_dir: str, top: int = 15
+) -> Dict:
     """CSVs, PNG heatmaps and a Markdown summary under ``out_dir``; returns the key figures."""
     os.makedirs(out_dir, exist_ok=True)
     trans = transitions(pairs, classes)
@@ -204,8 +237,12 @@ def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternPar
     for column, log in (('count', False), ('rate', False), ('lift', True)):
         matrix = trans.pivot(index='speaker', columns='listener', values=column).loc[list(classes), list(classes)]
         matrix.to_csv(os.path.join(out_dir, f'{column}_matrix.csv'))
-        heatmap(matrix, f'Speaker -> Listener GoEmotions {column}' + (' (log2)' if log else ''),
-                os.path.join(out_dir, f'heatmap_{column}.png'), log=log)
+        heatmap(
+            matrix,
+            f'Speaker -> Listener GoEmotions {column}' + (' (log2)' if log else ''),
+            os.path.join(out_dir, f'heatmap_{column}.png'),
+            log=log,
+        )
     hits = pattern_hits(pairs, patterns)
     conv_has = hits.groupby(pairs['conv_id']).sum() > 0
     figures = {
@@ -218,17 +255,28 @@ def write_report(pairs: pd.DataFrame, classes: Sequence[str], params: PatternPar
     }
     nonneutral = trans[(trans['speaker'] != 'neutral') & (trans['listener'] != 'neutral')]
     lines = [
-        '# Speaker -> Listener emotion-interaction patterns (GoEmotions tags of ED)', '',
-        f"{figures['turn_pairs']} turn pairs in {figures['conversations']} conversations.", '',
+        '# Speaker -> Listener emotion-interaction patterns (GoEmotions tags of ED)',
+        '',
+        f'{figures["turn_pairs"]} turn pairs in {figures["conversations"]} conversations.',
+        '',
         f'Pattern set: lift >= {params.min_lift}, count >= {params.min_support}, '
         f'neutral {"excluded" if params.exclude_neutral else "included"}, mirroring '
         f'{"excluded" if params.exclude_mirroring else "included"}: **{len(patterns)} transitions**; '
-        f"{figures['pairs_with_pattern']:.1%} of turn pairs and {figures['conversations_with_pattern']:.1%} of "
-        'conversations show at least one.', '',
-        '## Most frequent transitions (neutral excluded)', '',
-        _markdown(nonneutral.sort_values('count', ascending=False).head(top)), '',
-        '## Pattern set (by lift)', '', _markdown(patterns.head(top)), '',
-        '## Per ED emotion (top 3 by lift)', '', _markdown(emotions), '',
+        f'{figures["pairs_with_pattern"]:.1%} of turn pairs and {figures["conversations_with_pattern"]:.1%} of '
+        'conversations show at least one.',
+        '',
+        '## Most frequent transitions (neutral excluded)',
+        '',
+        _markdown(nonneutral.sort_values('count', ascending=False).head(top)),
+        '',
+        '## Pattern set (by lift)',
+        '',
+        _markdown(patterns.head(top)),
+        '',
+        '## Per ED emotion (top 3 by lift)',
+        '',
+        _markdown(emotions),
+        '',
         'Files: transitions.csv, patterns.csv, per_ed_emotion.csv, {count,rate,lift}_matrix.csv, '
         'heatmap_{count,rate,lift}.png; '
         '`parlai empathy_patterns` adds lift_sweep.csv (the min_lift choice) and subsets/',
@@ -282,21 +330,28 @@ def compare(old_dir: str, new_dir: str, top: int = 15) -> str:
         lines.append(f'| {key.replace("_", " ")} | {fmt.format(f_old[key])} | {fmt.format(f_new[key])} |')
     for preset in sorted(set(f_old.get('subsets', {})) & set(f_new.get('subsets', {}))):
         a, b = f_old['subsets'][preset], f_new['subsets'][preset]
-        lines.append(f'| {preset}: conversations showing a pattern | {a["conversations_with_pattern"]:.1%} | '
-                     f'{b["conversations_with_pattern"]:.1%} |')
+        lines.append(
+            f'| {preset}: conversations showing a pattern | {a["conversations_with_pattern"]:.1%} | '
+            f'{b["conversations_with_pattern"]:.1%} |'
+        )
 
     def frequent(trans):
         rows = trans[(trans['speaker'] != 'neutral') & (trans['listener'] != 'neutral')]
         return rows.sort_values('count', ascending=False).head(top).reset_index(drop=True)
 
     a, b = frequent(t_old), frequent(t_new)
-    lines += ['', f'Most frequent transitions (neutral excluded), top {top}:', '',
-              '| rank | before | count | lift | now | count | lift |', '|---|---|---|---|---|---|---|']
+    lines += [
+        '',
+        f'Most frequent transitions (neutral excluded), top {top}:',
+        '',
+        '| rank | before | count | lift | now | count | lift |',
+        '|---|---|---|---|---|---|---|',
+    ]
     for i in range(max(len(a), len(b))):
-        left = ((f'{a.speaker[i]} -> {a.listener[i]}', a['count'][i], f'{a.lift[i]:.2f}') if i < len(a)
-                else ('', '', ''))
-        right = ((f'{b.speaker[i]} -> {b.listener[i]}', b['count'][i], f'{b.lift[i]:.2f}') if i < len(b)
-                 else ('', '', ''))
+        left = (f'{a.speaker[i]} -> {a.listener[i]}', a['count'][i], f'{a.lift[i]:.2f}') if i < len(a) else ('', '', '')
+        right = (
+            (f'{b.speaker[i]} -> {b.listener[i]}', b['count'][i], f'{b.lift[i]:.2f}') if i < len(b) else ('', '', '')
+        )
         lines.append(f'| {i + 1} | ' + ' | '.join(str(x) for x in left + right) + ' |')
     keys = lambda frame: set(zip(frame.speaker, frame.listener))  # noqa: E731
     kept, gone, new = keys(p_old) & keys(p_new), keys(p_old) - keys(p_new), keys(p_new) - keys(p_old)

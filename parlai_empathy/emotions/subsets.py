@@ -11,6 +11,7 @@
 Every selection returns a manifest: the parameters, sorted conv_ids and statistics. It has no
 timestamps or paths that vary, so the same inputs give the byte-identical manifest.
 """
+
 import hashlib
 import json
 import os
@@ -44,8 +45,17 @@ def _seeded_rank(conv_ids: List[str], seed: int) -> np.ndarray:
     return np.array([int(hashlib.sha256(f'{seed}:{c}'.encode()).hexdigest()[:12], 16) for c in conv_ids])
 
 
-def select(pairs: pd.DataFrame, all_conv_ids: List[str], classes, params: PatternParams, preset: str = None,
-           fraction: float = None, side: str = None, seed: int = 0, source: Dict = None) -> Dict:
+def select(
+    pairs: pd.DataFrame,
+    all_conv_ids: List[str],
+    classes,
+    params: PatternParams,
+    preset: str = None,
+    fraction: float = None,
+    side: str = None,
+    seed: int = 0,
+    source: Dict = None,
+) -> Dict:
     """A manifest for one subset of ``all_conv_ids`` (train); patterns are mined on ``pairs``."""
     if preset is not None:
         if preset not in PRESETS:
@@ -98,9 +108,10 @@ def select(pairs: pd.DataFrame, all_conv_ids: List[str], classes, params: Patter
 
 
 def manifest_name(manifest: Dict) -> str:
-    label = manifest['preset'] or f"{manifest['selection']['kind']}{manifest['selection']['fraction']}"
+    label = manifest['preset'] or f'{manifest["selection"]["kind"]}{manifest["selection"]["fraction"]}'
     digest = hashlib.sha256(
-        json.dumps({k: v for k, v in manifest.items() if k != 'conv_ids'}, sort_keys=True).encode()).hexdigest()
+        json.dumps({k: v for k, v in manifest.items() if k != 'conv_ids'}, sort_keys=True).encode()
+    ).hexdigest()
     return f'{label}-{digest[:12]}.json'
 
 
@@ -114,9 +125,9 @@ def write_manifest(manifest: Dict, directory: str) -> str:
 def describe(manifest: Dict) -> str:
     s = manifest['stats']
     return (
-        f"{manifest['preset'] or manifest['selection']['kind']}: {s['conversations']} of "
-        f"{s['train_conversations']} train "
-        f"conversations ({s['fraction']:.1%}, target {s['target_fraction']:.0%}); {s['pattern_transitions']} pattern "
-        f"transitions in {s['turn_pairs']} turn pairs ({s['pattern_transitions_per_pair']:.3f}/pair); "
-        f"{s['conversations_with_pattern']:.1%} of its conversations show a pattern"
+        f'{manifest["preset"] or manifest["selection"]["kind"]}: {s["conversations"]} of '
+        f'{s["train_conversations"]} train '
+        f'conversations ({s["fraction"]:.1%}, target {s["target_fraction"]:.0%}); {s["pattern_transitions"]} pattern '
+        f'transitions in {s["turn_pairs"]} turn pairs ({s["pattern_transitions_per_pair"]:.3f}/pair); '
+        f'{s["conversations_with_pattern"]:.1%} of its conversations show a pattern'
     )

@@ -12,6 +12,7 @@ Tagging holds a file lock (``<cache folder>.lock``): when several processes tag 
 the same classifier at once (the ranks of a distributed job), one tags and the others wait, then
 find the complete cache and reuse it.
 """
+
 import hashlib
 import json
 import os
@@ -118,12 +119,24 @@ def tag_ed(
         # another process may have finished it while this one waited
         if _is_complete(directory):
             return TagRun(directory, len(utterances), len(utterances), 0, empty)
-        return _tag_missing_chunks(directory, utterances, classifier, key, model_file, empty, precision,
-                                   chunk_size, batch_tokens, progress, max_chunks)
+        return _tag_missing_chunks(
+            directory,
+            utterances,
+            classifier,
+            key,
+            model_file,
+            empty,
+            precision,
+            chunk_size,
+            batch_tokens,
+            progress,
+            max_chunks,
+        )
 
 
-def _tag_missing_chunks(directory, utterances, classifier, key, model_file, empty, precision, chunk_size,
-                        batch_tokens, progress, max_chunks) -> TagRun:
+def _tag_missing_chunks(
+    directory, utterances, classifier, key, model_file, empty, precision, chunk_size, batch_tokens, progress, max_chunks
+) -> TagRun:
     os.makedirs(os.path.join(directory, 'parts'), exist_ok=True)
     _check_precision(directory, precision)
 
@@ -148,8 +161,9 @@ def _tag_missing_chunks(directory, utterances, classifier, key, model_file, empt
         for batch in inference.batches(chunk, token_ids, batch_tokens):
             probs[[row_of[p] for p in batch]] = inference.predict(classifier, [token_ids[p] for p in batch])
             bar.update(len(batch))
-        atomic_write(_part_path(directory, n),
-                     lambda f, chunk=chunk, probs=probs: np.savez(f, positions=chunk, probs=probs))
+        atomic_write(
+            _part_path(directory, n), lambda f, chunk=chunk, probs=probs: np.savez(f, positions=chunk, probs=probs)
+        )
         tagged += len(chunk)
         computed_chunks += 1
     bar.close()
@@ -171,8 +185,9 @@ def _check_part(directory, number, expected_positions, num_classes):
         with np.load(path) as part:
             positions, probs = part['positions'], part['probs']
     except Exception as err:  # a truncated or foreign file: never silently reuse it
-        raise TagCacheError(f'corrupt tag cache chunk {path} ({type(err).__name__}: {err}); '
-                            f'delete it and run {TAG_COMMAND} again') from None
+        raise TagCacheError(
+            f'corrupt tag cache chunk {path} ({type(err).__name__}: {err}); delete it and run {TAG_COMMAND} again'
+        ) from None
     if not np.array_equal(positions, expected_positions) or probs.shape != (len(expected_positions), num_classes):
         raise TagCacheError(
             f'tag cache chunk {path} does not belong to this classifier/data plan; '
@@ -193,8 +208,10 @@ def _check_precision(directory: str, precision: str) -> None:
         raise TagCacheError(f'{err}; delete {directory} and run {TAG_COMMAND}') from None
     if started != precision:
         flag = '--bf16 true' if started == 'bf16' else '--bf16 false'
-        raise TagCacheError(f'{directory} was started in {started}, this run is {precision}: resume it with '
-                            f'{flag}, or delete the folder to start again')
+        raise TagCacheError(
+            f'{directory} was started in {started}, this run is {precision}: resume it with '
+            f'{flag}, or delete the folder to start again'
+        )
 
 
 def _finish(directory, chunks, utterances, classifier, key, model_file, empty, precision='fp32'):
@@ -202,15 +219,22 @@ def _finish(directory, chunks, utterances, classifier, key, model_file, empty, p
     for n, _chunk in enumerate(chunks):
         with np.load(_part_path(directory, n)) as part:
             probs[part['positions']] = part['probs']
-    settings = {'model_file': os.path.abspath(model_file) if model_file else None, 'key': classifier.key,
-                'classes': classifier.classes, 'multilabel': classifier.multilabel,
-                'threshold': classifier.threshold, 'max_length': classifier.max_length, 'precision': precision}
+    settings = {
+        'model_file': os.path.abspath(model_file) if model_file else None,
+        'key': classifier.key,
+        'classes': classifier.classes,
+        'multilabel': classifier.multilabel,
+        'threshold': classifier.threshold,
+        'max_length': classifier.max_length,
+        'precision': precision,
+    }
     write_complete(directory, utterances, probs, settings, key)
     shutil.rmtree(os.path.join(directory, 'parts'), ignore_errors=True)
 
 
-def write_complete(directory: str, utterances: Sequence[Utterance], probs: np.ndarray, classifier: Dict,
-                   ed_data_key: str) -> None:
+def write_complete(
+    directory: str, utterances: Sequence[Utterance], probs: np.ndarray, classifier: Dict, ed_data_key: str
+) -> None:
     """Write a complete cache: ``tags.npz`` first, then ``meta.json`` (which marks completion).
 
     ``classifier`` holds key, classes, multilabel and threshold (and optionally model_file,
@@ -248,8 +272,11 @@ def _is_complete(directory: str) -> bool:
         meta = load_json_file(path, 'a tag cache meta.json', 'opt_bytes')
     except FileRefused:
         return False
-    return (meta.get('complete') is True and meta.get('version') == VERSION
-            and os.path.exists(os.path.join(directory, 'tags.npz')))
+    return (
+        meta.get('complete') is True
+        and meta.get('version') == VERSION
+        and os.path.exists(os.path.join(directory, 'tags.npz'))
+    )
 
 
 def locate(root: str, model_file: str, ed_dir: str) -> str:
@@ -275,7 +302,8 @@ class TagTable:
             self.meta = load_json_file(meta_path, 'a tag cache meta.json', 'opt_bytes')
         except FileRefused as err:
             raise TagCacheError(
-                f'corrupt tag cache metadata {meta_path} ({err}); delete {directory} and run {TAG_COMMAND}') from None
+                f'corrupt tag cache metadata {meta_path} ({err}); delete {directory} and run {TAG_COMMAND}'
+            ) from None
         if self.meta.get('version') != VERSION:
             raise TagCacheError(
                 f'tag cache {directory} has version {self.meta.get("version")}, this code reads {VERSION}: '
@@ -290,12 +318,15 @@ class TagTable:
                 keys = zip(data['split'].tolist(), data['conv_id'].tolist(), data['utterance_idx'].tolist())
                 self.row: Dict[Tuple[str, str, int], int] = {k: i for i, k in enumerate(keys)}
         except Exception as err:
-            raise TagCacheError(f'corrupt tag cache {path} ({type(err).__name__}: {err}); '
-                                f'delete {directory} and run {TAG_COMMAND}') from None
+            raise TagCacheError(
+                f'corrupt tag cache {path} ({type(err).__name__}: {err}); delete {directory} and run {TAG_COMMAND}'
+            ) from None
         self.classes: List[str] = list(self.meta['classifier']['classes'])
         if self.probs.shape != (len(self.row), len(self.classes)) or self.labels.shape != self.probs.shape:
-            raise TagCacheError(f'corrupt tag cache {path}: array shapes disagree with meta.json; '
-                                f'delete {directory} and run {TAG_COMMAND}')
+            raise TagCacheError(
+                f'corrupt tag cache {path}: array shapes disagree with meta.json; '
+                f'delete {directory} and run {TAG_COMMAND}'
+            )
         self.directory = directory
 
     def lookup(self, split: str, conv_id: str, utterance_idx: int) -> int:

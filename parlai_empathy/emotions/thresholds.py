@@ -5,6 +5,7 @@ that is rare or hard (grief, nervousness, pride, relief) may then never be predi
 each label's threshold to maximise that label's F1 on dev is the usual remedy. The single 0.3
 stays available (``--threshold-scheme single``), and both macro-F1 figures are reported.
 """
+
 from typing import Dict, Sequence
 
 import numpy as np
@@ -24,8 +25,9 @@ def f1_at(probs: np.ndarray, gold: np.ndarray, thresholds) -> np.ndarray:
     return np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 0.0)
 
 
-def tune(probs: np.ndarray, gold: np.ndarray, grid: Sequence[float] = GRID,
-         default: float = DEFAULT_THRESHOLD) -> np.ndarray:
+def tune(
+    probs: np.ndarray, gold: np.ndarray, grid: Sequence[float] = GRID, default: float = DEFAULT_THRESHOLD
+) -> np.ndarray:
     """Each label's threshold from ``grid`` maximising its F1 on (``probs``, ``gold``).
 
     Ties go to the grid value closest to ``default``; a label with no positive example keeps
@@ -43,13 +45,20 @@ def tune(probs: np.ndarray, gold: np.ndarray, grid: Sequence[float] = GRID,
     return thresholds
 
 
-def summary(classes: Sequence[str], probs: np.ndarray, gold: np.ndarray, thresholds: np.ndarray,
-            default: float = DEFAULT_THRESHOLD) -> Dict:
+def summary(
+    classes: Sequence[str],
+    probs: np.ndarray,
+    gold: np.ndarray,
+    thresholds: np.ndarray,
+    default: float = DEFAULT_THRESHOLD,
+) -> Dict:
     """What the tuning changed on the tuning split, per label and in macro-F1."""
     single, tuned = f1_at(probs, gold, default), f1_at(probs, gold, thresholds)
     return {
-        'macro_f1_single': float(single.mean()), 'macro_f1_tuned': float(tuned.mean()),
-        'labels': {name: {'threshold': float(t), 'f1_single': float(s), 'f1_tuned': float(u),
-                          'support': int(gold[:, i].sum())}
-                   for i, (name, t, s, u) in enumerate(zip(classes, thresholds, single, tuned))},
+        'macro_f1_single': float(single.mean()),
+        'macro_f1_tuned': float(tuned.mean()),
+        'labels': {
+            name: {'threshold': float(t), 'f1_single': float(s), 'f1_tuned': float(u), 'support': int(gold[:, i].sum())}
+            for i, (name, t, s, u) in enumerate(zip(classes, thresholds, single, tuned))
+        },
     }

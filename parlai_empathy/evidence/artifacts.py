@@ -16,6 +16,7 @@ No weights: the tables and ``projects/leaderboard`` regenerate from these files 
 (``parlai empathy_leaderboard --from-artifacts projects``), and a test checks that every figure
 equals what its artifacts give.
 """
+
 import gzip
 import json
 import math
@@ -44,8 +45,9 @@ def write_json(path: str, obj) -> None:
     Written beside the target and renamed into place, so an interrupted write never leaves a
     truncated file where a complete one was (:func:`~parlai_empathy.files.cache_lock.atomic_write`: the
     temporary name is the writer's own, so two writers never share one)."""
-    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + '\n'),
-                 binary=False)
+    atomic_write(
+        path, lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + '\n'), binary=False
+    )
 
 
 def read_json(path: str, error=ArtifactError):
@@ -65,8 +67,11 @@ def path_placeholders(extra: Optional[Mapping[str, str]] = None) -> Dict[str, st
     places = dict(extra or {})
     places.setdefault(os.path.expanduser('~'), '~')
     # $PARLAI_EMPATHY_RUNS_DIR: set by `parlai empathy_reproduce` for its steps
-    for env, name in (('PARLAI_EMPATHY_RUNS_DIR', '{runs}'), ('PARLAI_EMPATHY_ED_DIR', '{ed_dir}'),
-                      ('PARLAI_EMPATHY_GOEMOTIONS_DIR', '{goemotions_dir}')):
+    for env, name in (
+        ('PARLAI_EMPATHY_RUNS_DIR', '{runs}'),
+        ('PARLAI_EMPATHY_ED_DIR', '{ed_dir}'),
+        ('PARLAI_EMPATHY_GOEMOTIONS_DIR', '{goemotions_dir}'),
+    ):
         if os.environ.get(env):
             places.setdefault(os.path.abspath(os.environ[env]), name)
     try:
@@ -156,11 +161,18 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
         return {'commit': os.environ['PARLAI_EMPATHY_COMMIT'], 'dirty': False, 'package': __version__}
     repo = repo or os.environ.get('PARLAI_EMPATHY_REPO') or os.getcwd()
     try:
-        commit = subprocess.run(['git', '-C', repo, 'rev-parse', 'HEAD'], capture_output=True, text=True,
-                                check=True).stdout.strip()
+        commit = subprocess.run(
+            ['git', '-C', repo, 'rev-parse', 'HEAD'], capture_output=True, text=True, check=True
+        ).stdout.strip()
         excluded = [f':(exclude,glob){path}' for path in EVIDENCE_PATHS]
-        dirty = bool(subprocess.run(['git', '-C', repo, 'status', '--porcelain', '--untracked-files=no', '--',
-                                     '.', *excluded], capture_output=True, text=True, check=True).stdout.strip())
+        dirty = bool(
+            subprocess.run(
+                ['git', '-C', repo, 'status', '--porcelain', '--untracked-files=no', '--', '.', *excluded],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.CalledProcessError):
         return {'commit': None}
     return {'commit': commit, 'dirty': dirty, 'package': __version__}
@@ -168,8 +180,14 @@ def code_version(repo: Optional[str] = None) -> Dict[str, object]:
 
 # the variables that choose the CPU kernels PyTorch, oneDNN and MKL use, the thread count and how
 # idle OpenMP threads wait: a figure taken under them is not the machine's default
-KERNEL_ENV = ('ATEN_CPU_CAPABILITY', 'ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS', 'OMP_NUM_THREADS',
-              'OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')
+KERNEL_ENV = (
+    'ATEN_CPU_CAPABILITY',
+    'ONEDNN_MAX_CPU_ISA',
+    'MKL_ENABLE_INSTRUCTIONS',
+    'OMP_NUM_THREADS',
+    'OMP_WAIT_POLICY',
+    'GOMP_SPINCOUNT',
+)
 
 
 def benchmark_record(repo: Optional[str] = None) -> Dict[str, object]:
@@ -180,7 +198,8 @@ def benchmark_record(repo: Optional[str] = None) -> Dict[str, object]:
 
     return {
         'taken': time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime()),
-        'machine': machine(), 'code': code_version(repo),
+        'machine': machine(),
+        'code': code_version(repo),
         'kernel_env': {name: os.environ.get(name) for name in KERNEL_ENV},
         'torch_cpu_capability': torch.backends.cpu.get_cpu_capability(),
     }
@@ -242,11 +261,18 @@ def label_f1(rows: List[Mapping], predicted_key: str, classes) -> Dict:
             tp_fp_fn[2] += label in gold and label not in predicted
     labels = {}
     for label, (tp, fp, fn) in counts.items():
-        labels[label] = {'precision': tp / (tp + fp) if tp + fp else 0.0, 'recall': tp / (tp + fn) if tp + fn else 0.0,
-                         'f1': 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0, 'support': tp + fn}
+        labels[label] = {
+            'precision': tp / (tp + fp) if tp + fp else 0.0,
+            'recall': tp / (tp + fn) if tp + fn else 0.0,
+            'f1': 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+            'support': tp + fn,
+        }
     tp, fp, fn = (sum(c[i] for c in counts.values()) for i in range(3))
-    return {'labels': labels, 'macro_f1': sum(v['f1'] for v in labels.values()) / max(len(labels), 1),
-            'micro_f1': 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0}
+    return {
+        'labels': labels,
+        'macro_f1': sum(v['f1'] for v in labels.values()) / max(len(labels), 1),
+        'micro_f1': 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+    }
 
 
 def recompute_classifier(rows: List[Mapping], classes) -> Dict[str, float]:
@@ -272,8 +298,11 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
     from parlai_empathy.metrics.suite import ScoredExample, score_examples
 
     values: Dict[str, float] = {}
-    examples = [ScoredExample(context='', gold=r['gold'], response=r.get('reply'), source=r.get('id', ''))
-                for r in rows if r.get('reply') is not None and r.get('gold') is not None]
+    examples = [
+        ScoredExample(context='', gold=r['gold'], response=r.get('reply'), source=r.get('id', ''))
+        for r in rows
+        if r.get('reply') is not None and r.get('gold') is not None
+    ]
     if examples:
         for key, value in score_examples(examples).values.items():
             values[key] = value
@@ -285,8 +314,15 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
     words = [(r['nll_reply'], r['words']) for r in rows if r.get('nll_reply') is not None and r.get('words')]
     if words:  # per word of the gold reply, end token excluded (docs/metric_definitions.md)
         values['ppl_word'] = math.exp(sum(n for n, _ in words) / sum(w for _, w in words))
-    for key in ('emo_acc', 'emo_acc@2', 'emo_acc@5', 'p@1,100', 'p@1,100_shuffled', 'reply_emotion_acc',
-                'reply_tokens'):
+    for key in (
+        'emo_acc',
+        'emo_acc@2',
+        'emo_acc@5',
+        'p@1,100',
+        'p@1,100_shuffled',
+        'reply_emotion_acc',
+        'reply_tokens',
+    ):
         hits = [r[key] for r in rows if r.get(key) is not None]
         if hits:
             values[key] = sum(hits) / len(hits)
@@ -297,8 +333,14 @@ def recompute(rows: List[Mapping]) -> Dict[str, float]:
 
 
 # ----- a row's folder ------------------------------------------------------------------------------
-def write_row(row_dir: str, report: Mapping, outputs: List[Mapping], opt: Mapping, meta: Mapping,
-              places: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def write_row(
+    row_dir: str,
+    report: Mapping,
+    outputs: List[Mapping],
+    opt: Mapping,
+    meta: Mapping,
+    places: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
     """Write the four artifacts of one row; paths under known prefixes become placeholders."""
     os.makedirs(row_dir, exist_ok=True)
     places = places or path_placeholders()

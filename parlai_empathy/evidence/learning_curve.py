@@ -6,6 +6,7 @@ count. :func:`curve` turns them into rows a row's ``meta.json`` keeps; :func:`ti
 reads off the first validation that reaches a paper's figure; :func:`plot` draws one or more
 curves against wall minutes.
 """
+
 import json
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -16,9 +17,11 @@ def curve(trainstats: Mapping) -> List[Dict[str, float]]:
     """One row per validation: minutes, updates, epochs and the kept metrics."""
     rows = []
     for report in trainstats.get('valid_reports', []):
-        row = {'minutes': round(float(report.get('train_time', 0.0)) / 60, 2),
-               'updates': int(report.get('total_train_updates', 0)),
-               'epochs': round(float(report.get('total_epochs', 0.0)), 3)}
+        row = {
+            'minutes': round(float(report.get('train_time', 0.0)) / 60, 2),
+            'updates': int(report.get('total_train_updates', 0)),
+            'epochs': round(float(report.get('total_epochs', 0.0)), 3),
+        }
         row.update({k: float(report[k]) for k in KEPT if k in report})
         rows.append(row)
     return rows
@@ -66,8 +69,14 @@ def time_to_target(rows: Sequence[Mapping], metric: str, target: float, mode: st
     return None
 
 
-def plot(curves: Mapping[str, Sequence[Mapping]], metric: str, path: str, target: Optional[float] = None,
-         title: str = '', log_y: bool = False) -> None:
+def plot(
+    curves: Mapping[str, Sequence[Mapping]],
+    metric: str,
+    path: str,
+    target: Optional[float] = None,
+    title: str = '',
+    log_y: bool = False,
+) -> None:
     """``metric`` against wall minutes, one line per named curve, the paper's figure dashed."""
     import matplotlib
 

@@ -32,6 +32,7 @@ installations: a frozen clone whose row needs another clone's tags would find th
 cache); such a step reuses what it finds, so running it again costs seconds. The plan of a row is
 the record of how its figures were made: its artifacts' ``meta.json`` repeats it.
 """
+
 import os
 import shlex
 import subprocess
@@ -172,17 +173,20 @@ def load_spec(projects_dir: str, project: str) -> Dict:
     spec_path = os.path.join(projects_dir, project, SPEC_FILE)
     if not os.path.isfile(spec_path):
         known = projects_in(projects_dir)
-        raise ReproduceSpecError(f'{spec_path} does not exist '
-                                 f'(projects in {projects_dir}: {", ".join(known) or "none"}); '
-                                 f'name the folder that holds {project}/{SPEC_FILE} with --projects-dir DIR '
-                                 f'or ${PROJECTS_ENV}')
+        raise ReproduceSpecError(
+            f'{spec_path} does not exist '
+            f'(projects in {projects_dir}: {", ".join(known) or "none"}); '
+            f'name the folder that holds {project}/{SPEC_FILE} with --projects-dir DIR '
+            f'or ${PROJECTS_ENV}'
+        )
     from parlai_empathy.evidence.artifacts import read_json
 
     return read_json(spec_path, ReproduceSpecError)
 
 
-def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile: str = 'cpu',
-             evidence_dir: Optional[str] = None) -> RowPlan:
+def row_plan(
+    projects_dir: str, project: str, entry: str, runs_dir: str, profile: str = 'cpu', evidence_dir: Optional[str] = None
+) -> RowPlan:
     """One row's steps for ``profile``, placeholders filled. ``evidence_dir`` plays ``projects/``
     for what the steps write (``{artifacts}`` is ``<evidence_dir>/<project>/runs``); by default
     the plans' own folder, i.e. over the committed rows."""
@@ -193,21 +197,41 @@ def row_plan(projects_dir: str, project: str, entry: str, runs_dir: str, profile
         raise ReproduceSpecError(f'{project} has no plan for row {entry!r} (rows with a plan: {", ".join(rows)})')
     plans = rows[entry]
     if profile not in plans:
-        raise ReproduceSpecError(f'{where}: no {profile!r} profile (profiles: '
-                                 f'{", ".join(p for p in plans if p in PROFILES)})')
+        raise ReproduceSpecError(
+            f'{where}: no {profile!r} profile (profiles: {", ".join(p for p in plans if p in PROFILES)})'
+        )
     runs_dir = os.path.abspath(runs_dir)
     row_dir = os.path.join(runs_dir, project, entry)
-    values = {'runs': runs_dir, 'model': os.path.join(row_dir, 'model'),
-              'artifacts': os.path.abspath(os.path.join(evidence_dir or projects_dir, project, 'runs'))}
+    values = {
+        'runs': runs_dir,
+        'model': os.path.join(row_dir, 'model'),
+        'artifacts': os.path.abspath(os.path.join(evidence_dir or projects_dir, project, 'runs')),
+    }
     steps = []
     for i, step in enumerate(plans[profile]):
         name = step.get('name', f'step{i}')
         argv = _fill(step['parlai'], values, f'{where}.{profile}[{i}]')
         evidence = _evidence_written(step['parlai'], argv, values['artifacts'], entry)
-        steps.append(Step(name, argv, os.path.join(row_dir, f'{profile}.{i}.{name}.done'), bool(step.get('always')),
-                          values['artifacts'] if evidence else None, evidence))
-    return RowPlan(project, entry, profile, list(plans.get('needs', [])), steps, values['model'],
-                   os.path.join(values['artifacts'], entry), os.path.join(projects_dir, project, 'runs', entry))
+        steps.append(
+            Step(
+                name,
+                argv,
+                os.path.join(row_dir, f'{profile}.{i}.{name}.done'),
+                bool(step.get('always')),
+                values['artifacts'] if evidence else None,
+                evidence,
+            )
+        )
+    return RowPlan(
+        project,
+        entry,
+        profile,
+        list(plans.get('needs', [])),
+        steps,
+        values['model'],
+        os.path.join(values['artifacts'], entry),
+        os.path.join(projects_dir, project, 'runs', entry),
+    )
 
 
 def all_rows(projects_dir: str, project: str) -> List[str]:
@@ -220,8 +244,14 @@ def row_profiles(projects_dir: str, project: str, entry: str) -> List[str]:
     return [profile for profile in PROFILES if profile in plans]
 
 
-def ordered_plans(projects_dir: str, project: str, entries: Sequence[str], runs_dir: str,
-                  profile: str = 'cpu', evidence_dir: Optional[str] = None) -> List[RowPlan]:
+def ordered_plans(
+    projects_dir: str,
+    project: str,
+    entries: Sequence[str],
+    runs_dir: str,
+    profile: str = 'cpu',
+    evidence_dir: Optional[str] = None,
+) -> List[RowPlan]:
     """The rows asked for, each preceded by the rows it needs (once each, needs first)."""
     ordered: List[RowPlan] = []
     seen = set()
@@ -251,6 +281,7 @@ TIMED_STEPS = {'train_model': ('training', 'train_time'), 'empathy_leaderboard':
 @dataclass
 class RowTiming:
     """The wall times of a row's steps in its committed run (None: not measured)."""
+
     seconds: List[Optional[float]]
     machine: str  # where they were measured, in words ('' without a committed run)
     note: str = ''  # why there are no figures, when there are none
@@ -298,8 +329,9 @@ def row_timing(plan: RowPlan) -> RowTiming:
     return RowTiming(measured, machine)
 
 
-def plans_estimate(plans: Sequence[RowPlan], timings: Optional[Sequence[RowTiming]] = None,
-                   include_done: bool = True) -> str:
+def plans_estimate(
+    plans: Sequence[RowPlan], timings: Optional[Sequence[RowTiming]] = None, include_done: bool = True
+) -> str:
     """One sentence: how long the steps of ``plans`` took in the committed runs, in all, on which
     machines, and which steps no figure covers."""
     timings = timings or [row_timing(plan) for plan in plans]
@@ -315,8 +347,9 @@ def plans_estimate(plans: Sequence[RowPlan], timings: Optional[Sequence[RowTimin
                 total += seconds
                 if timing.machine not in machines:
                     machines.append(timing.machine)
-        note = ((timing.note if len(plans) == 1 else f'{plan.project}/{plan.entry}: {timing.note}')
-                if timing.note else '')
+        note = (
+            (timing.note if len(plans) == 1 else f'{plan.project}/{plan.entry}: {timing.note}') if timing.note else ''
+        )
         if note and note not in notes:
             notes.append(note)
     if not total:
@@ -334,8 +367,13 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
     os.makedirs(log_dir, exist_ok=True)
     if step.marker:  # {runs}/<paper>/<row>/<profile>.<i>.<name>.done -> <paper>.<row>.<profile>.<i>.<name>.log
         row_dir = os.path.dirname(step.marker)
-        name = '.'.join([os.path.basename(os.path.dirname(row_dir)), os.path.basename(row_dir),
-                         os.path.basename(step.marker)[: -len('.done')]])
+        name = '.'.join(
+            [
+                os.path.basename(os.path.dirname(row_dir)),
+                os.path.basename(row_dir),
+                os.path.basename(step.marker)[: -len('.done')],
+            ]
+        )
     else:
         name = step.name
     log_path = os.path.join(log_dir, name.replace(' ', '_').replace('/', '_') + '.log')
@@ -350,11 +388,15 @@ def run_step(step: Step, log_dir: str, parlai: Optional[List[str]] = None, timeo
                 env = dict(os.environ, PARLAI_EMPATHY_RUNS_DIR=os.path.dirname(os.path.dirname(row_dir)))
             done = subprocess.run(parlai + step.argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f'[reproduce] {step.name} was stopped after {timeout:.0f} s (its time was up); '
-                               f'see {log_path}. Run the same command again to resume.') from None
+            raise RuntimeError(
+                f'[reproduce] {step.name} was stopped after {timeout:.0f} s (its time was up); '
+                f'see {log_path}. Run the same command again to resume.'
+            ) from None
     if done.returncode != 0:
-        raise RuntimeError(f'[reproduce] {step.name} failed (exit {done.returncode}); see {log_path}. '
-                           'Run the same command again to resume.')
+        raise RuntimeError(
+            f'[reproduce] {step.name} failed (exit {done.returncode}); see {log_path}. '
+            'Run the same command again to resume.'
+        )
     if step.marker:
         os.makedirs(os.path.dirname(step.marker), exist_ok=True)
         with open(step.marker, 'w') as f:
@@ -369,8 +411,15 @@ def record_plan(plan: RowPlan) -> None:
     if not os.path.isfile(meta_path):
         return
     meta = evidence.read_json(meta_path)
-    places = evidence.path_placeholders({os.path.dirname(os.path.dirname(os.path.dirname(plan.model))): '{runs}',
-                                         os.path.dirname(plan.artifacts): '{artifacts}'})
-    meta['plan'] = {'profile': plan.profile, 'needs': plan.needs,
-                    'commands': [evidence.portable(step.shell(), places) for step in plan.steps]}
+    places = evidence.path_placeholders(
+        {
+            os.path.dirname(os.path.dirname(os.path.dirname(plan.model))): '{runs}',
+            os.path.dirname(plan.artifacts): '{artifacts}',
+        }
+    )
+    meta['plan'] = {
+        'profile': plan.profile,
+        'needs': plan.needs,
+        'commands': [evidence.portable(step.shell(), places) for step in plan.steps],
+    }
     evidence.write_json(meta_path, evidence.portable(meta, places))

@@ -16,6 +16,7 @@ Every refusal is a :class:`FileRefused` (a ``ValueError``) whose message is one 
 file, the line and field where there is one, what was wrong and the cap with the variable that
 raises it.
 """
+
 import gzip
 import io
 import json
@@ -43,8 +44,13 @@ class FileRefused(ValueError):
         super().__init__(f'{where}: {problem}')
 
 
-_KINDS = ((stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'),
-          (stat.S_ISSOCK, 'a socket'), (stat.S_ISDIR, 'a folder'))
+_KINDS = (
+    (stat.S_ISFIFO, 'a FIFO'),
+    (stat.S_ISCHR, 'a character device'),
+    (stat.S_ISBLK, 'a block device'),
+    (stat.S_ISSOCK, 'a socket'),
+    (stat.S_ISDIR, 'a folder'),
+)
 
 
 def _kind(mode: int) -> str:
@@ -60,8 +66,9 @@ def _check_stat(path, st: os.stat_result, what: str, cap_name: Optional[str], li
     if cap_name is not None:
         cap = getattr(limits, cap_name)
         if st.st_size > cap:
-            raise FileRefused(path, None, None, f'{st.st_size:,} bytes, over the cap of {describe(cap_name, cap)} '
-                                                f'bytes for {what}')
+            raise FileRefused(
+                path, None, None, f'{st.st_size:,} bytes, over the cap of {describe(cap_name, cap)} bytes for {what}'
+            )
 
 
 def check_file(path, what: str, cap_name: Optional[str] = None) -> os.stat_result:
@@ -107,8 +114,9 @@ def read_bytes(path, what: str, cap_name: str) -> bytes:
     with open_regular(path, what, cap_name) as f:
         data = f.read(cap + 1)
     if len(data) > cap:
-        raise FileRefused(path, None, None, f'grew over the cap of {describe(cap_name, cap)} bytes for {what} '
-                                            'while it was read')
+        raise FileRefused(
+            path, None, None, f'grew over the cap of {describe(cap_name, cap)} bytes for {what} while it was read'
+        )
     return data
 
 
@@ -118,17 +126,23 @@ def decode_utf8(data: bytes, path, line_no: Optional[int] = None) -> str:
     try:
         text = data.decode('utf-8')
     except UnicodeDecodeError as err:
-        before = data[:err.start].decode('utf-8', errors='replace')
+        before = data[: err.start].decode('utf-8', errors='replace')
         line, column = _line_col(before, len(before))
-        raise FileRefused(path, (line_no or 1) + line - 1, None,
-                          f'not UTF-8: byte 0x{data[err.start]:02x} at column {column} ({err.reason}); '
-                          'the file must be UTF-8 text') from None
+        raise FileRefused(
+            path,
+            (line_no or 1) + line - 1,
+            None,
+            f'not UTF-8: byte 0x{data[err.start]:02x} at column {column} ({err.reason}); the file must be UTF-8 text',
+        ) from None
     nul = text.find('\0')
     if nul >= 0:
         line, column = _line_col(text, nul)
-        raise FileRefused(path, (line_no or 1) + line - 1, None,
-                          f'NUL byte at column {column}: not text (a binary file, or UTF-16 without a '
-                          'byte order mark?)')
+        raise FileRefused(
+            path,
+            (line_no or 1) + line - 1,
+            None,
+            f'NUL byte at column {column}: not text (a binary file, or UTF-16 without a byte order mark?)',
+        )
     return text
 
 
@@ -137,8 +151,12 @@ def read_text(path, what: str, cap_name: str) -> str:
     return decode_utf8(read_bytes(path, what, cap_name), path)
 
 
-def iter_lines(path, what: str, line_cap: str = 'line_bytes', file_cap: str = 'data_bytes',
-               ) -> Iterator[Tuple[int, bytes]]:
+def iter_lines(
+    path,
+    what: str,
+    line_cap: str = 'line_bytes',
+    file_cap: str = 'data_bytes',
+) -> Iterator[Tuple[int, bytes]]:
     """(line number, raw bytes with the line break) for every line of the regular file ``path``
     (at most ``file_cap`` bytes), each at most ``line_cap`` bytes: a longer line is refused
     before more of it is read."""
@@ -151,19 +169,29 @@ def iter_lines(path, what: str, line_cap: str = 'line_bytes', file_cap: str = 'd
                 return
             line_no += 1
             if len(raw) > limit and not raw.endswith(b'\n'):
-                raise FileRefused(path, line_no, None, f'no line break within the cap of {describe(line_cap, limit)} '
-                                                       f'bytes: not a {what} (a binary file, or lines ended by lone '
-                                                       'CR characters?)')
+                raise FileRefused(
+                    path,
+                    line_no,
+                    None,
+                    f'no line break within the cap of {describe(line_cap, limit)} '
+                    f'bytes: not a {what} (a binary file, or lines ended by lone '
+                    'CR characters?)',
+                )
             yield line_no, raw
 
 
 def _gzip_refusal(path, line_no: int, err: BaseException) -> FileRefused:
-    return FileRefused(path, line_no, None, f'not a gzip file, or a damaged one ({type(err).__name__}: '
-                                            f'{str(err)[:80]})')
+    return FileRefused(
+        path, line_no, None, f'not a gzip file, or a damaged one ({type(err).__name__}: {str(err)[:80]})'
+    )
 
 
-def iter_gzip_lines(path, what: str, line_cap: str = 'log_line_bytes', file_cap: str = 'data_bytes',
-                    ) -> Iterator[Tuple[int, bytes]]:
+def iter_gzip_lines(
+    path,
+    what: str,
+    line_cap: str = 'log_line_bytes',
+    file_cap: str = 'data_bytes',
+) -> Iterator[Tuple[int, bytes]]:
     """(line number, raw bytes with the line break) for every line of the gzip file ``path``: the
     file as :func:`iter_lines` reads a plain one (a regular file within ``file_cap``, each
     unpacked line within ``line_cap``), and its unpacked bytes within ``data_bytes`` and within
@@ -192,8 +220,12 @@ def iter_gzip_lines(path, what: str, line_cap: str = 'log_line_bytes', file_cap:
                         over = f'{describe("archive_ratio", limits.archive_ratio)} times its own {packed:,} bytes'
                     raise FileRefused(path, line_no, None, f'unpacks to over {over}: a decompression bomb, not {what}')
                 if len(raw) > limit and not raw.endswith(b'\n'):
-                    raise FileRefused(path, line_no, None, f'no line break within the cap of '
-                                                           f'{describe(line_cap, limit)} bytes unpacked: not {what}')
+                    raise FileRefused(
+                        path,
+                        line_no,
+                        None,
+                        f'no line break within the cap of {describe(line_cap, limit)} bytes unpacked: not {what}',
+                    )
                 yield line_no, raw
 
 
@@ -214,8 +246,12 @@ def copy_regular(src, dst, what: str, cap_name: str) -> int:
                 break
             copied += len(chunk)
             if copied > cap:
-                raise FileRefused(src, None, None, f'grew over the cap of {describe(cap_name, cap)} bytes for '
-                                                   f'{what} while it was copied')
+                raise FileRefused(
+                    src,
+                    None,
+                    None,
+                    f'grew over the cap of {describe(cap_name, cap)} bytes for {what} while it was copied',
+                )
             out.write(chunk)
     shutil.copymode(src, dst)
     return copied
@@ -235,8 +271,12 @@ def copy_folder(src, dst, what: str) -> int:
             path = os.path.join(root, name)
             total += check_file(path, f'a file of {what}', 'checkpoint_bytes').st_size
             if total > limits.archive_bytes:
-                raise FileRefused(src, None, None, f'over the cap of {describe("archive_bytes", limits.archive_bytes)} '
-                                                   f'bytes in all, for {what}')
+                raise FileRefused(
+                    src,
+                    None,
+                    None,
+                    f'over the cap of {describe("archive_bytes", limits.archive_bytes)} bytes in all, for {what}',
+                )
             plan.append(os.path.relpath(path, src))
     os.makedirs(dst, exist_ok=True)
     for rel in plan:
@@ -305,14 +345,18 @@ def loads_json(text: str, path, line_no: Optional[int] = None, what: str = 'a JS
 
     def parse_int(digits: str) -> int:
         if len(digits.lstrip('-')) > limits.int_digits:
-            raise _Refusal(f'an integer of {len(digits.lstrip("-")):,} digits, over the cap of '
-                           f'{describe("int_digits", limits.int_digits)} digits')
+            raise _Refusal(
+                f'an integer of {len(digits.lstrip("-")):,} digits, over the cap of '
+                f'{describe("int_digits", limits.int_digits)} digits'
+            )
         return int(digits)
 
     def parse_float(number: str) -> float:
         if len(number) > limits.int_digits + 40:
-            raise _Refusal(f'a number of {len(number):,} characters, over the cap of '
-                           f'{describe("int_digits", limits.int_digits)} digits')
+            raise _Refusal(
+                f'a number of {len(number):,} characters, over the cap of '
+                f'{describe("int_digits", limits.int_digits)} digits'
+            )
         value = float(number)
         if not math.isfinite(value):
             raise _Refusal(f'the number {number[:40]} overflows to infinity; a figure must be finite')
@@ -324,28 +368,40 @@ def loads_json(text: str, path, line_no: Optional[int] = None, what: str = 'a JS
     def check_strings(pairs):
         for key, value in pairs:
             if isinstance(value, str) and len(value) > limits.cell_chars:
-                raise _Refusal(f'field {key!r}: a string of {len(value):,} characters, over the cap of '
-                               f'{describe("cell_chars", limits.cell_chars)}')
+                raise _Refusal(
+                    f'field {key!r}: a string of {len(value):,} characters, over the cap of '
+                    f'{describe("cell_chars", limits.cell_chars)}'
+                )
         return dict(pairs)
 
     try:
-        value = json.loads(text, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant,
-                           object_pairs_hook=check_strings)
+        value = json.loads(
+            text,
+            parse_int=parse_int,
+            parse_float=parse_float,
+            parse_constant=parse_constant,
+            object_pairs_hook=check_strings,
+        )
     except json.JSONDecodeError as err:
-        raise FileRefused(path, (line_no or 1) + err.lineno - 1, None,
-                          f'not valid JSON for {what} ({err.msg} at column {err.colno})') from None
+        raise FileRefused(
+            path, (line_no or 1) + err.lineno - 1, None, f'not valid JSON for {what} ({err.msg} at column {err.colno})'
+        ) from None
     except _Refusal as err:
-        raise FileRefused(path, line_no or (1 if '\n' not in text.strip() else None), None,
-                          err.problem) from None
+        raise FileRefused(path, line_no or (1 if '\n' not in text.strip() else None), None, err.problem) from None
     except RecursionError:
         value = _TOO_DEEP  # located below
     if value is _TOO_DEEP or _walk_depth(value, limits.json_depth):
         offset = _too_deep_at(text, limits.json_depth)
         if offset >= 0 or value is _TOO_DEEP:
             line, column = at(max(offset, 0))
-            raise FileRefused(path, line, None, f'nested deeper than the cap of '
-                                                f'{describe("json_depth", limits.json_depth)} levels (at {column}), '
-                                                f'for {what}')
+            raise FileRefused(
+                path,
+                line,
+                None,
+                f'nested deeper than the cap of '
+                f'{describe("json_depth", limits.json_depth)} levels (at {column}), '
+                f'for {what}',
+            )
     return value
 
 
@@ -373,23 +429,33 @@ def check_archive(archive, members: Iterable[Tuple[str, int]], into: str) -> int
         depth = len([part for part in name.split('/') if part not in ('', '.')])
         if depth > limits.archive_depth:
             cap = describe('archive_depth', limits.archive_depth)
-            raise FileRefused(archive, None, 'member name',
-                              f'{name[:80]!r}... is nested {depth} folders deep, over the cap of {cap}')
+            raise FileRefused(
+                archive, None, 'member name', f'{name[:80]!r}... is nested {depth} folders deep, over the cap of {cap}'
+            )
         total += max(int(size), 0)
         if total > limits.archive_ratio * max(packed, 1 << 20):
             cap = describe('archive_ratio', limits.archive_ratio)
-            raise FileRefused(archive, None, None, f'unpacks to over {cap} times its own {packed:,} bytes: an '
-                                                   'archive bomb, not a model archive')
+            raise FileRefused(
+                archive,
+                None,
+                None,
+                f'unpacks to over {cap} times its own {packed:,} bytes: an archive bomb, not a model archive',
+            )
         if total > limits.archive_bytes:
             cap = describe('archive_bytes', limits.archive_bytes)
-            raise FileRefused(archive, None, None, f'unpacks to over the cap of {cap} bytes; not a model archive '
-                                                   'we unpack')
+            raise FileRefused(
+                archive, None, None, f'unpacks to over the cap of {cap} bytes; not a model archive we unpack'
+            )
     folder = into
     while folder and not os.path.isdir(folder):
         folder = os.path.dirname(folder)
     free = shutil.disk_usage(folder or '.').free
     if total + limits.disk_headroom_bytes > free:
         cap = describe('disk_headroom_bytes', limits.disk_headroom_bytes)
-        raise FileRefused(archive, None, None, f'unpacks to {total:,} bytes, and {folder} has {free:,} bytes free; '
-                                               f'at least {cap} bytes must stay free')
+        raise FileRefused(
+            archive,
+            None,
+            None,
+            f'unpacks to {total:,} bytes, and {folder} has {free:,} bytes free; at least {cap} bytes must stay free',
+        )
     return total

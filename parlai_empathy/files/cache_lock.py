@@ -12,6 +12,7 @@ together, and every one of them wants the same cache).
   dictionary files) and :func:`atomic_save_dir` for one that fills a folder, file by file; a run
   killed while saving its checkpoint then resumes from the last complete one.
 """
+
 import contextlib
 import fcntl
 import logging
@@ -48,6 +49,7 @@ def temporary_name(path: str) -> str:
 
 def atomic_write(path: str, write: Callable[[IO], None], binary: bool = True) -> None:
     """``write(f)`` into a temporary file beside ``path``, flushed to disk, then renamed to it."""
+
     def save(name):
         with open(name, 'wb' if binary else 'w', **({} if binary else {'encoding': 'utf-8'})) as f:
             write(f)

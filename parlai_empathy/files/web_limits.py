@@ -8,6 +8,7 @@ reading anything and stops reading a streamed body as soon as it passes the limi
 applies back-pressure to the socket meanwhile, so the server holds at most about ``limit`` bytes
 plus one chunk per request.
 """
+
 from typing import Optional
 
 

@@ -5,6 +5,7 @@ Workers who failed an attention check are left out by default (and listed). Outp
 CSV and PNG, plus the A/B votes in the table shape ParlAI's ACUTE-Eval ``AcuteAnalyzer`` builds
 from Mephisto (one row per non-tie vote), so its win-rate code can run on them.
 """
+
 import csv
 import itertools
 import json
@@ -19,8 +20,7 @@ import pandas as pd
 from parlai_empathy.humaneval import sampling, votes
 from parlai_empathy.humaneval.db import TaskDB
 
-ASPECT_TITLES = {'empathy': 'Empathy', 'relevance': 'Relevance', 'fluency': 'Fluency',
-                 'overall': 'Overall'}
+ASPECT_TITLES = {'empathy': 'Empathy', 'relevance': 'Relevance', 'fluency': 'Fluency', 'overall': 'Overall'}
 
 
 # -- agreement ------------------------------------------------------------------------------
@@ -44,8 +44,7 @@ def krippendorff_alpha(ratings: Sequence[Tuple[str, str, object]], level: str = 
     return float(AnnotationTask(pairable, distance=distances[level]).alpha())
 
 
-def cohen_kappa(a: Sequence, b: Sequence, weights: Optional[str] = None,
-                labels: Optional[Sequence] = None) -> float:
+def cohen_kappa(a: Sequence, b: Sequence, weights: Optional[str] = None, labels: Optional[Sequence] = None) -> float:
     """Cohen's kappa for two raters' labels on the same items (scikit-learn's implementation).
 
     ``weights='quadratic'`` (or ``'linear'``) for ordinal labels such as Likert ratings, where
@@ -67,8 +66,9 @@ AB_KAPPA = {'weights': None, 'labels': None}
 LEVELS = {None: 'nominal', 'linear': 'interval', 'quadratic': 'interval'}  # Cohen's weights -> alpha's level
 
 
-def agreement(df: pd.DataFrame, label: str, min_common: int = 5, weights: Optional[str] = None,
-              labels: Optional[Sequence] = None) -> pd.DataFrame:
+def agreement(
+    df: pd.DataFrame, label: str, min_common: int = 5, weights: Optional[str] = None, labels: Optional[Sequence] = None
+) -> pd.DataFrame:
     """Per aspect: Krippendorff's alpha over every unit rated at least twice, whatever the number
     of raters (interval for quadratic ``weights``, else nominal), and the mean Cohen's kappa
     (``weights``: see :func:`cohen_kappa`) over worker pairs sharing >= ``min_common`` units."""
@@ -83,10 +83,18 @@ def agreement(df: pd.DataFrame, label: str, min_common: int = 5, weights: Option
             both = wide[[w1, w2]].dropna()
             if len(both) >= min_common:
                 pair_kappas.append(cohen_kappa(list(both[w1]), list(both[w2]), weights, labels))
-        out.append({'aspect': aspect, 'units': int((per_unit >= 2).sum()), 'ratings': len(rated),
-                    'krippendorff_alpha': alpha, 'alpha_level': LEVELS[weights],
-                    'worker_pairs': len(pair_kappas), 'mean_cohen_kappa': _finite_mean(pair_kappas),
-                    'cohen_weights': weights or 'none'})
+        out.append(
+            {
+                'aspect': aspect,
+                'units': int((per_unit >= 2).sum()),
+                'ratings': len(rated),
+                'krippendorff_alpha': alpha,
+                'alpha_level': LEVELS[weights],
+                'worker_pairs': len(pair_kappas),
+                'mean_cohen_kappa': _finite_mean(pair_kappas),
+                'cohen_weights': weights or 'none',
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -103,11 +111,19 @@ def _usable(rows: List[dict], keep_failed: bool) -> List[dict]:
 
 def likert_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
     records = [
-        {'answer_id': r['answer_id'], 'worker_id': r['worker_id'], 'unit_id': r['unit_id'],
-         'item_id': r['item_id'], 'model': r['models'][0], 'aspect': aspect, 'score': score}
-        for r in _usable(rows, keep_failed) for aspect, score in r['answer']['ratings'].items()]
-    return pd.DataFrame(records, columns=['answer_id', 'worker_id', 'unit_id', 'item_id', 'model',
-                                          'aspect', 'score'])
+        {
+            'answer_id': r['answer_id'],
+            'worker_id': r['worker_id'],
+            'unit_id': r['unit_id'],
+            'item_id': r['item_id'],
+            'model': r['models'][0],
+            'aspect': aspect,
+            'score': score,
+        }
+        for r in _usable(rows, keep_failed)
+        for aspect, score in r['answer']['ratings'].items()
+    ]
+    return pd.DataFrame(records, columns=['answer_id', 'worker_id', 'unit_id', 'item_id', 'model', 'aspect', 'score'])
 
 
 def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]) -> pd.DataFrame:
@@ -121,7 +137,7 @@ def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]
         for aspect in aspects:
             if (model, aspect) in stats.index:
                 s = stats.loc[(model, aspect)]
-                row[ASPECT_TITLES.get(aspect, aspect)] = f"{s['mean']:.2f} ± {s['sem']:.2f}"
+                row[ASPECT_TITLES.get(aspect, aspect)] = f'{s["mean"]:.2f} ± {s["sem"]:.2f}'
                 row[f'{aspect}_mean'], row[f'{aspect}_sem'] = s['mean'], s['sem']
             row[f'{aspect}_n'] = int(stats.loc[(model, aspect), 'count']) if (model, aspect) in stats.index else 0
         row['ratings'] = min(row[f'{a}_n'] for a in aspects) if aspects else 0
@@ -131,18 +147,41 @@ def likert_table(df: pd.DataFrame, aspects: Sequence[str], models: Sequence[str]
 
 def ab_frame(rows: List[dict], keep_failed: bool = False) -> pd.DataFrame:
     records = [
-        {'answer_id': r['answer_id'], 'worker_id': r['worker_id'], 'unit_id': r['unit_id'],
-         'item_id': r['item_id'], 'pair': tuple(sorted(r['models'])), 'aspect': aspect,
-         'winner': winner, 'pairing_index': r['extra'].get('pairing_index'),
-         'submitted': r['submitted'], 'seconds': r['seconds']}
-        for r in _usable(rows, keep_failed) for aspect, winner in r['answer']['winners'].items()]
-    return pd.DataFrame(records, columns=['answer_id', 'worker_id', 'unit_id', 'item_id', 'pair',
-                                          'aspect', 'winner', 'pairing_index', 'submitted',
-                                          'seconds'])
+        {
+            'answer_id': r['answer_id'],
+            'worker_id': r['worker_id'],
+            'unit_id': r['unit_id'],
+            'item_id': r['item_id'],
+            'pair': tuple(sorted(r['models'])),
+            'aspect': aspect,
+            'winner': winner,
+            'pairing_index': r['extra'].get('pairing_index'),
+            'submitted': r['submitted'],
+            'seconds': r['seconds'],
+        }
+        for r in _usable(rows, keep_failed)
+        for aspect, winner in r['answer']['winners'].items()
+    ]
+    return pd.DataFrame(
+        records,
+        columns=[
+            'answer_id',
+            'worker_id',
+            'unit_id',
+            'item_id',
+            'pair',
+            'aspect',
+            'winner',
+            'pairing_index',
+            'submitted',
+            'seconds',
+        ],
+    )
 
 
-def ab_table(df: pd.DataFrame, models: Sequence[str], pairs: Sequence[Sequence[str]] = (),
-             aspects: Sequence[str] = ()) -> pd.DataFrame:
+def ab_table(
+    df: pd.DataFrame, models: Sequence[str], pairs: Sequence[Sequence[str]] = (), aspects: Sequence[str] = ()
+) -> pd.DataFrame:
     """MIME layout: per pair and aspect, win/lose/tie % of the first model (task order), decided
     per item by majority vote with the 4th-annotator rule; undecided items are counted apart.
     Every pair of ``pairs`` (the task's) gets a row for every aspect, votes or not (0 items)."""
@@ -154,20 +193,30 @@ def ab_table(df: pd.DataFrame, models: Sequence[str], pairs: Sequence[Sequence[s
     out = []
     for (pair, aspect), sub in groups.items():
         first, second = sorted(pair, key=lambda m: order.get(m, len(order)))
-        decided = sub.sort_values('answer_id').groupby('unit_id')['winner'].apply(
-            lambda v: votes.majority_vote(list(v)))
+        decided = (
+            sub.sort_values('answer_id').groupby('unit_id')['winner'].apply(lambda v: votes.majority_vote(list(v)))
+        )
         done = decided.dropna()
         n = len(done)
 
         def pct(x, n=n):
             return 100.0 * x / n if n else float('nan')
 
-        out.append({'Comparison': f'{first} vs {second}', 'aspect': aspect,
-                    'Win %': pct((done == first).sum()), 'Lose %': pct((done == second).sum()),
-                    'Tie %': pct((done == votes.TIE).sum()), 'items': n,
-                    'undecided': int(decided.isna().sum()), 'votes': len(sub)})
-    return pd.DataFrame(out, columns=['Comparison', 'aspect', 'Win %', 'Lose %', 'Tie %', 'items',
-                                      'undecided', 'votes'])
+        out.append(
+            {
+                'Comparison': f'{first} vs {second}',
+                'aspect': aspect,
+                'Win %': pct((done == first).sum()),
+                'Lose %': pct((done == second).sum()),
+                'Tie %': pct((done == votes.TIE).sum()),
+                'items': n,
+                'undecided': int(decided.isna().sum()),
+                'votes': len(sub),
+            }
+        )
+    return pd.DataFrame(
+        out, columns=['Comparison', 'aspect', 'Win %', 'Lose %', 'Tie %', 'items', 'undecided', 'votes']
+    )
 
 
 def acute_rows(df: pd.DataFrame, run_id: str, question: str) -> pd.DataFrame:
@@ -178,14 +227,26 @@ def acute_rows(df: pd.DataFrame, run_id: str, question: str) -> pd.DataFrame:
     rows = []
     for r in df[df['winner'] != votes.TIE].itertuples():
         m0, m1 = sorted(r.pair)
-        rows.append({
-            'run_id': run_id, 'worker': str(r.worker_id), 'worker_name': str(r.worker_id),
-            'time_taken': r.seconds, 'question': question, 'unit_id': str(r.unit_id),
-            'task_start': r.submitted, 'correct': -1, 'winner': r.winner,
-            'loser': m1 if r.winner == m0 else m0, 'eval_choice_0': m0, 'eval_choice_1': m1,
-            'reason': '', 'is_onboarding': False, 'matchup': f'{m0}__vs__{m1}',
-            'pairing_id': r.pairing_index,
-        })
+        rows.append(
+            {
+                'run_id': run_id,
+                'worker': str(r.worker_id),
+                'worker_name': str(r.worker_id),
+                'time_taken': r.seconds,
+                'question': question,
+                'unit_id': str(r.unit_id),
+                'task_start': r.submitted,
+                'correct': -1,
+                'winner': r.winner,
+                'loser': m1 if r.winner == m0 else m0,
+                'eval_choice_0': m0,
+                'eval_choice_1': m1,
+                'reason': '',
+                'is_onboarding': False,
+                'matchup': f'{m0}__vs__{m1}',
+                'pairing_id': r.pairing_index,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -217,15 +278,16 @@ def _read_mturk_export(path: str) -> Dict[str, dict]:
     reader = csv.DictReader(text.splitlines())
     need = {'AssignmentId', 'WorkerId', 'AssignmentStatus'}
     if not need <= set(reader.fieldnames or ()):
-        raise ValueError(f'{path}:1: the header lacks {sorted(need - set(reader.fieldnames or ()))} '
-                         '(expected MTurk batch results columns)')
+        raise ValueError(
+            f'{path}:1: the header lacks {sorted(need - set(reader.fieldnames or ()))} '
+            '(expected MTurk batch results columns)'
+        )
     for row in reader:
         records[row['AssignmentId']] = row
     return records
 
 
-def mturk_verifier(client=None, export_path: Optional[str] = None
-                   ) -> Optional[Callable[[str], dict]]:
+def mturk_verifier(client=None, export_path: Optional[str] = None) -> Optional[Callable[[str], dict]]:
     """A lookup AssignmentId -> MTurk's Assignment record (raising LookupError with the reason
     when MTurk does not confirm it), from an MTurk client (``get_assignment``) or an export file;
     None when neither is given."""
@@ -238,15 +300,17 @@ def mturk_verifier(client=None, export_path: Optional[str] = None
             if assignment_id not in records:
                 raise LookupError(f'not in {os.path.basename(export_path)}')
             return records[assignment_id]
+
         return from_file
     if client is not None:
+
         def from_api(assignment_id):
             try:
                 return client.get_assignment(AssignmentId=assignment_id)['Assignment']
             except Exception as err:  # MTurk's own answer is the reason
                 code = (getattr(err, 'response', None) or {}).get('Error', {}).get('Code')
-                raise LookupError(f'MTurk GetAssignment: {code or type(err).__name__}: '
-                                  f'{str(err)[:160]}') from None
+                raise LookupError(f'MTurk GetAssignment: {code or type(err).__name__}: {str(err)[:160]}') from None
+
         return from_api
     return None
 
@@ -256,15 +320,18 @@ def _read_prolific_export(path: str) -> Dict[Tuple[str, str], str]:
         reader = csv.DictReader(f)
         cols = {c.strip().lower(): c for c in reader.fieldnames or ()}
         if 'participant id' not in cols or 'submission id' not in cols:
-            raise ValueError(f"{path}:1: the header lacks 'Participant id' and 'Submission id' "
-                             "(Prolific's submissions export)")
-        return {(r[cols['participant id']], r[cols['submission id']]):
-                (r.get(cols.get('status', ''), '') or '').upper() for r in reader}
+            raise ValueError(
+                f"{path}:1: the header lacks 'Participant id' and 'Submission id' (Prolific's submissions export)"
+            )
+        return {
+            (r[cols['participant id']], r[cols['submission id']]): (r.get(cols.get('status', ''), '') or '').upper()
+            for r in reader
+        }
 
 
-def verify_answers(rows: List[dict], bindings: List[dict], mturk: Optional[Callable] = None,
-                   prolific_submissions: Optional[str] = None
-                   ) -> Tuple[List[dict], List[dict], List[str]]:
+def verify_answers(
+    rows: List[dict], bindings: List[dict], mturk: Optional[Callable] = None, prolific_submissions: Optional[str] = None
+) -> Tuple[List[dict], List[dict], List[str]]:
     """(counted rows, unverified groups, notes).
 
     * local workers (private links the researcher handed out): counted;
@@ -293,16 +360,16 @@ def verify_answers(rows: List[dict], bindings: List[dict], mturk: Optional[Calla
                     try:
                         rec = mturk(ref)
                         if rec.get('WorkerId') != r['external_id']:
-                            verdicts[key] = f"MTurk gives this assignment to {rec.get('WorkerId')!r}"
+                            verdicts[key] = f'MTurk gives this assignment to {rec.get("WorkerId")!r}'
                         elif rec.get('AssignmentStatus') not in MTURK_COUNTED:
-                            verdicts[key] = f"MTurk status {rec.get('AssignmentStatus')!r}"
+                            verdicts[key] = f'MTurk status {rec.get("AssignmentStatus")!r}'
                         else:
                             verdicts[key] = None
                     except LookupError as err:
                         verdicts[key] = f'not confirmed by MTurk ({err})'
             return key, verdicts[key]
         if r['provider'] == 'generic':
-            key = ('generic', r['worker_id'], f"{r['study_ref'] or ''}/{r['session_ref'] or ''}")
+            key = ('generic', r['worker_id'], f'{r["study_ref"] or ""}/{r["session_ref"] or ""}')
             if not r['session_ref']:
                 return key, 'no platform session id bound to this participant id'
             if prolific is not None:
@@ -313,8 +380,10 @@ def verify_answers(rows: List[dict], bindings: List[dict], mturk: Optional[Calla
                     return key, f'Prolific status {status}'
                 return key, None
             if per_id[r['external_id']] > 1:
-                return key, (f"participant id has {per_id[r['external_id']]} bindings (sessions); "
-                             'pass the submissions export to settle which is genuine')
+                return key, (
+                    f'participant id has {per_id[r["external_id"]]} bindings (sessions); '
+                    'pass the submissions export to settle which is genuine'
+                )
             return key, None
         return ('local', r['worker_id'], ''), None
 
@@ -324,15 +393,25 @@ def verify_answers(rows: List[dict], bindings: List[dict], mturk: Optional[Calla
         if reason is None:
             kept.append(r)
             continue
-        g = groups.setdefault(key, {'provider': key[0], 'worker_id': r['worker_id'],
-                                    'external_id': r['external_id'], 'binding': key[2],
-                                    'answers': 0, 'reason': reason})
+        g = groups.setdefault(
+            key,
+            {
+                'provider': key[0],
+                'worker_id': r['worker_id'],
+                'external_id': r['external_id'],
+                'binding': key[2],
+                'answers': 0,
+                'reason': reason,
+            },
+        )
         g['answers'] += 1
     unverified = list(groups.values())
     if mturk is None and any(g['provider'] == 'mturk' for g in unverified):
         n = sum(g['answers'] for g in unverified if g['provider'] == 'mturk')
-        notes.append(f'{n} MTurk answers left out: nothing to verify them against (pass '
-                     '--mturk-verify sandbox|live, or --mturk-assignments with an export from MTurk)')
+        notes.append(
+            f'{n} MTurk answers left out: nothing to verify them against (pass '
+            '--mturk-verify sandbox|live, or --mturk-assignments with an export from MTurk)'
+        )
     return kept, unverified, notes
 
 
@@ -386,15 +465,19 @@ def _md(df: pd.DataFrame, floatfmt='.2f') -> str:
     cols = list(df.columns)
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     for row in df.itertuples(index=False):
-        cells = [('–' if np.isnan(v) else format(v, floatfmt)) if isinstance(v, float) else str(v)
-                 for v in row]
+        cells = [('–' if np.isnan(v) else format(v, floatfmt)) if isinstance(v, float) else str(v) for v in row]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
-def analyze(db_path: str, outdir: str, keep_failed: bool = False,
-            run_id: Optional[str] = None, mturk: Optional[Callable[[str], dict]] = None,
-            prolific_submissions: Optional[str] = None) -> Dict[str, str]:
+def analyze(
+    db_path: str,
+    outdir: str,
+    keep_failed: bool = False,
+    run_id: Optional[str] = None,
+    mturk: Optional[Callable[[str], dict]] = None,
+    prolific_submissions: Optional[str] = None,
+) -> Dict[str, str]:
     """Write the report files for a task; returns {name: path}.
 
     ``mturk`` and ``prolific_submissions``: what answers are verified against
@@ -406,21 +489,35 @@ def analyze(db_path: str, outdir: str, keep_failed: bool = False,
     db.close()
     rows, unverified, notes = verify_answers(rows, bindings, mturk, prolific_submissions)
     os.makedirs(outdir, exist_ok=True)
-    paths = {k: os.path.join(outdir, v) for k, v in {
-        'markdown': 'results.md', 'csv': 'results.csv', 'agreement': 'agreement.csv',
-        'plot': 'results.png', 'failed': 'failed_workers.csv',
-        'unverified': 'unverified_answers.csv'}.items()}
+    paths = {
+        k: os.path.join(outdir, v)
+        for k, v in {
+            'markdown': 'results.md',
+            'csv': 'results.csv',
+            'agreement': 'agreement.csv',
+            'plot': 'results.png',
+            'failed': 'failed_workers.csv',
+            'unverified': 'unverified_answers.csv',
+        }.items()
+    }
     pd.DataFrame(unverified, columns=UNVERIFIED_COLUMNS).to_csv(paths['unverified'], index=False)
-    md = [f"# Human evaluation ({cfg['mode']})", '',
-          f"Answers left out as unverified: {sum(g['answers'] for g in unverified)} "
-          f'(from {len(unverified)} assignments or bindings; each with its reason in '
-          f"{os.path.basename(paths['unverified'])})", *notes, '']
+    md = [
+        f'# Human evaluation ({cfg["mode"]})',
+        '',
+        f'Answers left out as unverified: {sum(g["answers"] for g in unverified)} '
+        f'(from {len(unverified)} assignments or bindings; each with its reason in '
+        f'{os.path.basename(paths["unverified"])})',
+        *notes,
+        '',
+    ]
     if cfg['mode'] == sampling.LIKERT:
         df = likert_frame(rows, keep_failed)
         table = likert_table(df, cfg['aspects'], cfg['models'])
-        shown = table[['Model'] + [ASPECT_TITLES.get(a, a) for a in cfg['aspects']
-                                   if ASPECT_TITLES.get(a, a) in table] +
-                      (['ratings'] if 'ratings' in table else [])]
+        shown = table[
+            ['Model']
+            + [ASPECT_TITLES.get(a, a) for a in cfg['aspects'] if ASPECT_TITLES.get(a, a) in table]
+            + (['ratings'] if 'ratings' in table else [])
+        ]
         _plot_likert(table, cfg['aspects'], paths['plot'])
         kappa = agreement(df, 'score', **LIKERT_KAPPA)
     else:
@@ -436,9 +533,16 @@ def analyze(db_path: str, outdir: str, keep_failed: bool = False,
     table.to_csv(paths['csv'], index=False)
     kappa.to_csv(paths['agreement'], index=False)
     failed.to_csv(paths['failed'], index=False)
-    md += [_md(shown), '', '## Agreement', '', _md(kappa, '.3f'), '',
-           f'Workers who failed an attention check: {len(failed)}'
-           + (' (included)' if keep_failed else ' (excluded)'), '']
+    md += [
+        _md(shown),
+        '',
+        '## Agreement',
+        '',
+        _md(kappa, '.3f'),
+        '',
+        f'Workers who failed an attention check: {len(failed)}' + (' (included)' if keep_failed else ' (excluded)'),
+        '',
+    ]
     with open(paths['markdown'], 'w', encoding='utf-8') as f:
         f.write('\n'.join(md))
     return paths

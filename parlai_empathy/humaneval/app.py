@@ -15,6 +15,7 @@ reverse proxy or tunnel on this machine) -- the address that proxy names in X-Fo
 Behind a proxy on another machine, pass its address as ``--forwarded-allow-ips``, otherwise every
 participant looks like the proxy and shares one client's caps.
 """
+
 import copy
 import csv
 import io
@@ -40,8 +41,12 @@ from parlai_empathy.humaneval.questions import QUESTIONS
 HERE = os.path.dirname(__file__)
 STATIC_DIR = os.path.join(HERE, 'static')
 TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(os.path.join(HERE, 'templates')), autoescape=True,
-    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    loader=jinja2.FileSystemLoader(os.path.join(HERE, 'templates')),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 EXTERNAL_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$')
 MTURK_ID_RE = re.compile(r'^[A-Z0-9]{1,64}$')  # MTurk's worker and assignment ids
 MTURK_PREVIEW = 'ASSIGNMENT_ID_NOT_AVAILABLE'
@@ -56,7 +61,8 @@ SECURITY_HEADERS = {
         "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; "
         "form-action 'self' https://www.mturk.com https://workersandbox.mturk.com; "
         "frame-ancestors 'self' https://worker.mturk.com https://workersandbox.mturk.com "
-        "https://www.mturk.com"),
+        'https://www.mturk.com'
+    ),
 }
 
 LIKERT_SCALE = dict(zip(sampling.LIKERT_RATINGS, ['1 (not at all)', '2', '3 (somewhat)', '4', '5 (very much)']))
@@ -81,10 +87,18 @@ def render(template: str, status: int = 200, **context) -> HTMLResponse:
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
-def message_page(title: str, heading: str, message: str, element_id: str, status: int = 200,
-                 css_class: str = '') -> HTMLResponse:
-    return render('message.html', status, title=title, heading=heading, message=message,
-                  element_id=element_id, css_class=css_class)
+def message_page(
+    title: str, heading: str, message: str, element_id: str, status: int = 200, css_class: str = ''
+) -> HTMLResponse:
+    return render(
+        'message.html',
+        status,
+        title=title,
+        heading=heading,
+        message=message,
+        element_id=element_id,
+        css_class=css_class,
+    )
 
 
 def task_view(cfg: dict) -> dict:
@@ -92,8 +106,7 @@ def task_view(cfg: dict) -> dict:
     likert = cfg['mode'] == sampling.LIKERT
     return {
         'how': HOW[cfg['mode']],
-        'questions': [{'aspect': a, 'title': QUESTIONS[a][0], 'text': QUESTIONS[a][1]}
-                      for a in cfg['aspects']],
+        'questions': [{'aspect': a, 'title': QUESTIONS[a][0], 'text': QUESTIONS[a][1]} for a in cfg['aspects']],
         'per_assignment': cfg['items_per_assignment'] + cfg['checks_per_assignment'],
         'candidate_titles': ['Response'] if likert else [AB_LABELS['A'], AB_LABELS['B']],
         'options': list(LIKERT_SCALE.items()) if likert else list(AB_LABELS.items()),
@@ -105,8 +118,7 @@ def _validate_answer(cfg: dict, form: dict) -> dict:
     expected = {'slot', *cfg['aspects']}
     if set(form) != expected:
         missing, extra = expected - set(form), set(form) - expected
-        raise TaskError(f'please answer every question (missing: {sorted(missing)}, '
-                        f'unexpected: {sorted(extra)})', 400)
+        raise TaskError(f'please answer every question (missing: {sorted(missing)}, unexpected: {sorted(extra)})', 400)
     if cfg['mode'] == sampling.LIKERT:
         ratings = {}
         for aspect in cfg['aspects']:
@@ -173,18 +185,19 @@ def verify_hit(client, query, assignment_ref: str, worker_ref: str) -> None:
     try:
         client.get_hit(HITId=hit_ref)
     except errors as err:
-        raise TaskError(f'MTurk does not know HIT {hit_ref} of this task\'s requester '
-                        f'({providers.mturk_error_code(err)})', 403) from None
+        raise TaskError(
+            f"MTurk does not know HIT {hit_ref} of this task's requester ({providers.mturk_error_code(err)})", 403
+        ) from None
     except Exception as err:  # network, credentials: not the worker's fault, nothing stored
-        raise TaskError(f'could not check this HIT with MTurk ({type(err).__name__}); please '
-                        'try again in a minute', 503) from None
+        raise TaskError(
+            f'could not check this HIT with MTurk ({type(err).__name__}); please try again in a minute', 503
+        ) from None
     try:
         found = client.get_assignment(AssignmentId=assignment_ref).get('Assignment', {})
     except Exception:
         return  # the usual case: an accepted assignment is not visible before submission
     if found.get('WorkerId') != worker_ref or found.get('HITId', hit_ref) != hit_ref:
-        raise TaskError('this assignmentId does not belong to this workerId and hitId '
-                        'according to MTurk', 403)
+        raise TaskError('this assignmentId does not belong to this workerId and hitId according to MTurk', 403)
 
 
 def client_address(request: Request) -> Optional[str]:
@@ -209,8 +222,7 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
     cfg = db.config
     limits = limits or default_limits(db)
     task = task_view(cfg)
-    app = FastAPI(title='parlai-empathy human evaluation', docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(title='parlai-empathy human evaluation', docs_url=None, redoc_url=None, openapi_url=None)
     app.state.db = db
     app.state.limits = limits
     app.mount('/static', StaticFiles(directory=STATIC_DIR), name='static')
@@ -240,34 +252,44 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
         code = assignment['completion_code']
         mturk_submit = completion_url = None
         if assignment['submit_to']:
-            mturk_submit = {'action': assignment['submit_to'] + '/mturk/externalSubmit',
-                            'assignment_id': assignment['external_ref'].split(':', 1)[1]}
+            mturk_submit = {
+                'action': assignment['submit_to'] + '/mturk/externalSubmit',
+                'assignment_id': assignment['external_ref'].split(':', 1)[1],
+            }
         elif cfg.get('completion_url'):
             completion_url = cfg['completion_url'].replace('{code}', code)
-        return render('done.html', title='Done', code=code, mturk_submit=mturk_submit,
-                      completion_url=completion_url, another=another, link=link)
+        return render(
+            'done.html',
+            title='Done',
+            code=code,
+            mturk_submit=mturk_submit,
+            completion_url=completion_url,
+            another=another,
+            link=link,
+        )
 
     def start_page(link: str, can_leave: bool = False) -> HTMLResponse:
-        return render('start.html', title='Instructions', task=task, link=link,
-                      can_leave=can_leave)
+        return render('start.html', title='Instructions', task=task, link=link, can_leave=can_leave)
 
     def left_page(assignment: dict) -> HTMLResponse:
         mturk_hint = ' Please return the HIT on MTurk.' if assignment['submit_to'] else ''
-        why = {'left': 'You left this task.',
-               'preempted': 'This task went to another participant: none of its items had been '
-                            'answered yet.'}.get(assignment['release_reason'],
-                                                 'This task was released after a long idle spell.')
-        return message_page('Task returned', 'Task returned', f'{why} Its remaining items went '
-                            f'back to other workers; your answers are kept.{mturk_hint}', 'left')
+        why = {
+            'left': 'You left this task.',
+            'preempted': 'This task went to another participant: none of its items had been answered yet.',
+        }.get(assignment['release_reason'], 'This task was released after a long idle spell.')
+        return message_page(
+            'Task returned',
+            'Task returned',
+            f'{why} Its remaining items went back to other workers; your answers are kept.{mturk_hint}',
+            'left',
+        )
 
     def no_work() -> HTMLResponse:
-        return message_page('No work', 'Thank you', 'There is nothing left for you to rate.',
-                            'no-work')
+        return message_page('No work', 'Thank you', 'There is nothing left for you to rate.', 'no-work')
 
     @app.get('/', response_class=HTMLResponse)
     def home():
-        return message_page('Human evaluation', 'Human evaluation',
-                            'Please use the link you were given.', 'home')
+        return message_page('Human evaluation', 'Human evaluation', 'Please use the link you were given.', 'home')
 
     @app.get('/w/{token}', response_class=HTMLResponse)
     def worker_page(token: str):
@@ -277,15 +299,21 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
             assignment = db.touch(assignment['assignment_id'], limits)  # a view renews the lease
         if assignment is not None and assignment['released'] is not None and fixed:
             return left_page(assignment)
-        if (assignment is not None and assignment['completed'] is None
-                and assignment['released'] is None):
+        if assignment is not None and assignment['completed'] is None and assignment['released'] is None:
             if assignment['started'] is None:
                 return start_page(link, can_leave=True)
             slots = db.slots(assignment['assignment_id'])
             pending = [s for s in slots if not s['answered']]
-            return render('item.html', title='Rate', task=task, link=link,
-                          slot_id=pending[0]['slot_id'], display=pending[0]['display'],
-                          position=len(slots) - len(pending) + 1, total=len(slots))
+            return render(
+                'item.html',
+                title='Rate',
+                task=task,
+                link=link,
+                slot_id=pending[0]['slot_id'],
+                display=pending[0]['display'],
+                position=len(slots) - len(pending) + 1,
+                total=len(slots),
+            )
         if fixed:
             return done_page(assignment, link, another=False)
         latest = db.latest_assignment(worker['worker_id'])
@@ -302,8 +330,11 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
             assignment_id = assignment['assignment_id']
         else:  # the worker's open assignment, or a new one, in one transaction
             assignment_id = db.claim(
-                worker['worker_id'], client=client_address(request), limits=limits,
-                entry=worker['provider'] if worker['provider'] != 'local' else None)
+                worker['worker_id'],
+                client=client_address(request),
+                limits=limits,
+                entry=worker['provider'] if worker['provider'] != 'local' else None,
+            )
         if assignment_id is None:
             return no_work()
         db.start(assignment_id, limits)
@@ -314,8 +345,7 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
         """The worker gives the task back: its unanswered items return to the pool now."""
         _worker, assignment, _fixed = resolve(token)
         if assignment is None:
-            return message_page('Nothing to leave', 'Nothing to leave',
-                                'You hold no unfinished task.', 'left')
+            return message_page('Nothing to leave', 'Nothing to leave', 'You hold no unfinished task.', 'left')
         db.leave(assignment['assignment_id'])
         return left_page(db.assignment(assignment['assignment_id']))
 
@@ -326,8 +356,13 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
         slot = form.get('slot', '')
         if not SLOT_RE.fullmatch(slot):  # ASCII digits only: int() also reads '５' and '١'
             raise TaskError(f'slot: missing or malformed item id {slot[:20]!r}', 400)
-        db.submit(worker['worker_id'], int(slot), _validate_answer(cfg, form),
-                  assignment['assignment_id'] if fixed else None, limits)
+        db.submit(
+            worker['worker_id'],
+            int(slot),
+            _validate_answer(cfg, form),
+            assignment['assignment_id'] if fixed else None,
+            limits,
+        )
         return RedirectResponse(f'/w/{token}', status_code=303)
 
     @app.get('/mturk', response_class=HTMLResponse)
@@ -345,17 +380,27 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
         worker_ref = _required_id(q, 'workerId', MTURK_ID_RE, 'sent by MTurk with assignmentId')
         parsed = urlparse(q.get('turkSubmitTo', ''))
         if parsed.scheme != 'https' or parsed.hostname not in MTURK_SUBMIT_HOSTS:
-            raise TaskError('turkSubmitTo must be an https://www.mturk.com or '
-                            'https://workersandbox.mturk.com address', 400)
+            raise TaskError(
+                'turkSubmitTo must be an https://www.mturk.com or https://workersandbox.mturk.com address', 400
+            )
         if mturk_api is not None:
             verify_hit(mturk_api, q, assignment_ref, worker_ref)
         worker = db.add_worker('mturk', worker_ref, client=client_address(request), limits=limits)
-        assignment_id = db.claim(worker['worker_id'], f'mturk:{assignment_ref}',
-                                 f'https://{parsed.hostname}', client=client_address(request),
-                                 entry='mturk', limits=limits)
+        assignment_id = db.claim(
+            worker['worker_id'],
+            f'mturk:{assignment_ref}',
+            f'https://{parsed.hostname}',
+            client=client_address(request),
+            entry='mturk',
+            limits=limits,
+        )
         if assignment_id is None:
-            return message_page('No work', 'Thank you', 'Sorry, there is nothing left for you to '
-                                'rate. Please return the HIT.', 'no-work')
+            return message_page(
+                'No work',
+                'Thank you',
+                'Sorry, there is nothing left for you to rate. Please return the HIT.',
+                'no-work',
+            )
         return RedirectResponse(f'/w/{db.assignment_token(assignment_id)}', status_code=303)
 
     @app.get('/start')
@@ -371,34 +416,45 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
         db.links.check_entry('generic', _single(q, 'entry'))
         if 'PROLIFIC_PID' in q:
             ref = _required_id(q, 'PROLIFIC_PID', EXTERNAL_ID_RE, 'the participant id')
-            study = _required_id(q, 'STUDY_ID', EXTERNAL_ID_RE, 'the study id Prolific sends '
-                                 'with PROLIFIC_PID')
+            study = _required_id(q, 'STUDY_ID', EXTERNAL_ID_RE, 'the study id Prolific sends with PROLIFIC_PID')
         elif 'worker_id' in q:
             ref = _required_id(q, 'worker_id', EXTERNAL_ID_RE, 'the participant id')
             study = None
         else:
-            raise TaskError('PROLIFIC_PID is missing (the participant id, sent by the platform '
-                            'with STUDY_ID and SESSION_ID)', 400)
-        session = _required_id(q, 'SESSION_ID', EXTERNAL_ID_RE, 'the session id the platform '
-                               'sends with the participant id')
+            raise TaskError(
+                'PROLIFIC_PID is missing (the participant id, sent by the platform with STUDY_ID and SESSION_ID)', 400
+            )
+        session = _required_id(
+            q, 'SESSION_ID', EXTERNAL_ID_RE, 'the session id the platform sends with the participant id'
+        )
         worker = db.add_worker('generic', ref, session, study, client_address(request), limits)
         return RedirectResponse(f'/w/{worker["token"]}', status_code=303)
 
     def require_admin(request: Request):
-        identity.check_admin(request.headers.get('authorization', ''),
-                             'token' in request.query_params, cfg['admin_token'])
+        identity.check_admin(
+            request.headers.get('authorization', ''), 'token' in request.query_params, cfg['admin_token']
+        )
 
     @app.get('/admin', response_class=HTMLResponse)
     def admin(request: Request):
         require_admin(request)
-        return render('admin.html', title='Admin', mode=cfg['mode'], progress=db.progress(),
-                      counts=db.counts(), failed=db.failed_workers())
+        return render(
+            'admin.html',
+            title='Admin',
+            mode=cfg['mode'],
+            progress=db.progress(),
+            counts=db.counts(),
+            failed=db.failed_workers(),
+        )
 
     @app.get('/admin/export.csv')
     def export(request: Request):
         require_admin(request)
-        return PlainTextResponse(answers_csv(db), media_type='text/csv', headers=dict(
-            SECURITY_HEADERS, **{'Content-Disposition': 'attachment; filename="answers.csv"'}))
+        return PlainTextResponse(
+            answers_csv(db),
+            media_type='text/csv',
+            headers=dict(SECURITY_HEADERS, **{'Content-Disposition': 'attachment; filename="answers.csv"'}),
+        )
 
     @app.get('/healthz')
     def healthz():
@@ -407,10 +463,27 @@ def create_app(db_path: str, limits: Optional[Limits] = None, mturk_api=None) ->
     return app
 
 
-EXPORT_FIELDS = ['answer_id', 'submitted', 'seconds', 'worker_id', 'provider', 'external_id',
-                 'study_ref', 'session_ref',
-                 'assignment_id', 'completion_code', 'external_ref', 'position', 'unit_id',
-                 'item_id', 'emotion', 'is_check', 'check_passed', 'models', 'answer']
+EXPORT_FIELDS = [
+    'answer_id',
+    'submitted',
+    'seconds',
+    'worker_id',
+    'provider',
+    'external_id',
+    'study_ref',
+    'session_ref',
+    'assignment_id',
+    'completion_code',
+    'external_ref',
+    'position',
+    'unit_id',
+    'item_id',
+    'emotion',
+    'is_check',
+    'check_passed',
+    'models',
+    'answer',
+]
 
 
 def answers_csv(db: TaskDB) -> str:
@@ -428,8 +501,7 @@ def redact_path(path: str) -> str:
     """A request path as the access log may show it: a link keeps its kind and id but not its
     signature, and the query string (MTurk/Prolific ids, entry signatures) is dropped."""
     path, query_sep, _query = path.partition('?')
-    path = re.sub(r'/w/([wa][0-9]{1,12})?[^/]*', lambda m: f'/w/{m.group(1) or ""}.<redacted>',
-                  path)
+    path = re.sub(r'/w/([wa][0-9]{1,12})?[^/]*', lambda m: f'/w/{m.group(1) or ""}.<redacted>', path)
     return path + ('?<redacted>' if query_sep else '')
 
 
@@ -443,9 +515,15 @@ class RedactLinks(logging.Filter):
         return True
 
 
-def serve(db_path: str, host: str = '127.0.0.1', port: int = 8000,
-          log_level: Optional[str] = 'info', limits: Optional[Limits] = None, mturk=None,
-          forwarded_allow_ips: Optional[str] = None) -> None:
+def serve(
+    db_path: str,
+    host: str = '127.0.0.1',
+    port: int = 8000,
+    log_level: Optional[str] = 'info',
+    limits: Optional[Limits] = None,
+    mturk=None,
+    forwarded_allow_ips: Optional[str] = None,
+) -> None:
     """Run the app with uvicorn (binds to localhost unless told otherwise).
 
     ``forwarded_allow_ips``: the proxies whose X-Forwarded-For names the client (uvicorn's
@@ -456,6 +534,12 @@ def serve(db_path: str, host: str = '127.0.0.1', port: int = 8000,
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config.setdefault('filters', {})['redact_links'] = {'()': RedactLinks}
     log_config['handlers']['access']['filters'] = ['redact_links']
-    uvicorn.run(create_app(db_path, limits, mturk_api=mturk), host=host, port=port, log_level=log_level,
-                log_config=log_config, proxy_headers=True,
-                forwarded_allow_ips=forwarded_allow_ips)
+    uvicorn.run(
+        create_app(db_path, limits, mturk_api=mturk),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config,
+        proxy_headers=True,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )

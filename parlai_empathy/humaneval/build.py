@@ -1,4 +1,5 @@
 """Turn model outputs into a stored task: select items, make units and checks, write the DB."""
+
 import itertools
 from typing import List, Optional, Sequence
 
@@ -14,8 +15,9 @@ def _named(spec: str):
     return (name, path) if sep else (None, spec)
 
 
-def parse_model_args(specs: Sequence[str], outputs_specs: Sequence[str] = (),
-                     ed_datapath: Optional[str] = None) -> List[inputs.ModelOutputs]:
+def parse_model_args(
+    specs: Sequence[str], outputs_specs: Sequence[str] = (), ed_datapath: Optional[str] = None
+) -> List[inputs.ModelOutputs]:
     """World logs (``name=path`` or ``path``, name = file stem) and committed rows' outputs
     (``name=path`` or ``path``, name = the row's folder), parsed; the rows' contexts come from the
     cleaned ED test split at ``ed_datapath`` (default: ``$PARLAI_EMPATHY_ED_DIR``)."""
@@ -24,17 +26,27 @@ def parse_model_args(specs: Sequence[str], outputs_specs: Sequence[str] = (),
         from parlai_empathy.data import ed_source
 
         items = inputs.ed_items(ed_source.resolve_ed_dir(ed_datapath), 'test')
-        parsed += [inputs.read_outputs(path, items, model=name)
-                   for name, path in map(_named, outputs_specs)]
+        parsed += [inputs.read_outputs(path, items, model=name) for name, path in map(_named, outputs_specs)]
     return parsed
 
 
 def build_task(
-    db_path: str, mode: str, world_logs: Sequence[str] = (), pairings: Optional[str] = None,
-    per_emotion: int = 0, num_items: int = 0, annotators: int = 3, items_per_assignment: int = 10,
-    checks_per_assignment: int = 1, seed: int = 0, lease_seconds: int = 300,
-    completion_url: str = '', acute_pairings_out: Optional[str] = None, overwrite: bool = False,
-    aspects: Optional[Sequence[str]] = None, outputs: Sequence[str] = (),
+    db_path: str,
+    mode: str,
+    world_logs: Sequence[str] = (),
+    pairings: Optional[str] = None,
+    per_emotion: int = 0,
+    num_items: int = 0,
+    annotators: int = 3,
+    items_per_assignment: int = 10,
+    checks_per_assignment: int = 1,
+    seed: int = 0,
+    lease_seconds: int = 300,
+    completion_url: str = '',
+    acute_pairings_out: Optional[str] = None,
+    overwrite: bool = False,
+    aspects: Optional[Sequence[str]] = None,
+    outputs: Sequence[str] = (),
     ed_datapath: Optional[str] = None,
 ) -> TaskDB:
     """Build and store a Likert or A/B task.
@@ -53,17 +65,13 @@ def build_task(
     if pairings:
         pairs = inputs.read_pairings(pairings)
         units = sampling.ab_units_from_pairings(pairs, annotators, seed)
-        items = {
-            u.item_id: inputs.Item(u.item_id, '', '', [tuple(t) for t in u.display['context']], '')
-            for u in units
-        }
+        items = {u.item_id: inputs.Item(u.item_id, '', '', [tuple(t) for t in u.display['context']], '') for u in units}
         models = sorted({m for p in pairs for m in p.models})
         checks = []  # pairings carry no gold replies; ACUTE uses onboarding pairs instead
     else:
         parsed = parse_model_args(world_logs, outputs, ed_datapath)
         if len(parsed) < (1 if mode == sampling.LIKERT else 2):
-            raise ValueError(f'{mode} needs {"a model" if mode == "likert" else "2+ models"} '
-                             '(--world-logs, --outputs)')
+            raise ValueError(f'{mode} needs {"a model" if mode == "likert" else "2+ models"} (--world-logs, --outputs)')
         items, models = inputs.align(parsed)
         selected = sampling.select_items(items, per_emotion, num_items, seed)
         responses = {o.model: o.responses for o in parsed}
@@ -107,11 +115,12 @@ def write_acute_pairings(path, items, responses, units) -> None:
     for u in units:
         m1, m2 = sorted(u.models)
         item = items[u.item_id]
-        rows.append({
-            'is_onboarding': False,
-            'speakers_to_eval': [m1, m2],
-            'dialogue_ids': [f'{u.item_id}:{m1}', f'{u.item_id}:{m2}'],
-            'dialogue_dicts': [inputs.acute_dialogue(item, m, responses[m][u.item_id])
-                               for m in (m1, m2)],
-        })
+        rows.append(
+            {
+                'is_onboarding': False,
+                'speakers_to_eval': [m1, m2],
+                'dialogue_ids': [f'{u.item_id}:{m1}', f'{u.item_id}:{m2}'],
+                'dialogue_dicts': [inputs.acute_dialogue(item, m, responses[m][u.item_id]) for m in (m1, m2)],
+            }
+        )
     inputs.write_pairings(path, rows)

@@ -17,6 +17,7 @@ open assignment of its own (a partial unique index, checked inside the claiming 
 concurrent starts cannot hand out two); each provider assignment id (MTurk's) opens one assignment
 of its own.
 """
+
 import json
 import os
 import random
@@ -70,10 +71,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_open_assignment ON assignments(worker_id)
   WHERE completed IS NULL AND released IS NULL AND external_ref IS NULL;
 CREATE INDEX IF NOT EXISTS assignments_client ON assignments(client) WHERE completed IS NULL;
 """
-WORKER_COLUMNS = ('worker_id', 'provider', 'external_id', 'token', 'created', 'session_ref',
-                  'study_ref', 'client')
-NEW_COLUMNS = {'workers': ('session_ref', 'study_ref', 'client'),
-               'assignments': ('released', 'release_reason', 'client', 'entry')}
+WORKER_COLUMNS = ('worker_id', 'provider', 'external_id', 'token', 'created', 'session_ref', 'study_ref', 'client')
+NEW_COLUMNS = {
+    'workers': ('session_ref', 'study_ref', 'client'),
+    'assignments': ('released', 'release_reason', 'client', 'entry'),
+}
 OPEN = 'completed IS NULL AND released IS NULL'
 # an assignment with at least one answer (``x`` is the assignments table)
 CONFIRMED = 'EXISTS (SELECT 1 FROM slots s2 JOIN answers a2 USING (slot_id) WHERE s2.assignment_id = x.assignment_id)'
@@ -113,8 +115,10 @@ class TaskDB:
     def _upgrade(self):
         """Bring a database built by an earlier version up to date (its old links stop working
         if they were unsigned)."""
-        missing = {t: [c for c in cols if c not in {r['name'] for r in self._all(
-            f'PRAGMA table_info({t})')}] for t, cols in NEW_COLUMNS.items()}
+        missing = {
+            t: [c for c in cols if c not in {r['name'] for r in self._all(f'PRAGMA table_info({t})')}]
+            for t, cols in NEW_COLUMNS.items()
+        }
         workers_sql = self._one("SELECT sql FROM sqlite_master WHERE name = 'workers'")[0]
         # one participant id may now hold several bindings (one per platform session)
         old_unique = 'UNIQUE (provider, external_id)' in workers_sql
@@ -132,7 +136,8 @@ class TaskDB:
                 f"UPDATE assignments SET released = last_active, release_reason = 'duplicate' "
                 f'WHERE {OPEN} AND external_ref IS NULL AND assignment_id NOT IN '
                 f'(SELECT MIN(assignment_id) FROM assignments WHERE {OPEN} AND external_ref IS '
-                'NULL GROUP BY worker_id)')
+                'NULL GROUP BY worker_id)'
+            )
         with self._lock:
             self._conn.executescript(INDEXES)
 
@@ -144,8 +149,7 @@ class TaskDB:
             try:
                 with self._transaction_on(self._conn) as conn:
                     conn.execute('CREATE TABLE workers_new' + create)
-                    conn.execute(f'INSERT INTO workers_new ({", ".join(cols)}) '
-                                 f'SELECT {", ".join(cols)} FROM workers')
+                    conn.execute(f'INSERT INTO workers_new ({", ".join(cols)}) SELECT {", ".join(cols)} FROM workers')
                     conn.execute('DROP TABLE workers')
                     conn.execute('ALTER TABLE workers_new RENAME TO workers')
             finally:
@@ -162,7 +166,11 @@ class TaskDB:
 
     @classmethod
     def create(
-        cls, path: str, config: dict, items: Dict[str, Item], units: Sequence[sampling.UnitSpec],
+        cls,
+        path: str,
+        config: dict,
+        items: Dict[str, Item],
+        units: Sequence[sampling.UnitSpec],
         overwrite: bool = False,
     ) -> 'TaskDB':
         """Write a new task; refuses to replace an existing file unless ``overwrite``."""
@@ -193,8 +201,15 @@ class TaskDB:
                 'INSERT INTO units (item_id, models, display, needed, is_check, expected, extra) '
                 'VALUES (?, ?, ?, ?, ?, ?, ?)',
                 [
-                    (u.item_id, json.dumps(list(u.models)), json.dumps(u.display), u.needed,
-                     int(u.is_check), u.expected, json.dumps(u.extra))
+                    (
+                        u.item_id,
+                        json.dumps(list(u.models)),
+                        json.dumps(u.display),
+                        u.needed,
+                        int(u.is_check),
+                        u.expected,
+                        json.dumps(u.extra),
+                    )
                     for u in units
                 ],
             )
@@ -230,9 +245,15 @@ class TaskDB:
         self._conn.close()
 
     # -- workers ------------------------------------------------------------------------------
-    def add_worker(self, provider: str, external_id: Optional[str] = None,
-                   session_ref: Optional[str] = None, study_ref: Optional[str] = None,
-                   client: Optional[str] = None, limits: Optional[Limits] = None) -> dict:
+    def add_worker(
+        self,
+        provider: str,
+        external_id: Optional[str] = None,
+        session_ref: Optional[str] = None,
+        study_ref: Optional[str] = None,
+        client: Optional[str] = None,
+        limits: Optional[Limits] = None,
+    ) -> dict:
         """The worker for one binding -- (provider, external_id, study_ref, session_ref) --
         created on first sight; ``token`` is its signed link token.
 
@@ -247,31 +268,35 @@ class TaskDB:
         with self.transaction() as conn:
             if external_id is not None:
                 row = conn.execute(
-                    "SELECT * FROM workers WHERE provider = ? AND external_id = ? AND "
+                    'SELECT * FROM workers WHERE provider = ? AND external_id = ? AND '
                     "COALESCE(study_ref, '') = ? AND COALESCE(session_ref, '') = ?",
-                    (provider, external_id, study_ref or '', session_ref or '')).fetchone()
+                    (provider, external_id, study_ref or '', session_ref or ''),
+                ).fetchone()
                 if row:
                     return dict(row)
             cap = limits.new_workers_per_client if limits else None
             if cap and client:
                 recent = conn.execute(
                     'SELECT COUNT(*) FROM workers WHERE client = ? AND created > ?',
-                    (client, time.time() - limits.window_seconds)).fetchone()[0]
+                    (client, time.time() - limits.window_seconds),
+                ).fetchone()[0]
                 if recent >= cap:
                     raise TaskError(
                         f'too many new participants from your address ({recent} in the last '
                         f'{limits.window_seconds / 60:.0f} minutes; at most {cap}); please try '
-                        'again later', 429)
+                        'again later',
+                        429,
+                    )
             cur = conn.execute(
                 'INSERT INTO workers (provider, external_id, token, created, session_ref, '
                 'study_ref, client) VALUES (?, ?, ?, ?, ?, ?, ?)',
-                (provider, external_id, secrets.token_hex(16), time.time(), session_ref,
-                 study_ref, client),
+                (provider, external_id, secrets.token_hex(16), time.time(), session_ref, study_ref, client),
             )
-            conn.execute('UPDATE workers SET token = ? WHERE worker_id = ?',
-                         (self.links.token(WORKER, cur.lastrowid), cur.lastrowid))
-            return dict(conn.execute(
-                'SELECT * FROM workers WHERE worker_id = ?', (cur.lastrowid,)).fetchone())
+            conn.execute(
+                'UPDATE workers SET token = ? WHERE worker_id = ?',
+                (self.links.token(WORKER, cur.lastrowid), cur.lastrowid),
+            )
+            return dict(conn.execute('SELECT * FROM workers WHERE worker_id = ?', (cur.lastrowid,)).fetchone())
 
     def worker(self, worker_id: int) -> Optional[dict]:
         row = self._one('SELECT * FROM workers WHERE worker_id = ?', (worker_id,))
@@ -295,13 +320,15 @@ class TaskDB:
         """The worker's own open assignment (not one opened by a provider assignment id)."""
         row = self._one(
             f'SELECT * FROM assignments WHERE worker_id = ? AND {OPEN} AND external_ref IS NULL '
-            'ORDER BY assignment_id LIMIT 1', (worker_id,))
+            'ORDER BY assignment_id LIMIT 1',
+            (worker_id,),
+        )
         return dict(row) if row else None
 
     def latest_assignment(self, worker_id: int) -> Optional[dict]:
         row = self._one(
-            'SELECT * FROM assignments WHERE worker_id = ? ORDER BY assignment_id DESC LIMIT 1',
-            (worker_id,))
+            'SELECT * FROM assignments WHERE worker_id = ? ORDER BY assignment_id DESC LIMIT 1', (worker_id,)
+        )
         return dict(row) if row else None
 
     @staticmethod
@@ -317,29 +344,43 @@ class TaskDB:
                     AND {RESERVING} AND x.assignment_id != ?
                     AND NOT EXISTS (SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id))
                  AS remaining
-               FROM units u""", (fresh, young, exclude_assignment)).fetchall()
+               FROM units u""",
+            (fresh, young, exclude_assignment),
+        ).fetchall()
 
-    def _check_caps(self, conn, limits: Limits, client: Optional[str], entry: Optional[str],
-                    fresh: float, young: float) -> None:
+    def _check_caps(
+        self, conn, limits: Limits, client: Optional[str], entry: Optional[str], fresh: float, young: float
+    ) -> None:
         # an address holds its young unconfirmed tasks too; an entry link only confirmed ones,
         # or clients that never answer could fill it and turn every participant away
         for what, column, value, cap, counted_young in (
-                ('your address', 'client', client, limits.open_per_client, young),
-                ('this entry link', 'entry', entry, limits.open_per_entry, NEVER)):
+            ('your address', 'client', client, limits.open_per_client, young),
+            ('this entry link', 'entry', entry, limits.open_per_entry, NEVER),
+        ):
             if not cap or value is None:
                 continue
             held = conn.execute(
                 f'SELECT COUNT(*) FROM assignments x WHERE x.{column} = ? AND x.{OPEN.replace(" AND ", " AND x.")} '
-                f'AND {RESERVING}', (value, fresh, counted_young)).fetchone()[0]
+                f'AND {RESERVING}',
+                (value, fresh, counted_young),
+            ).fetchone()[0]
             if held >= cap:
                 raise TaskError(
                     f'{what} already holds {held} unfinished task(s) (at most {cap} at once); '
                     'finish or leave one, or try again in a few minutes: an idle task is released '
-                    f'after {limits.lease_seconds / 60:.0f} minutes', 429)
+                    f'after {limits.lease_seconds / 60:.0f} minutes',
+                    429,
+                )
 
-    def claim(self, worker_id: int, external_ref: str = None, submit_to: str = None,
-              client: Optional[str] = None, entry: Optional[str] = None,
-              limits: Optional[Limits] = None) -> Optional[int]:
+    def claim(
+        self,
+        worker_id: int,
+        external_ref: str = None,
+        submit_to: str = None,
+        client: Optional[str] = None,
+        entry: Optional[str] = None,
+        limits: Optional[Limits] = None,
+    ) -> Optional[int]:
         """The worker's open assignment, else a new one from the neediest units; None when none
         is left.
 
@@ -362,23 +403,30 @@ class TaskDB:
             if external_ref:  # a provider's assignment id: resuming is for its own worker only
                 row = conn.execute(
                     'SELECT assignment_id, worker_id = ? AS own FROM assignments WHERE external_ref = ?',
-                    (worker_id, external_ref)).fetchone()
+                    (worker_id, external_ref),
+                ).fetchone()
                 if row and not row['own']:
                     raise TaskError('this HIT assignment belongs to another worker', 403)
                 if row:
                     return row['assignment_id']
             else:
                 row = conn.execute(
-                    f'SELECT assignment_id FROM assignments WHERE worker_id = ? AND {OPEN} '
-                    'AND external_ref IS NULL', (worker_id,)).fetchone()
+                    f'SELECT assignment_id FROM assignments WHERE worker_id = ? AND {OPEN} AND external_ref IS NULL',
+                    (worker_id,),
+                ).fetchone()
                 if row:
                     return row['assignment_id']
             if limits and entry:
                 self._check_caps(conn, limits, client, entry, fresh, young)
-            seen = {r[0] for r in conn.execute(
-                'SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
-                'JOIN units u USING (unit_id) WHERE x.worker_id = ?', (worker_id,))}
-            rng = random.Random(f"{cfg['seed']}:{worker_id}:{len(seen)}")
+            seen = {
+                r[0]
+                for r in conn.execute(
+                    'SELECT u.item_id FROM slots s JOIN assignments x USING (assignment_id) '
+                    'JOIN units u USING (unit_id) WHERE x.worker_id = ?',
+                    (worker_id,),
+                )
+            }
+            rng = random.Random(f'{cfg["seed"]}:{worker_id}:{len(seen)}')
             plan = self._plan(conn, rng, seen, fresh, young)
             # honest first: unconfirmed holds give way, the oldest first; a few at most per claim
             # (each frees an assignment's worth of units), so no claim empties the whole pool
@@ -386,11 +434,15 @@ class TaskDB:
                 victim = conn.execute(
                     f'SELECT x.assignment_id FROM assignments x WHERE x.{OPEN.replace(" AND ", " AND x.")} '
                     f'AND x.created > ? AND NOT {CONFIRMED} AND x.worker_id != ? '
-                    'ORDER BY x.created, x.assignment_id LIMIT 1', (young, worker_id)).fetchone()
+                    'ORDER BY x.created, x.assignment_id LIMIT 1',
+                    (young, worker_id),
+                ).fetchone()
                 if victim is None:
                     break
-                conn.execute("UPDATE assignments SET released = ?, release_reason = 'preempted' "
-                             'WHERE assignment_id = ?', (now, victim[0]))
+                conn.execute(
+                    "UPDATE assignments SET released = ?, release_reason = 'preempted' WHERE assignment_id = ?",
+                    (now, victim[0]),
+                )
                 plan = self._plan(conn, rng, seen, fresh, young)
                 if plan:
                     break
@@ -399,62 +451,73 @@ class TaskDB:
             cur = conn.execute(
                 'INSERT INTO assignments (worker_id, created, last_active, completion_code, '
                 'external_ref, submit_to, client, entry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-                (worker_id, now, now, secrets.token_hex(4).upper(), external_ref, submit_to,
-                 client, entry))
+                (worker_id, now, now, secrets.token_hex(4).upper(), external_ref, submit_to, client, entry),
+            )
             conn.executemany(
                 'INSERT INTO slots (assignment_id, position, unit_id) VALUES (?, ?, ?)',
-                [(cur.lastrowid, pos, unit_id) for pos, unit_id in enumerate(plan)])
+                [(cur.lastrowid, pos, unit_id) for pos, unit_id in enumerate(plan)],
+            )
             return cur.lastrowid
 
     def _plan(self, conn, rng, seen, fresh: float, young: float):
         cfg = self.config
         rows = self._remaining(conn, fresh, young=young)
-        open_units = [sampling.OpenUnit(r['unit_id'], r['item_id'], r['remaining'])
-                      for r in rows if not r['is_check']]
+        open_units = [sampling.OpenUnit(r['unit_id'], r['item_id'], r['remaining']) for r in rows if not r['is_check']]
         checks = [sampling.OpenUnit(r['unit_id'], r['item_id'], 1) for r in rows if r['is_check']]
-        return sampling.plan_assignment(rng, open_units, checks, seen, cfg['items_per_assignment'],
-                                        cfg['checks_per_assignment'])
+        return sampling.plan_assignment(
+            rng, open_units, checks, seen, cfg['items_per_assignment'], cfg['checks_per_assignment']
+        )
 
     def _renew(self, conn, assignment_id: int, now: float, lease: float, activity: bool = True) -> Optional[dict]:
         """Mark the assignment active now (``activity``: a start or an answer; a page view only
         looks). While its reservation does not hold -- unconfirmed, or idle longer than the lease --
         unanswered slots whose units others have filled (answers, confirmed reservations) are
         dropped; with no rating item left it completes (some answers) or is released (none)."""
-        x = conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
-                         (assignment_id,)).fetchone()
+        x = conn.execute('SELECT * FROM assignments WHERE assignment_id = ?', (assignment_id,)).fetchone()
         if x is None or x['completed'] is not None or x['released'] is not None:
             return dict(x) if x else None
-        confirmed = conn.execute(
-            'SELECT 1 FROM slots s JOIN answers a USING (slot_id) WHERE s.assignment_id = ? LIMIT 1',
-            (assignment_id,)).fetchone() is not None
+        confirmed = (
+            conn.execute(
+                'SELECT 1 FROM slots s JOIN answers a USING (slot_id) WHERE s.assignment_id = ? LIMIT 1',
+                (assignment_id,),
+            ).fetchone()
+            is not None
+        )
         if not confirmed or x['last_active'] <= now - lease:
-            remaining = {r['unit_id']: r['remaining'] for r in self._remaining(
-                conn, now - lease, assignment_id) if not r['is_check']}
+            remaining = {
+                r['unit_id']: r['remaining']
+                for r in self._remaining(conn, now - lease, assignment_id)
+                if not r['is_check']
+            }
             pending = conn.execute(
                 'SELECT s.slot_id, s.unit_id FROM slots s WHERE assignment_id = ? AND NOT EXISTS '
                 '(SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id) ORDER BY position',
-                (assignment_id,)).fetchall()
-            gone = [p['slot_id'] for p in pending
-                    if p['unit_id'] in remaining and remaining[p['unit_id']] <= 0]
+                (assignment_id,),
+            ).fetchall()
+            gone = [p['slot_id'] for p in pending if p['unit_id'] in remaining and remaining[p['unit_id']] <= 0]
             conn.executemany('DELETE FROM slots WHERE slot_id = ?', [(g,) for g in gone])
             left_items = [p for p in pending if p['unit_id'] in remaining and p['slot_id'] not in gone]
             if gone and not left_items:
-                conn.execute('DELETE FROM slots WHERE assignment_id = ? AND NOT EXISTS '
-                             '(SELECT 1 FROM answers a WHERE a.slot_id = slots.slot_id)',
-                             (assignment_id,))
-                answered = conn.execute('SELECT COUNT(*) FROM slots WHERE assignment_id = ?',
-                                        (assignment_id,)).fetchone()[0]
+                conn.execute(
+                    'DELETE FROM slots WHERE assignment_id = ? AND NOT EXISTS '
+                    '(SELECT 1 FROM answers a WHERE a.slot_id = slots.slot_id)',
+                    (assignment_id,),
+                )
+                answered = conn.execute(
+                    'SELECT COUNT(*) FROM slots WHERE assignment_id = ?', (assignment_id,)
+                ).fetchone()[0]
                 if answered:
-                    conn.execute('UPDATE assignments SET completed = ? WHERE assignment_id = ?',
-                                 (now, assignment_id))
+                    conn.execute('UPDATE assignments SET completed = ? WHERE assignment_id = ?', (now, assignment_id))
                 else:
-                    conn.execute("UPDATE assignments SET released = ?, release_reason = 'expired' "
-                                 'WHERE assignment_id = ?', (now, assignment_id))
+                    conn.execute(
+                        "UPDATE assignments SET released = ?, release_reason = 'expired' WHERE assignment_id = ?",
+                        (now, assignment_id),
+                    )
         if activity:
-            conn.execute('UPDATE assignments SET last_active = ? WHERE assignment_id = ? AND '
-                         f'{OPEN}', (now, assignment_id))
-        return dict(conn.execute('SELECT * FROM assignments WHERE assignment_id = ?',
-                                 (assignment_id,)).fetchone())
+            conn.execute(
+                f'UPDATE assignments SET last_active = ? WHERE assignment_id = ? AND {OPEN}', (now, assignment_id)
+            )
+        return dict(conn.execute('SELECT * FROM assignments WHERE assignment_id = ?', (assignment_id,)).fetchone())
 
     def touch(self, assignment_id: int, limits: Optional[Limits] = None) -> Optional[dict]:
         """A page view: the assignment as it stands now (slots others filled while its reservation
@@ -467,16 +530,19 @@ class TaskDB:
         now = time.time()
         with self.transaction() as conn:
             self._renew(conn, assignment_id, now, self.lease_seconds(limits))
-            conn.execute(f'UPDATE assignments SET started = COALESCE(started, ?) '
-                         f'WHERE assignment_id = ? AND {OPEN}', (now, assignment_id))
+            conn.execute(
+                f'UPDATE assignments SET started = COALESCE(started, ?) WHERE assignment_id = ? AND {OPEN}',
+                (now, assignment_id),
+            )
 
     def leave(self, assignment_id: int) -> bool:
         """The worker returns the task: its unanswered items go back to the pool at once (its
         answers are kept). False if it was already completed or released."""
         with self.transaction() as conn:
             cur = conn.execute(
-                f"UPDATE assignments SET released = ?, release_reason = 'left' "
-                f'WHERE assignment_id = ? AND {OPEN}', (time.time(), assignment_id))
+                f"UPDATE assignments SET released = ?, release_reason = 'left' WHERE assignment_id = ? AND {OPEN}",
+                (time.time(), assignment_id),
+            )
             return cur.rowcount == 1
 
     def slots(self, assignment_id: int) -> List[dict]:
@@ -484,7 +550,9 @@ class TaskDB:
         rows = self._all(
             'SELECT s.slot_id, s.position, u.display, a.answer_id IS NOT NULL AS answered '
             'FROM slots s JOIN units u USING (unit_id) LEFT JOIN answers a USING (slot_id) '
-            'WHERE s.assignment_id = ? ORDER BY s.position', (assignment_id,))
+            'WHERE s.assignment_id = ? ORDER BY s.position',
+            (assignment_id,),
+        )
         return [dict(r, display=json.loads(r['display'])) for r in rows]
 
     def example_display(self) -> Optional[dict]:
@@ -493,8 +561,14 @@ class TaskDB:
         return json.loads(row[0]) if row else None
 
     # -- answers ------------------------------------------------------------------------------
-    def submit(self, worker_id: int, slot_id: int, answer: dict,
-               assignment_id: Optional[int] = None, limits: Optional[Limits] = None) -> dict:
+    def submit(
+        self,
+        worker_id: int,
+        slot_id: int,
+        answer: dict,
+        assignment_id: Optional[int] = None,
+        limits: Optional[Limits] = None,
+    ) -> dict:
         """Store one answer for the worker's current slot; returns the assignment's state.
 
         Rejects slots that are not this worker's (or not in ``assignment_id``, when the worker
@@ -510,30 +584,43 @@ class TaskDB:
             own = conn.execute(
                 'SELECT x.assignment_id, x.last_active FROM slots s JOIN assignments x '
                 'USING (assignment_id) WHERE s.slot_id = ? AND x.worker_id = ?',
-                (slot_id, worker_id)).fetchone()
+                (slot_id, worker_id),
+            ).fetchone()
             if own is not None and assignment_id not in (None, own['assignment_id']):
                 own = None
             if own is not None:
                 state = self._renew(conn, own['assignment_id'], now, self.lease_seconds(limits))
                 if state['released'] is not None:
-                    raise TaskError('you left this task (or it was released after a long idle '
-                                    'spell); its items went back to other workers', 409)
+                    raise TaskError(
+                        'you left this task (or it was released after a long idle '
+                        'spell); its items went back to other workers',
+                        409,
+                    )
             slot = conn.execute(
                 'SELECT s.*, x.worker_id, x.last_active, u.models, u.is_check, u.expected '
                 'FROM slots s JOIN assignments x USING (assignment_id) JOIN units u USING (unit_id) '
-                'WHERE s.slot_id = ?', (slot_id,)).fetchone()
+                'WHERE s.slot_id = ?',
+                (slot_id,),
+            ).fetchone()
             if slot is None and own is not None:
-                raise TaskError('this item went to another worker while your task was idle or not '
-                                'yet started; please continue with the next one', 409)
-            if slot is None or slot['worker_id'] != worker_id or (
-                    assignment_id is not None and slot['assignment_id'] != assignment_id):
+                raise TaskError(
+                    'this item went to another worker while your task was idle or not '
+                    'yet started; please continue with the next one',
+                    409,
+                )
+            if (
+                slot is None
+                or slot['worker_id'] != worker_id
+                or (assignment_id is not None and slot['assignment_id'] != assignment_id)
+            ):
                 raise TaskError('this item is not assigned to you', 403)
             if conn.execute('SELECT 1 FROM answers WHERE slot_id = ?', (slot_id,)).fetchone():
                 raise TaskError('this item was already answered', 409)
             current = conn.execute(
                 'SELECT MIN(position) FROM slots s WHERE assignment_id = ? AND NOT EXISTS '
                 '(SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id)',
-                (slot['assignment_id'],)).fetchone()[0]
+                (slot['assignment_id'],),
+            ).fetchone()[0]
             if slot['position'] != current:
                 raise TaskError('please answer the items in order', 409)
             models = json.loads(slot['models'])
@@ -541,8 +628,8 @@ class TaskDB:
             passed = None
             if cfg['mode'] == sampling.AB:
                 record['winners'] = {
-                    aspect: votes.TIE if c == 'tie' else models[c]
-                    for aspect, c in answer['choices'].items()}
+                    aspect: votes.TIE if c == 'tie' else models[c] for aspect, c in answer['choices'].items()
+                }
                 if slot['is_check']:
                     passed = all(w == slot['expected'] for w in record['winners'].values())
             elif slot['is_check']:
@@ -550,18 +637,28 @@ class TaskDB:
             conn.execute(
                 'INSERT INTO answers (slot_id, worker_id, unit_id, answer, check_passed, '
                 'submitted, seconds) VALUES (?, ?, ?, ?, ?, ?, ?)',
-                (slot_id, worker_id, slot['unit_id'], json.dumps(record),
-                 None if passed is None else int(passed), now, now - own['last_active']))
+                (
+                    slot_id,
+                    worker_id,
+                    slot['unit_id'],
+                    json.dumps(record),
+                    None if passed is None else int(passed),
+                    now,
+                    now - own['last_active'],
+                ),
+            )
             if cfg['mode'] == sampling.AB and not slot['is_check']:
                 self._maybe_call_fourth(conn, slot['unit_id'])
             left = conn.execute(
                 'SELECT COUNT(*) FROM slots s WHERE assignment_id = ? AND NOT EXISTS '
                 '(SELECT 1 FROM answers a WHERE a.slot_id = s.slot_id)',
-                (slot['assignment_id'],)).fetchone()[0]
+                (slot['assignment_id'],),
+            ).fetchone()[0]
             conn.execute(
                 'UPDATE assignments SET last_active = ?, completed = CASE WHEN ? = 0 THEN ? '
                 'ELSE completed END WHERE assignment_id = ?',
-                (now, left, now, slot['assignment_id']))
+                (now, left, now, slot['assignment_id']),
+            )
             return {'left': left, 'check_passed': passed}
 
     @staticmethod
@@ -570,21 +667,24 @@ class TaskDB:
         rows = conn.execute(
             'SELECT a.answer FROM answers a WHERE a.unit_id = ? AND a.worker_id NOT IN '
             '(SELECT worker_id FROM answers WHERE check_passed = 0) ORDER BY a.answer_id',
-            (unit_id,)).fetchall()
+            (unit_id,),
+        ).fetchall()
         if len(rows) != votes.BASE_ANNOTATORS:
             return
         winners = [json.loads(r[0])['winners'] for r in rows]
         split = any(votes.needs_extra_annotator([w[a] for w in winners]) for a in winners[0])
         if split:
-            conn.execute('UPDATE units SET needed = MAX(needed, ?) WHERE unit_id = ?',
-                         (votes.BASE_ANNOTATORS + 1, unit_id))
+            conn.execute(
+                'UPDATE units SET needed = MAX(needed, ?) WHERE unit_id = ?', (votes.BASE_ANNOTATORS + 1, unit_id)
+            )
 
     # -- reporting ----------------------------------------------------------------------------
     def failed_workers(self) -> List[dict]:
         rows = self._all(
             'SELECT w.worker_id, w.provider, w.external_id, SUM(a.check_passed = 0) AS failed, '
             'COUNT(a.check_passed) AS checks FROM answers a JOIN workers w USING (worker_id) '
-            'GROUP BY w.worker_id HAVING failed > 0 ORDER BY w.worker_id')
+            'GROUP BY w.worker_id HAVING failed > 0 ORDER BY w.worker_id'
+        )
         return [dict(r) for r in rows]
 
     def progress(self) -> List[dict]:
@@ -593,7 +693,8 @@ class TaskDB:
             'SELECT u.models, SUM(u.needed) AS wanted, '
             '(SELECT COUNT(*) FROM answers a JOIN units v USING (unit_id) '
             ' WHERE v.models = u.models AND v.is_check = 0) AS answered '
-            'FROM units u WHERE u.is_check = 0 GROUP BY u.models')
+            'FROM units u WHERE u.is_check = 0 GROUP BY u.models'
+        )
         merged: Dict[str, dict] = {}
         for r in rows:
             key = ' vs '.join(sorted(json.loads(r['models'])))
@@ -617,7 +718,8 @@ class TaskDB:
             'i.emotion FROM answers a JOIN slots s USING (slot_id) '
             'JOIN assignments x USING (assignment_id) JOIN workers w ON w.worker_id = a.worker_id '
             'JOIN units u ON u.unit_id = a.unit_id JOIN items i ON i.item_id = u.item_id '
-            'ORDER BY a.answer_id')
+            'ORDER BY a.answer_id'
+        )
         out = []
         for r in rows:
             d = dict(r)
@@ -629,8 +731,9 @@ class TaskDB:
 
     def bindings(self) -> List[dict]:
         """Every worker's provider, participant id and platform session (no links)."""
-        return [dict(r) for r in self._all(
-            'SELECT worker_id, provider, external_id, study_ref, session_ref FROM workers')]
+        return [
+            dict(r) for r in self._all('SELECT worker_id, provider, external_id, study_ref, session_ref FROM workers')
+        ]
 
     def counts(self) -> dict:
         one = lambda sql: self._one(sql)[0]  # noqa: E731

@@ -16,6 +16,7 @@ The admin token travels only in an ``Authorization`` header (``Bearer <token>``,
 with the token as password, which browsers prompt for), never in a URL, so access logs cannot
 record it.
 """
+
 import base64
 import binascii
 import hashlib
@@ -67,12 +68,10 @@ class LinkSigner:
 
     def check_entry(self, provider: str, given: str) -> None:
         if not given:
-            raise TaskError('this entry link lacks its entry= signature; use the link the '
-                            'researcher published', 403)
+            raise TaskError('this entry link lacks its entry= signature; use the link the researcher published', 403)
         # compare_digest needs ASCII; a signature is ASCII, so anything else is simply wrong
         if not given.isascii() or not hmac.compare_digest(given.encode(), self.entry(provider).encode()):
-            raise TaskError('this entry link was not issued by this task (bad entry= signature)',
-                            403)
+            raise TaskError('this entry link was not issued by this task (bad entry= signature)', 403)
 
 
 def admin_token_from_header(authorization: str) -> Optional[str]:
@@ -91,8 +90,9 @@ def admin_token_from_header(authorization: str) -> Optional[str]:
 
 def check_admin(authorization: str, query_has_token: bool, admin_token: str) -> None:
     if query_has_token:
-        raise TaskError('send the admin token in an Authorization header, never in the URL '
-                        '(URLs are written to access logs)', 400)
+        raise TaskError(
+            'send the admin token in an Authorization header, never in the URL (URLs are written to access logs)', 400
+        )
     given = admin_token_from_header(authorization)
     if given is None:
         raise TaskError('admin token required (Authorization: Bearer <token>)', 401)

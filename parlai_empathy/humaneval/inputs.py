@@ -24,6 +24,7 @@
 
 Every parse error names the file, the line and the field.
 """
+
 import hashlib
 import json
 import os
@@ -102,28 +103,29 @@ def _context(teacher: dict, history: List[Tuple[str, str]], where) -> List[Tuple
     last = LISTENER if _reply_role(teacher) == SPEAKER else SPEAKER
     utterances = teacher.get('context_utterances')
     if utterances is not None:
-        if not (isinstance(utterances, list) and utterances
-                and all(isinstance(u, str) for u in utterances)):
-            raise InputError(where("teacher field 'context_utterances' must be a non-empty list "
-                                   'of strings'))
+        if not (isinstance(utterances, list) and utterances and all(isinstance(u, str) for u in utterances)):
+            raise InputError(where("teacher field 'context_utterances' must be a non-empty list of strings"))
         roles = teacher.get('context_roles')
         if roles is None:
             roles = _alternating_roles(len(utterances), last)
-        elif not (isinstance(roles, list) and len(roles) == len(utterances)
-                  and all(r in (SPEAKER, LISTENER) for r in roles)):
-            raise InputError(where(
-                f"teacher field 'context_roles' must give '{SPEAKER}' or '{LISTENER}' for each of "
-                f"the {len(utterances)} 'context_utterances'"))
+        elif not (
+            isinstance(roles, list) and len(roles) == len(utterances) and all(r in (SPEAKER, LISTENER) for r in roles)
+        ):
+            raise InputError(
+                where(
+                    f"teacher field 'context_roles' must give '{SPEAKER}' or '{LISTENER}' for each of "
+                    f"the {len(utterances)} 'context_utterances'"
+                )
+            )
         # the text is the context's tail (its last turn, or its last turns joined by newlines);
         # if it were not, raters would see a context other than the one the model answered
         if teacher['text'].split('\n')[-1].strip() != utterances[-1].strip():
-            raise InputError(where(
-                "teacher field 'text' does not end with the last of its 'context_utterances'"))
+            raise InputError(where("teacher field 'text' does not end with the last of its 'context_utterances'"))
         return list(zip(roles, utterances))
     lines = teacher['text'].split('\n')
     said = [text for _, text in history]
-    if history and len(lines) > len(said) and lines[:len(said)] == said:
-        lines = lines[len(said):]  # the whole history again, then the new turn
+    if history and len(lines) > len(said) and lines[: len(said)] == said:
+        lines = lines[len(said) :]  # the whole history again, then the new turn
     return history + list(zip(_alternating_roles(len(lines), last), lines))
 
 
@@ -135,10 +137,12 @@ def _item_id(conv_id, turn) -> str:
 def _no_reply_text(loc: str, reply) -> str:
     """Why a model message has no reply, and the fix when it is the usual cause."""
     if isinstance(reply, dict) and 'text' not in reply:
-        model = f" ({reply['id']})" if isinstance(reply.get('id'), str) else ''
-        return (f"{loc} model message{model} has no 'text': the log holds no generated replies "
-                '(the model ran with skip_generation true, as its saved options may say); rerun '
-                'parlai eval_model with --skip-generation false')
+        model = f' ({reply["id"]})' if isinstance(reply.get('id'), str) else ''
+        return (
+            f"{loc} model message{model} has no 'text': the log holds no generated replies "
+            '(the model ran with skip_generation true, as its saved options may say); rerun '
+            'parlai eval_model with --skip-generation false'
+        )
     return f"{loc} model message has no string 'text'"
 
 
@@ -178,23 +182,18 @@ def read_world_log(path: str, model: Optional[str] = None) -> ModelOutputs:
         for turn_idx, turn in enumerate(dialog):
             loc = f"'dialog'[{turn_idx}]"
             if not isinstance(turn, list) or len(turn) < 2:
-                raise InputError(
-                    _where(path, lineno, f'{loc} must be [teacher message, model message]')
-                )
+                raise InputError(_where(path, lineno, f'{loc} must be [teacher message, model message]'))
             teacher, reply = turn[0], turn[1]
             if not isinstance(teacher, dict) or not isinstance(teacher.get('text'), str):
-                raise InputError(
-                    _where(path, lineno, f"{loc} teacher message has no string 'text'")
-                )
+                raise InputError(_where(path, lineno, f"{loc} teacher message has no string 'text'"))
             if not isinstance(reply, dict) or not isinstance(reply.get('text'), str):
                 raise InputError(_where(path, lineno, _no_reply_text(loc, reply)))
             gold = _first_label(teacher)
             if gold is None:
-                raise InputError(
-                    _where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'")
-                )
-            context = _context(teacher, history,
-                               lambda what, lineno=lineno, loc=loc: _where(path, lineno, f'{loc} {what}'))
+                raise InputError(_where(path, lineno, f"{loc} teacher message has no 'eval_labels'/'labels'"))
+            context = _context(
+                teacher, history, lambda what, lineno=lineno, loc=loc: _where(path, lineno, f'{loc} {what}')
+            )
             # ParlAI's agents add the gold reply, not their own, to the history they keep
             history = context + [(_reply_role(teacher), gold)]
             if _reply_role(teacher) == SPEAKER:
@@ -229,9 +228,13 @@ def ed_items(ed_dir: str, split: str = 'test') -> Dict[str, Item]:
     for episode in ed_episodes.build_episodes(conversations, both_sides=False):
         for ex in episode:
             item_id = _item_id(ex.conv_id, ex.turn)
-            items[item_id] = Item(item_id=item_id, emotion=ex.emotion, situation=ex.situation,
-                                  context=list(zip(ex.context_roles, ex.context_utterances)),
-                                  gold=ex.label)
+            items[item_id] = Item(
+                item_id=item_id,
+                emotion=ex.emotion,
+                situation=ex.situation,
+                context=list(zip(ex.context_roles, ex.context_utterances)),
+                gold=ex.label,
+            )
     return items
 
 
@@ -270,11 +273,18 @@ def _add_output_row(out: ModelOutputs, row, by_row_id: Dict[str, Item], where) -
             raise InputError(where(f"field '{key}' missing or not a string"))
     item = by_row_id.get(row['id'])
     if item is None:
-        raise InputError(where(f"'id' {row['id']!r} is no Listener reply of the cleaned ED split: "
-                               'was the row evaluated on other data?'))
+        raise InputError(
+            where(
+                f"'id' {row['id']!r} is no Listener reply of the cleaned ED split: was the row evaluated on other data?"
+            )
+        )
     if row['gold'] != item.gold:
-        raise InputError(where(f"'gold' of {row['id']} is not the cleaned ED split's reply "
-                               f'({item.gold!r}): was the row evaluated on other data?'))
+        raise InputError(
+            where(
+                f"'gold' of {row['id']} is not the cleaned ED split's reply "
+                f'({item.gold!r}): was the row evaluated on other data?'
+            )
+        )
     if item.item_id in out.items:
         raise InputError(where(f"repeats 'id' {row['id']}"))
     out.items[item.item_id] = item
@@ -290,10 +300,7 @@ def align(outputs: List[ModelOutputs]) -> Tuple[Dict[str, Item], List[str]]:
     for o in outputs[1:]:
         shared &= set(o.items)
     if not shared:
-        raise InputError(
-            'the world logs share no test items; were they produced from the same task and '
-            'datatype?'
-        )
+        raise InputError('the world logs share no test items; were they produced from the same task and datatype?')
     items = {k: outputs[0].items[k] for k in sorted(shared)}
     return items, names
 
@@ -328,8 +335,7 @@ def read_pairings(path: str) -> List[Pairing]:
                 isinstance(t, dict) and isinstance(t.get('text'), str) for t in turns
             ):
                 raise InputError(
-                    _where(path, lineno, f"'dialogue_dicts'[{i}].dialogue must be a list of "
-                           "{'id', 'text'}")
+                    _where(path, lineno, f"'dialogue_dicts'[{i}].dialogue must be a list of {{'id', 'text'}}")
                 )
             dialogues.append([{'id': str(t.get('id', '')), 'text': t['text']} for t in turns])
         ids = row.get('dialogue_ids') or [f'{lineno}:0', f'{lineno}:1']
@@ -349,10 +355,7 @@ def read_pairings(path: str) -> List[Pairing]:
 
 def acute_dialogue(item: Item, model: str, response: str) -> dict:
     """One item as an ACUTE-Eval dialogue dict; only the final turn is the model's."""
-    turns = [
-        {'id': HUMAN_SPEAKER if role == SPEAKER else HUMAN_LISTENER, 'text': text}
-        for role, text in item.context
-    ]
+    turns = [{'id': HUMAN_SPEAKER if role == SPEAKER else HUMAN_LISTENER, 'text': text} for role, text in item.context]
     turns.append({'id': model, 'text': response})
     speakers = list(dict.fromkeys(t['id'] for t in turns))
     return {'speakers': speakers, 'dialogue': turns, 'context': []}

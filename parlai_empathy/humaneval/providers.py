@@ -11,6 +11,7 @@
 
 The ``entry`` signatures come from the task database's secret (see :mod:`.identity`).
 """
+
 import json
 import math
 import time
@@ -27,8 +28,9 @@ MTURK_WORKER_SITES = {
     'sandbox': 'https://workersandbox.mturk.com/mturk/preview?groupId=',
     'live': 'https://worker.mturk.com/mturk/preview?groupId=',
 }
-EXTERNAL_QUESTION_SCHEMA = ('http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/'
-                            '2006-07-14/ExternalQuestion.xsd')
+EXTERNAL_QUESTION_SCHEMA = (
+    'http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2006-07-14/ExternalQuestion.xsd'
+)
 # Built-in MTurk qualification type ids.
 QUAL_LOCALE = '00000000000000000071'
 QUAL_PERCENT_APPROVED = '000000000000000000L0'
@@ -37,23 +39,27 @@ QUAL_PERCENT_APPROVED = '000000000000000000L0'
 def local_links(db: TaskDB, base_url: str, n: int) -> List[str]:
     """Create ``n`` local workers and return their private links."""
     base = base_url.rstrip('/')
-    return [f"{base}/w/{db.add_worker('local')['token']}" for _ in range(n)]
+    return [f'{base}/w/{db.add_worker("local")["token"]}' for _ in range(n)]
 
 
 def generic_entry_url(db: TaskDB, base_url: str) -> str:
-    return (f"{base_url.rstrip('/')}/start?entry={db.links.entry('generic')}"
-            '&PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}')
+    return (
+        f'{base_url.rstrip("/")}/start?entry={db.links.entry("generic")}'
+        '&PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}'
+    )
 
 
 def mturk_entry_url(db: TaskDB, task_url: str) -> str:
     """The ExternalURL of the task's HITs (MTurk appends its own parameters to it)."""
-    return f"{task_url.rstrip('/')}/mturk?entry={db.links.entry('mturk')}"
+    return f'{task_url.rstrip("/")}/mturk?entry={db.links.entry("mturk")}'
 
 
 def external_question(url: str, frame_height: int = 0) -> str:
     """The ExternalQuestion XML that makes MTurk show ``url`` in its iframe."""
-    return (f'<ExternalQuestion xmlns="{EXTERNAL_QUESTION_SCHEMA}"><ExternalURL>{xml_escape(url)}'
-            f'</ExternalURL><FrameHeight>{frame_height}</FrameHeight></ExternalQuestion>')
+    return (
+        f'<ExternalQuestion xmlns="{EXTERNAL_QUESTION_SCHEMA}"><ExternalURL>{xml_escape(url)}'
+        f'</ExternalURL><FrameHeight>{frame_height}</FrameHeight></ExternalQuestion>'
+    )
 
 
 def hits_needed(db: TaskDB) -> int:
@@ -63,9 +69,17 @@ def hits_needed(db: TaskDB) -> int:
 
 
 def mturk_requests(
-    entry_url: str, n_hits: int, reward: str, title: str, description: str, keywords: str,
-    minutes_per_assignment: int = 30, lifetime_hours: int = 72, assignments_per_hit: int = 1,
-    min_approval: Optional[int] = 95, locales: Optional[List[str]] = ('US',),
+    entry_url: str,
+    n_hits: int,
+    reward: str,
+    title: str,
+    description: str,
+    keywords: str,
+    minutes_per_assignment: int = 30,
+    lifetime_hours: int = 72,
+    assignments_per_hit: int = 1,
+    min_approval: Optional[int] = 95,
+    locales: Optional[List[str]] = ('US',),
     batch: Optional[str] = None,
 ) -> List[dict]:
     """The ``create_hit`` keyword arguments for each HIT, showing ``entry_url``
@@ -79,15 +93,28 @@ def mturk_requests(
     float(reward)  # a decimal string such as '0.80'
     quals = []
     if min_approval is not None:
-        quals.append({'QualificationTypeId': QUAL_PERCENT_APPROVED, 'Comparator':
-                      'GreaterThanOrEqualTo', 'IntegerValues': [int(min_approval)],
-                      'ActionsGuarded': 'DiscoverPreviewAndAccept'})
+        quals.append(
+            {
+                'QualificationTypeId': QUAL_PERCENT_APPROVED,
+                'Comparator': 'GreaterThanOrEqualTo',
+                'IntegerValues': [int(min_approval)],
+                'ActionsGuarded': 'DiscoverPreviewAndAccept',
+            }
+        )
     if locales:
-        quals.append({'QualificationTypeId': QUAL_LOCALE, 'Comparator': 'In',
-                      'LocaleValues': [{'Country': c} for c in locales],
-                      'ActionsGuarded': 'DiscoverPreviewAndAccept'})
+        quals.append(
+            {
+                'QualificationTypeId': QUAL_LOCALE,
+                'Comparator': 'In',
+                'LocaleValues': [{'Country': c} for c in locales],
+                'ActionsGuarded': 'DiscoverPreviewAndAccept',
+            }
+        )
     request = {
-        'Title': title, 'Description': description, 'Keywords': keywords, 'Reward': reward,
+        'Title': title,
+        'Description': description,
+        'Keywords': keywords,
+        'Reward': reward,
         'MaxAssignments': assignments_per_hit,
         'AssignmentDurationInSeconds': minutes_per_assignment * 60,
         'LifetimeInSeconds': lifetime_hours * 3600,
@@ -107,16 +134,23 @@ def mturk_client(environment: str, profile: Optional[str] = None, region: str = 
 
 
 def create_hits(
-    requests: List[dict], environment: str = 'sandbox', dry_run: bool = False,
-    client=None, printer: Callable[[str], None] = print, profile: Optional[str] = None,
+    requests: List[dict],
+    environment: str = 'sandbox',
+    dry_run: bool = False,
+    client=None,
+    printer: Callable[[str], None] = print,
+    profile: Optional[str] = None,
 ) -> List[Dict[str, str]]:
     """Send (or with ``dry_run`` only print) the HIT requests; returns the created HIT ids."""
     if environment not in MTURK_ENDPOINTS:
         raise ValueError(f"environment must be 'sandbox' or 'live', got {environment!r}")
     if dry_run:
         for req in requests:
-            printer(json.dumps({'operation': 'CreateHIT', 'endpoint': MTURK_ENDPOINTS[environment],
-                                'params': req}, indent=2))
+            printer(
+                json.dumps(
+                    {'operation': 'CreateHIT', 'endpoint': MTURK_ENDPOINTS[environment], 'params': req}, indent=2
+                )
+            )
         return []
     client = client or mturk_client(environment, profile)
     balance = client.get_account_balance().get('AvailableBalance')
@@ -126,7 +160,7 @@ def create_hits(
         hit = client.create_hit(**req)['HIT']
         created.append({'HITId': hit['HITId'], 'HITTypeId': hit['HITTypeId']})
     if created:
-        printer(f"Preview: {MTURK_WORKER_SITES[environment]}{created[0]['HITTypeId']}")
+        printer(f'Preview: {MTURK_WORKER_SITES[environment]}{created[0]["HITTypeId"]}')
     return created
 
 

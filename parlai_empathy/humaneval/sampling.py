@@ -3,6 +3,7 @@
 Everything random takes an explicit seed so a task can be rebuilt identically. Model identity
 never reaches the worker: a unit's display holds only text; the model names stay in the DB.
 """
+
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,9 +44,7 @@ def stratified_sample(items: Dict[str, Item], per_emotion: int, seed: int) -> Li
     for emotion in sorted(by_emotion):
         pool = sorted(by_emotion[emotion])
         if len(pool) < per_emotion:
-            raise ValueError(
-                f'emotion {emotion!r} has only {len(pool)} items, {per_emotion} requested'
-            )
+            raise ValueError(f'emotion {emotion!r} has only {len(pool)} items, {per_emotion} requested')
         chosen.extend(rng.sample(pool, per_emotion))
     return chosen
 
@@ -73,7 +72,9 @@ def _context(item: Item) -> List[List[str]]:
 
 
 def likert_units(
-    items: Dict[str, Item], responses: Dict[str, Dict[str, str]], selected: Sequence[str],
+    items: Dict[str, Item],
+    responses: Dict[str, Dict[str, str]],
+    selected: Sequence[str],
     annotators: int,
 ) -> List[UnitSpec]:
     """One unit per (item, model); each is rated by ``annotators`` different workers."""
@@ -95,8 +96,12 @@ def likert_units(
 
 
 def ab_units(
-    items: Dict[str, Item], responses: Dict[str, Dict[str, str]], selected: Sequence[str],
-    matchups: Sequence[Tuple[str, str]], annotators: int, seed: int,
+    items: Dict[str, Item],
+    responses: Dict[str, Dict[str, str]],
+    selected: Sequence[str],
+    matchups: Sequence[Tuple[str, str]],
+    annotators: int,
+    seed: int,
 ) -> List[UnitSpec]:
     """One unit per (item, model pair), with the A/B side drawn at random per unit."""
     rng = random.Random(seed)
@@ -139,8 +144,7 @@ def ab_units_from_pairings(pairings: Sequence[Pairing], annotators: int, seed: i
         def turns(ts, models):
             # the evaluated models and the human Listener (acute_dialogue's id) speak for the
             # Listener; everyone else for the Speaker
-            return [[LISTENER if t['id'] in models or t['id'] == HUMAN_LISTENER else SPEAKER,
-                     t['text']] for t in ts]
+            return [[LISTENER if t['id'] in models or t['id'] == HUMAN_LISTENER else SPEAKER, t['text']] for t in ts]
 
         units.append(
             UnitSpec(
@@ -157,9 +161,7 @@ def ab_units_from_pairings(pairings: Sequence[Pairing], annotators: int, seed: i
     return units
 
 
-def check_units(
-    mode: str, items: Dict[str, Item], pool: Sequence[str], n: int, seed: int
-) -> List[UnitSpec]:
+def check_units(mode: str, items: Dict[str, Item], pool: Sequence[str], n: int, seed: int) -> List[UnitSpec]:
     """Attention checks built from real items.
 
     Likert: the item's context with a reply taken from a conversation of another emotion; it
@@ -205,8 +207,12 @@ class OpenUnit:
 
 
 def plan_assignment(
-    rng: random.Random, open_units: Sequence[OpenUnit], checks: Sequence[OpenUnit],
-    seen_items: Set[str], size: int, n_checks: int,
+    rng: random.Random,
+    open_units: Sequence[OpenUnit],
+    checks: Sequence[OpenUnit],
+    seen_items: Set[str],
+    size: int,
+    n_checks: int,
 ) -> List[int]:
     """Pick up to ``size`` units (neediest first) and ``n_checks`` checks for one worker.
 

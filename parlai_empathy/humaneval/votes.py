@@ -3,6 +3,7 @@
 Votes are model names or ``TIE``. Used both while collecting (to call the 4th annotator) and in
 analysis (to decide each item), so the two can never disagree.
 """
+
 from collections import Counter
 from typing import Optional, Sequence
 

@@ -18,6 +18,7 @@ are):
 A command subclasses :class:`EmpathyScript` instead of ``ParlaiScript``; nothing else changes in
 how it declares its options (``required=True`` included).
 """
+
 import argparse
 import sys
 
@@ -64,8 +65,11 @@ def prepare(parser):
 
 def missing_required(parser, opt):
     """The flags of the required options that ``opt`` lacks."""
-    return [argparse._get_action_name(action) for action in parser._actions
-            if getattr(action, _REQUIRED, False) and opt.get(action.dest) is None]
+    return [
+        argparse._get_action_name(action)
+        for action in parser._actions
+        if getattr(action, _REQUIRED, False) and opt.get(action.dest) is None
+    ]
 
 
 class EmpathyScript(ParlaiScript):

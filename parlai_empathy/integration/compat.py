@@ -20,6 +20,7 @@ This module is also the one way the package repairs a ParlAI module (:func:`repa
 :mod:`parlai_empathy.integration.safe_loading`): a repair is applied
 when its module is imported, or at once if it already is, to that module only.
 """
+
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -169,32 +170,47 @@ CROWD_SOURCE_PATCHES = {
         # Python 3.11 refuses an unhashable dataclass instance as a field default
         # ("ValueError: mutable default ... use default_factory"); Mephisto's later releases
         # made the same three fields default factories.
-        ('    task: TaskRunArgs = TaskRunArgs()\n',
-         '    task: TaskRunArgs = field(default_factory=TaskRunArgs)\n', 'hydra_config.py:38'),
-        ('    database: DatabaseArgs = DatabaseArgs()\n',
-         '    database: DatabaseArgs = field(default_factory=DatabaseArgs)\n', 'hydra_config.py:39'),
-        ('    mephisto: MephistoConfig = MephistoConfig()\n',
-         '    mephisto: MephistoConfig = field(default_factory=MephistoConfig)\n',
-         'hydra_config.py:45'),
+        (
+            '    task: TaskRunArgs = TaskRunArgs()\n',
+            '    task: TaskRunArgs = field(default_factory=TaskRunArgs)\n',
+            'hydra_config.py:38',
+        ),
+        (
+            '    database: DatabaseArgs = DatabaseArgs()\n',
+            '    database: DatabaseArgs = field(default_factory=DatabaseArgs)\n',
+            'hydra_config.py:39',
+        ),
+        (
+            '    mephisto: MephistoConfig = MephistoConfig()\n',
+            '    mephisto: MephistoConfig = field(default_factory=MephistoConfig)\n',
+            'hydra_config.py:45',
+        ),
     ],
 }
 # Mephisto's metrics endpoint (prometheus_client's start_http_server) listens on every interface.
 CROWD_SOURCE_PATCHES['mephisto.utils.metrics'] = [
-    ('        start_http_server(3031)\n', "        start_http_server(3031, addr='127.0.0.1')\n",
-     'utils/metrics.py:122'),
+    (
+        '        start_http_server(3031)\n',
+        "        start_http_server(3031, addr='127.0.0.1')\n",
+        'utils/metrics.py:122',
+    ),
 ]
 # The node router Mephisto's local architect starts: `server.listen(PORT, ...)` listens on every
 # interface and no option changes it, so the router copy under the run folder gets a host.
-ROUTER_LISTEN_PATCH = ('server.listen(PORT, function () {',
-                       "server.listen(PORT, '127.0.0.1', function () {",
-                       'router/node/server.js:379')
+ROUTER_LISTEN_PATCH = (
+    'server.listen(PORT, function () {',
+    "server.listen(PORT, '127.0.0.1', function () {",
+    'router/node/server.js:379',
+)
 # ... and every request first passes our guard (humaneval/crowd/webapp/router_guard.js says what
 # it stops: a file download route that serves any file of the machine, unbounded uploads, and
 # bodies that crash a handler or leave a request unanswered).
-ROUTER_GUARD_PATCH = ('app.use(bodyParser.json());\n',
-                      'app.use(bodyParser.json());\n'
-                      'require("./router_guard.js")(app, () => Object.keys(pending_agent_requests).length);\n',
-                      'router/node/server.js:40')
+ROUTER_GUARD_PATCH = (
+    'app.use(bodyParser.json());\n',
+    'app.use(bodyParser.json());\n'
+    'require("./router_guard.js")(app, () => Object.keys(pending_agent_requests).length);\n',
+    'router/node/server.js:40',
+)
 
 
 class CrowdVersionError(RuntimeError):
@@ -209,7 +225,8 @@ def patch_text(text: str, patches, where: str) -> str:
             raise CrowdVersionError(
                 f'{where}: expected the upstream line {line} ({old.strip()!r}) once, found it '
                 f'{count} times: this is not the tested Mephisto 1.1.1 (install the crowd extra: '
-                'make install-crowd)')
+                'make install-crowd)'
+            )
         text = text.replace(old, new)
     return text
 
@@ -240,8 +257,9 @@ class _PatchSourceOnImport(importlib.abc.MetaPathFinder):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            raise CrowdVersionError(f'{fullname}: not found as a source file to patch '
-                                    '(install the crowd extra: make install-crowd)')
+            raise CrowdVersionError(
+                f'{fullname}: not found as a source file to patch (install the crowd extra: make install-crowd)'
+            )
         spec.loader = _PatchedSourceLoader(spec.loader.name, spec.loader.path, self.patches[fullname])
         return spec
 
@@ -254,12 +272,16 @@ def _run_folder_patches(data_dir: str):
     return {
         # ~/.mephisto/config.yml, which import mephisto creates (init_config)
         'mephisto.operations.config_handler': [
-            ('DEFAULT_CONFIG_FOLDER = os.path.expanduser("~/.mephisto/")\n',
-             f'DEFAULT_CONFIG_FOLDER = {config!r}\n', 'operations/config_handler.py:14')],
+            (
+                'DEFAULT_CONFIG_FOLDER = os.path.expanduser("~/.mephisto/")\n',
+                f'DEFAULT_CONFIG_FOLDER = {config!r}\n',
+                'operations/config_handler.py:14',
+            )
+        ],
         # the local architect's deploy folder and the metrics' pid files: site-packages/tmp
         'mephisto.utils.dirs': [
-            ('    return os.path.join(get_root_dir(), "tmp")\n', f'    return {tmp!r}\n',
-             'utils/dirs.py:128')],
+            ('    return os.path.join(get_root_dir(), "tmp")\n', f'    return {tmp!r}\n', 'utils/dirs.py:128')
+        ],
     }
 
 
@@ -281,8 +303,9 @@ def prepare_crowd(data_dir: str) -> None:
     loaded = [m for m in patches if m in sys.modules]
     for name in loaded:
         if getattr(sys.modules[name].__spec__.loader, 'patches', None) != patches[name]:
-            raise CrowdVersionError(f'{name} was imported before prepare_crowd({data_dir!r}) '
-                                    '(one crowd run folder per process)')
+            raise CrowdVersionError(
+                f'{name} was imported before prepare_crowd({data_dir!r}) (one crowd run folder per process)'
+            )
     if loaded:
         return
     for name in ('config', 'data', 'tmp'):

@@ -35,6 +35,7 @@ and leaves with ``os._exit(0)``, skipping that shutdown; see :func:`_leave_spawn
 whose context ended with an exception exits the ordinary way, with its traceback and status. The
 launcher (rank 0, the main process) is never cut short: its caller still writes the report.
 """
+
 import contextlib
 import socket
 from urllib.parse import urlsplit
@@ -106,8 +107,9 @@ def _repair_distributed(module):
 
     def init_process_group(*args, backend=None, init_method=None, **kwargs):
         if init_method and init_method.startswith('tcp://') and not args and 'store' not in kwargs:
-            kwargs['store'] = tcp_store(real_dist, init_method, kwargs['rank'], kwargs['world_size'],
-                                        kwargs.get('timeout'))
+            kwargs['store'] = tcp_store(
+                real_dist, init_method, kwargs['rank'], kwargs['world_size'], kwargs.get('timeout')
+            )
             init_method = None
         return real_dist.init_process_group(*args, backend='gloo', init_method=init_method, **kwargs)
 

@@ -4,6 +4,7 @@ Agents read an option of the model they resume (:mod:`parlai_empathy.agents.enco
 the leaderboard the task and classes of a classifier it evaluates: both only after the model file
 was accepted (:func:`parlai_empathy.integration.safe_loading.check_model_trust`), so this is a plain JSON read.
 """
+
 from typing import Dict
 
 from parlai_empathy.files.bounded import FileRefused, load_json_file

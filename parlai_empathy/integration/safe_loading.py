@@ -27,6 +27,7 @@ opening a shared model file could run code. Here:
 The project's agents use this through :class:`parlai_empathy.agents.safety.SafeAgentMixin`.
 Import-light: torch is imported only when a file is loaded.
 """
+
 import os
 import re
 import zipfile
@@ -73,6 +74,7 @@ def parlai_safe_globals() -> List[Any]:
     dtypes = {type(np.dtype(name)) for name in ('float64', 'float32', 'float16', 'int64', 'int32', 'bool')}
     return [core.multiarray.scalar, np.dtype, *sorted(dtypes, key=lambda t: t.__name__)]
 
+
 REFUSAL_ADVICE = (
     'parlai-empathy opens model files with torch.load(weights_only=True) and never unpickles '
     'other objects, because unpickling can run code. If you made this file yourself and trust '
@@ -86,8 +88,7 @@ def _unsafe_globals(path: str) -> List[str]:
 
     allowed = {f'{g.__module__}.{g.__qualname__}' for g in parlai_safe_globals()}
     try:
-        return [name for name in torch.serialization.get_unsafe_globals_in_checkpoint(path)
-                if name not in allowed]
+        return [name for name in torch.serialization.get_unsafe_globals_in_checkpoint(path) if name not in allowed]
     except Exception:  # a broken archive: the caller's message covers it
         return []
 
@@ -96,8 +97,10 @@ def _describe_foreign(path: str, head: bytes) -> str:
     if not head:
         return f'{path} is empty (an interrupted save or copy?)'
     if head.startswith(ZIP_MAGIC):
-        return (f'{path} is a truncated or corrupt PyTorch checkpoint (its zip archive has no '
-                'readable end; an interrupted download, copy or save?)')
+        return (
+            f'{path} is a truncated or corrupt PyTorch checkpoint (its zip archive has no '
+            'readable end; an interrupted download, copy or save?)'
+        )
     if head[:1] == b'\x80':
         return None  # a pickle: decided by the caller
     if head.lstrip()[:1] in (b'{', b'['):
@@ -120,7 +123,8 @@ def _check_stored(path: str, handle) -> None:
         raise ModelFileError(
             f'{path}: {len(compressed)} compressed member(s) ({compressed[0].filename if compressed else "-"!s:.80}, '
             f'...); its {size:,} bytes unpack to {unpacked:,}. torch.save stores checkpoint members '
-            'uncompressed, so this is not a checkpoint it wrote and it is not loaded')
+            'uncompressed, so this is not a checkpoint it wrote and it is not loaded'
+        )
 
 
 def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
@@ -153,14 +157,21 @@ def load_checkpoint(path: str, mmap: bool = False) -> Dict[str, Any]:
             states = torch.load(path, map_location='cpu', weights_only=True, mmap=mmap and is_zip)
     except pickle.UnpicklingError:
         wanted = _unsafe_globals(path) if is_zip else []
-        what = (f'it refers to {", ".join(wanted)}' if wanted else
-                'it is not a weights-only checkpoint' if is_zip else
-                'it is a plain pickle, not a torch.save checkpoint')
-        raise UnsafeModelFile(f'{path} was refused: loading it needs arbitrary unpickling ({what}). '
-                              f'{REFUSAL_ADVICE}') from None
+        what = (
+            f'it refers to {", ".join(wanted)}'
+            if wanted
+            else 'it is not a weights-only checkpoint'
+            if is_zip
+            else 'it is a plain pickle, not a torch.save checkpoint'
+        )
+        raise UnsafeModelFile(
+            f'{path} was refused: loading it needs arbitrary unpickling ({what}). {REFUSAL_ADVICE}'
+        ) from None
     except (RuntimeError, EOFError, KeyError, ValueError, OSError, zipfile.BadZipFile) as err:
-        raise ModelFileError(f'{path} is a corrupt or truncated PyTorch checkpoint '
-                             f'({type(err).__name__}: {str(err).splitlines()[0] if str(err) else "-"})') from None
+        raise ModelFileError(
+            f'{path} is a corrupt or truncated PyTorch checkpoint '
+            f'({type(err).__name__}: {str(err).splitlines()[0] if str(err) else "-"})'
+        ) from None
     if not isinstance(states, Mapping) or not isinstance(states.get('model'), Mapping):
         if isinstance(states, Mapping) and states and all(torch.is_tensor(v) for v in states.values()):
             kind = 'a bare state dict (weights of some model, without ParlAI\'s "model" entry)'
@@ -178,7 +189,8 @@ def describe_mismatch(path: str, agent_name: str, err: Exception) -> ModelFileEr
     detail = '; '.join(lines[1:4] if len(lines) > 1 else lines)[:600]
     return ModelFileError(
         f'{path}: its weights do not fit the {agent_name} model built from its options (weights of '
-        f'another agent or size, or options that differ from the .opt): {detail}')
+        f'another agent or size, or options that differ from the .opt): {detail}'
+    )
 
 
 # ----- .opt files: JSON only, regular files within the cap -------------------------------------
@@ -192,17 +204,23 @@ def _opt_json_load(handle, **kwargs):
     except FileRefused as err:
         raise ModelFileExit(ModelFileError(f'{err}; a truncated or hand-edited .opt?')) from None
     if not isinstance(opt, dict):
-        raise ModelFileExit(ModelFileError(f'{name}, line 1: not an options file (a JSON {type(opt).__name__}, '
-                                           'not an object of options)'))
+        raise ModelFileExit(
+            ModelFileError(
+                f'{name}, line 1: not an options file (a JSON {type(opt).__name__}, not an object of options)'
+            )
+        )
     return opt
 
 
 def _refuse_pickled_opt(handle, *args, **kwargs):
     name = getattr(handle, 'name', '<opt file>')
-    raise ModelFileExit(UnsafeModelFile(
-        f'{name} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
-        'unpickling can run code. If you trust it, convert it yourself: '
-        'load it with pickle and save it with parlai.core.opt.Opt(...).save(path).'))
+    raise ModelFileExit(
+        UnsafeModelFile(
+            f'{name} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
+            'unpickling can run code. If you trust it, convert it yourself: '
+            'load it with pickle and save it with parlai.core.opt.Opt(...).save(path).'
+        )
+    )
 
 
 def open_opt(path, mode: str = 'r', encoding: Optional[str] = None):
@@ -252,8 +270,10 @@ TRUST_OPTION = 'trust_model_file'
 _MODULE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 _MODEL_FIELD_RE = re.compile(r'"model"\s*:')
 # the last sentence of the refusal in a command that runs the project's agents only
-NO_OPT_IN_ADVICE = (f'This command opens parlai-empathy agents only, whoever made the file ({TRUST_FLAG} '
-                    'belongs to the commands that can run other agents, for files you trust).')
+NO_OPT_IN_ADVICE = (
+    f'This command opens parlai-empathy agents only, whoever made the file ({TRUST_FLAG} '
+    'belongs to the commands that can run other agents, for files you trust).'
+)
 
 
 class UntrustedModelFile(ModelFileError):
@@ -300,7 +320,7 @@ def our_agent(model: Any) -> Optional[str]:
     if not sep:
         return None
     for prefix in ('parlai.agents.empathy.', 'parlai_empathy.agents.'):
-        name = module[len(prefix):] if module.startswith(prefix) else None
+        name = module[len(prefix) :] if module.startswith(prefix) else None
         if name and f'empathy/{name}' in ours and cls == agent_class_name(name):
             return f'empathy/{name}'
     return None
@@ -321,8 +341,9 @@ def parse_opt_text(text: str, where: str) -> Dict[str, Any]:
     except FileRefused as err:
         raise ModelFileError(f'{err}; a truncated or hand-edited .opt?') from None
     if not isinstance(opt, dict):
-        raise ModelFileError(f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, '
-                             'not an object of options)')
+        raise ModelFileError(
+            f'{where}, line 1: not an options file (a JSON {type(opt).__name__}, not an object of options)'
+        )
     return opt
 
 
@@ -334,14 +355,17 @@ def read_opt_agent(data: bytes, where: str) -> Tuple[str, int]:
     except UnicodeDecodeError:
         raise UnsafeModelFile(
             f'{where} was refused: it is not a UTF-8 JSON options file; ParlAI would unpickle it, and '
-            'unpickling can run code') from None
+            'unpickling can run code'
+        ) from None
     opt = parse_opt_text(text, where)
     found = _MODEL_FIELD_RE.search(text)
     line = text.count('\n', 0, found.start()) + 1 if found else 1
     model = opt.get('model')
     if not isinstance(model, str) or not model:
-        raise ModelFileError(f'{where}, line {line}: field "model": missing or not an agent name '
-                             f'(got {model!r}); which agent opens this model is unknown')
+        raise ModelFileError(
+            f'{where}, line {line}: field "model": missing or not an agent name '
+            f'(got {model!r}); which agent opens this model is unknown'
+        )
     return model, line
 
 
@@ -362,10 +386,12 @@ def untrusted_message(where: str, line: int, model: str, outcome: str, advice: O
     (``outcome``), why, and the way out (``advice``; default: pass ``--trust-model-file``)."""
     if advice is None:
         advice = f'If you trust the file, pass {TRUST_FLAG} to open it anyway.'
-    return (f'{where}, line {line}: field "model" names {model!r}, which is not an agent of parlai-empathy '
-            f'({", ".join(empathy_agents()) or "none found"}); {outcome}: ParlAI would import the module '
-            'that field names, and a stock ParlAI agent unpickles the whole checkpoint, either of which can '
-            f'run code from the file. {advice}')
+    return (
+        f'{where}, line {line}: field "model" names {model!r}, which is not an agent of parlai-empathy '
+        f'({", ".join(empathy_agents()) or "none found"}); {outcome}: ParlAI would import the module '
+        'that field names, and a stock ParlAI agent unpickles the whole checkpoint, either of which can '
+        f'run code from the file. {advice}'
+    )
 
 
 def zoo_model_path(model_file: str, datapath: Optional[str] = None) -> str:
@@ -378,7 +404,7 @@ def zoo_model_path(model_file: str, datapath: Optional[str] = None) -> str:
         spec = importlib.util.find_spec('parlai')
         home = os.path.dirname(os.path.realpath(list(spec.submodule_search_locations)[0])) if spec else '.'
         datapath = os.path.join(home, 'data')
-    return os.path.join(datapath, 'models', model_file[len('zoo:'):])
+    return os.path.join(datapath, 'models', model_file[len('zoo:') :])
 
 
 KINDS = ('ranker', 'generator', 'classifier')
@@ -430,8 +456,9 @@ def agent_kind(model: str) -> str:
     raise ValueError(f'{model} is neither a response generator, a response ranker nor an emotion classifier')
 
 
-def model_folder(model_file: str, trust: bool = False, datapath: Optional[str] = None,
-                 advice: Optional[str] = None) -> AgentDecision:
+def model_folder(
+    model_file: str, trust: bool = False, datapath: Optional[str] = None, advice: Optional[str] = None
+) -> AgentDecision:
     """:func:`decide_agent` for the agent that opening ``model_file`` would run, from the ``.opt``
     beside it (read as JSON: nothing it names is imported, ParlAI is not needed). An agent it does
     not trust is refused (:class:`UntrustedModelFile`). ``zoo:`` paths are looked up where they
@@ -442,8 +469,9 @@ def model_folder(model_file: str, trust: bool = False, datapath: Optional[str] =
     opt_path = path + '.opt'
     if not os.path.lexists(opt_path):
         where = f' ({model_file} is looked for at {path}: not installed?)' if path != str(model_file) else ''
-        raise ModelFileError(f'{opt_path}: no such options file beside the model file{where}; it says which '
-                             'agent opens the model')
+        raise ModelFileError(
+            f'{opt_path}: no such options file beside the model file{where}; it says which agent opens the model'
+        )
     model, line = read_opt_file(opt_path)
     decision = decide_agent(model, trust)
     if not decision.trusted:
@@ -451,8 +479,9 @@ def model_folder(model_file: str, trust: bool = False, datapath: Optional[str] =
     return decision
 
 
-def check_model_trust(model_file: str, trust: bool = False, datapath: Optional[str] = None,
-                      advice: Optional[str] = None) -> str:
+def check_model_trust(
+    model_file: str, trust: bool = False, datapath: Optional[str] = None, advice: Optional[str] = None
+) -> str:
     """The agent :func:`model_folder` accepts for ``model_file`` (its refusals raised as there)."""
     return model_folder(model_file, trust, datapath, advice).model
 
@@ -465,10 +494,15 @@ def add_trust_flag(parser, opt_in: bool = True):
     never opens other agents' files (the check is armed; there is no flag to pass)."""
     if opt_in:
         parser.add_argument(
-            TRUST_FLAG, type='bool', nargs='?', const=True, default=False,
-            help='open a model file whose .opt names an agent that is not one of parlai-empathy\'s (a stock '
+            TRUST_FLAG,
+            type='bool',
+            nargs='?',
+            const=True,
+            default=False,
+            help="open a model file whose .opt names an agent that is not one of parlai-empathy's (a stock "
             'ParlAI agent, or any module path): ParlAI imports that module and a stock agent unpickles the '
-            'checkpoint, either of which runs code from the file; only for files you trust')
+            'checkpoint, either of which runs code from the file; only for files you trust',
+        )
     else:
         parser.set_defaults(**{TRUST_OPTION: None})  # None: no opt-in (False: not given)
     return parser

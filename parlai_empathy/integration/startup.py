@@ -21,6 +21,7 @@ end of a schedule, resuming on the validation grid, ...) is not here: it is a su
 ``TrainLoop`` that our agents name and ``parlai train_model`` builds for them only
 (:mod:`parlai_empathy.agents.training_loop`), so a stock agent trains as upstream ParlAI does.
 """
+
 import sys
 
 

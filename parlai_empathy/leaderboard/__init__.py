@@ -23,22 +23,40 @@ the same code) or a row of an earlier board. One job per module:
 
 The names below are the package's interface for callers that do not need a module of their own.
 """
+
 from parlai_empathy.leaderboard.artifacts import write_entry_artifacts
 from parlai_empathy.leaderboard.board import write_outputs
 from parlai_empathy.leaderboard.evaluation import (
-                                                   add_bertscore,
-                                                   add_offline_figures,
-                                                   attach_entry_args,
-                                                   earlier_result,
-                                                   evaluate_entry,
-                                                   model_kind,
-                                                   parse_entries,
+    add_bertscore,
+    add_offline_figures,
+    attach_entry_args,
+    earlier_result,
+    evaluate_entry,
+    model_kind,
+    parse_entries,
 )
 from parlai_empathy.leaderboard.readme_tables import fill_project_tables
 from parlai_empathy.leaderboard.records import Entry, EntryResult, Meta, Report
 from parlai_empathy.leaderboard.rows import board_notes, gather_artifacts, project_tables
 from parlai_empathy.leaderboard.worldlogs import p100_hits
 
-__all__ = ['Entry', 'EntryResult', 'Meta', 'Report', 'add_bertscore', 'add_offline_figures', 'attach_entry_args',
-           'board_notes', 'earlier_result', 'evaluate_entry', 'fill_project_tables', 'gather_artifacts',
-           'model_kind', 'p100_hits', 'parse_entries', 'project_tables', 'write_entry_artifacts', 'write_outputs']
+__all__ = [
+    'Entry',
+    'EntryResult',
+    'Meta',
+    'Report',
+    'add_bertscore',
+    'add_offline_figures',
+    'attach_entry_args',
+    'board_notes',
+    'earlier_result',
+    'evaluate_entry',
+    'fill_project_tables',
+    'gather_artifacts',
+    'model_kind',
+    'p100_hits',
+    'parse_entries',
+    'project_tables',
+    'write_entry_artifacts',
+    'write_outputs',
+]

@@ -1,5 +1,6 @@
 """An evaluated model entry's evidence: the four files of :mod:`parlai_empathy.evidence.artifacts` in
 ``<artifacts>/<entry>/``, from which the project tables and the board regenerate without the model."""
+
 import dataclasses
 import datetime
 import json
@@ -21,12 +22,23 @@ def entry_report(result: EntryResult, classes=None) -> Report:
     if ci95 is None and result.outputs:
         from parlai_empathy.metrics.bootstrap import classifier_intervals, intervals
 
-        ci95 = (classifier_intervals(result.outputs, classes or [], keys=list(result.values))
-                if result.kind == 'classifier' else intervals(result.outputs, keys=list(result.values))) or None
-    return Report(entry=result.name, kind=result.kind, values=result.values, exs=result.exs or {},
-                  commands=result.commands, notes=dict(settings_notes(), **(result.notes or {})),
-                  per_label=result.per_label or None, per_label_tuned=result.per_label_tuned or None, ci95=ci95,
-                  extra={} if result.kind is not None else {'kind': None})  # a report always names its kind
+        ci95 = (
+            classifier_intervals(result.outputs, classes or [], keys=list(result.values))
+            if result.kind == 'classifier'
+            else intervals(result.outputs, keys=list(result.values))
+        ) or None
+    return Report(
+        entry=result.name,
+        kind=result.kind,
+        values=result.values,
+        exs=result.exs or {},
+        commands=result.commands,
+        notes=dict(settings_notes(), **(result.notes or {})),
+        per_label=result.per_label or None,
+        per_label_tuned=result.per_label_tuned or None,
+        ci95=ci95,
+        extra={} if result.kind is not None else {'kind': None},
+    )  # a report always names its kind
 
 
 def with_intervals(result: EntryResult) -> EntryResult:
@@ -37,8 +49,9 @@ def with_intervals(result: EntryResult) -> EntryResult:
 
     if result.kind == 'classifier':
         classes = read_model_opt(result.path).get('classes') or [] if result.path else []
-        return dataclasses.replace(result, ci95=classifier_intervals(result.outputs, classes,
-                                                                     keys=list(result.values)) or None)
+        return dataclasses.replace(
+            result, ci95=classifier_intervals(result.outputs, classes, keys=list(result.values)) or None
+        )
     return dataclasses.replace(result, ci95=intervals(result.outputs, keys=list(result.values)) or None)
 
 
@@ -81,10 +94,15 @@ def entry_meta(result: EntryResult, eval_command: str, opt: Dict) -> Meta:
         if updates is not None:
             training['model_updates'] = updates
     return Meta(
-        entry=result.name, code=evidence.code_version(), machine=evidence.machine(),
+        entry=result.name,
+        code=evidence.code_version(),
+        machine=evidence.machine(),
         evaluated=datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-        evaluation_seconds=round(result.seconds or 0.0, 1), evaluation_command=eval_command,
-        examples=len(result.outputs or []), training=training)
+        evaluation_seconds=round(result.seconds or 0.0, 1),
+        evaluation_command=eval_command,
+        examples=len(result.outputs or []),
+        training=training,
+    )
 
 
 def write_entry_artifacts(result: EntryResult, row_dir: str, eval_command: str) -> Dict[str, str]:

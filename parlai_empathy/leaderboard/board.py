@@ -1,6 +1,7 @@
 """The board's files: ``results.json`` and ``leaderboard.csv`` hold every figure,
 ``leaderboard.md`` the headline metrics in one table (then each model family's other figures),
 ``leaderboard.png`` one panel per headline metric (:mod:`parlai_empathy.leaderboard.plot`)."""
+
 import csv
 import os
 from typing import Dict, List
@@ -12,8 +13,13 @@ from parlai_empathy.leaderboard.formatting import figure
 from parlai_empathy.leaderboard.records import EntryResult
 
 BOARD_FILES = ('results.json', 'leaderboard.md', 'leaderboard.csv', 'leaderboard.png')
-FAMILIES = [('ranker', 'Response rankers'), ('generator', 'Response generators'), ('classifier', 'Emotion classifiers'),
-            ('published', "Other papers' released test outputs, scored by the suite"), (None, 'Other rows')]
+FAMILIES = [
+    ('ranker', 'Response rankers'),
+    ('generator', 'Response generators'),
+    ('classifier', 'Emotion classifiers'),
+    ('published', "Other papers' released test outputs, scored by the suite"),
+    (None, 'Other rows'),
+]
 
 
 def row_name(result: EntryResult) -> str:
@@ -35,8 +41,11 @@ def write_outputs(results: List[EntryResult], outdir: str, notes: Dict[str, str]
         writer = csv.writer(f, lineterminator='\n')
         writer.writerow(['model'] + columns + [f'{c} ci95 {side}' for c in bounds for side in ('low', 'high')])
         for r in results:
-            writer.writerow([r.name] + [r.values.get(c, '') for c in columns]
-                            + [x for c in bounds for x in ((r.ci95 or {}).get(c) or ['', ''])])
+            writer.writerow(
+                [r.name]
+                + [r.values.get(c, '') for c in columns]
+                + [x for c in bounds for x in ((r.ci95 or {}).get(c) or ['', ''])]
+            )
     with open(paths['leaderboard.md'], 'w') as f:
         f.write(markdown_board(results, notes))
     plot.plot_headline(results, paths['leaderboard.png'])
@@ -65,27 +74,38 @@ def markdown_intervals(results: List[EntryResult]) -> List[str]:
         return []
     from parlai_empathy.metrics.bootstrap import RESAMPLES, SEED
 
-    lines = ['', '### 95 % bootstrap intervals of the headline figures', '',
-             f'Over test examples, {RESAMPLES:,} resamples with replacement (seed {SEED}), percentile intervals; '
-             "Distinct-n's moved by the bootstrap's bias estimate (`parlai_empathy/metrics/bootstrap.py`). "
-             "Every other figure's interval is in `leaderboard.csv` (`<figure> ci95 low/high`) and `results.json`; "
-             '`parlai empathy_score --compare A B` tests two rows on the examples both have.', '']
-    lines += _md_table(['model'] + [h.column for h in headlines],
-                       [[row_name(r)] + [interval_cell(r, h.key, h.scale) for h in headlines] for r in rows])
+    lines = [
+        '',
+        '### 95 % bootstrap intervals of the headline figures',
+        '',
+        f'Over test examples, {RESAMPLES:,} resamples with replacement (seed {SEED}), percentile intervals; '
+        "Distinct-n's moved by the bootstrap's bias estimate (`parlai_empathy/metrics/bootstrap.py`). "
+        "Every other figure's interval is in `leaderboard.csv` (`<figure> ci95 low/high`) and `results.json`; "
+        '`parlai empathy_score --compare A B` tests two rows on the examples both have.',
+        '',
+    ]
+    lines += _md_table(
+        ['model'] + [h.column for h in headlines],
+        [[row_name(r)] + [interval_cell(r, h.key, h.scale) for h in headlines] for r in rows],
+    )
     return lines
 
 
 def interval_listing(results: List[EntryResult]) -> str:
     """Every figure that has an interval, row by row, unrounded to four digits: what
     ``parlai empathy_leaderboard --intervals`` prints."""
-    body = [[row_name(r), key, figure(r.values.get(key)), f'{figure(low)} – {figure(high)}']
-            for r in results for key, (low, high) in (r.ci95 or {}).items()]
+    body = [
+        [row_name(r), key, figure(r.values.get(key)), f'{figure(low)} – {figure(high)}']
+        for r in results
+        for key, (low, high) in (r.ci95 or {}).items()
+    ]
     return '\n'.join(_md_table(['model', 'figure', 'value', '95 % interval'], body)) + '\n'
 
 
 def _md_table(header: List[str], rows: List[List[str]]) -> List[str]:
-    return (['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
-            + ['| ' + ' | '.join(cells) + ' |' for cells in rows])
+    return ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|'] + [
+        '| ' + ' | '.join(cells) + ' |' for cells in rows
+    ]
 
 
 def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
@@ -93,15 +113,27 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
     shows them; then, for each model family, its rows' other figures as the suite reports them
     (so every figure of the CSV is in one of the tables); the settings notes; the commands."""
     headlines = [h for h in HEADLINE if any(h.key in r.values for r in results)]
-    lines = _md_table(['model'] + [h.column for h in headlines],
-                      [[row_name(r)] + [figure(r.values[h.key] * h.scale) if h.key in r.values else ''
-                                   for h in headlines] for r in results])
+    lines = _md_table(
+        ['model'] + [h.column for h in headlines],
+        [
+            [row_name(r)] + [figure(r.values[h.key] * h.scale) if h.key in r.values else '' for h in headlines]
+            for r in results
+        ],
+    )
     lines += ['', 'Columns (the `leaderboard.csv` column, times the factor the table shows it at):', '']
-    lines += [f'- **{h.column}** = `{h.key}`' + (f' × {h.scale:g}' if h.scale != 1 else '') + f': {h.title} ({h.unit})'
-              + (f'; {h.note}' if h.note else '') for h in headlines]
+    lines += [
+        f'- **{h.column}** = `{h.key}`'
+        + (f' × {h.scale:g}' if h.scale != 1 else '')
+        + f': {h.title} ({h.unit})'
+        + (f'; {h.note}' if h.note else '')
+        for h in headlines
+    ]
     lines += markdown_intervals(results)
-    lines += ['', 'Every figure of every row, unrounded, is in `leaderboard.csv` and `results.json`; the tables '
-              "below give each family's other figures as the suite reports them (rates as fractions)."]
+    lines += [
+        '',
+        'Every figure of every row, unrounded, is in `leaderboard.csv` and `results.json`; the tables '
+        "below give each family's other figures as the suite reports them (rates as fractions).",
+    ]
     shown = {h.key for h in headlines}
     known = {kind for kind, _ in FAMILIES}
     for kind, title in FAMILIES:
@@ -110,18 +142,33 @@ def markdown_board(results: List[EntryResult], notes: Dict[str, str]) -> str:
         rows = [r for r in rows if any(c in r.values for c in columns)]  # a row with none has no line here
         if rows and columns:
             lines += ['', f'### {title}: other figures', '']
-            lines += _md_table(['model'] + columns, [[row_name(r)] + [figure(r.values.get(c)) for c in columns]
-                                                     for r in rows])
+            lines += _md_table(
+                ['model'] + columns, [[row_name(r)] + [figure(r.values.get(c)) for c in columns] for r in rows]
+            )
     aligned = [r for r in results if r.alignment]
     if aligned:
-        keys = ['outputs', 'matched', 'matched_by_last_turn', 'ambiguous', 'unmatched', 'duplicate',
-                'ed_test_examples_without_output']
-        lines += ['', "### Released outputs: each file's replies matched with the ED test examples", '',
-                  'Only matched replies are scored, against the same gold replies as our rows '
-                  '(`parlai_empathy/metrics/alignment.py`); every other output is listed by line in the '
-                  "row's `alignment.json`.", '']
-        lines += _md_table(['model'] + [k.replace('_', ' ') for k in keys],
-                           [[row_name(r)] + [str(r.alignment.get(k, '')) for k in keys] for r in aligned])
+        keys = [
+            'outputs',
+            'matched',
+            'matched_by_last_turn',
+            'ambiguous',
+            'unmatched',
+            'duplicate',
+            'ed_test_examples_without_output',
+        ]
+        lines += [
+            '',
+            "### Released outputs: each file's replies matched with the ED test examples",
+            '',
+            'Only matched replies are scored, against the same gold replies as our rows '
+            '(`parlai_empathy/metrics/alignment.py`); every other output is listed by line in the '
+            "row's `alignment.json`.",
+            '',
+        ]
+        lines += _md_table(
+            ['model'] + [k.replace('_', ' ') for k in keys],
+            [[row_name(r)] + [str(r.alignment.get(k, '')) for k in keys] for r in aligned],
+        )
     lines += human.markdown(results)
     lines += ['', '### Settings', '']
     lines += [f'- {key}: {note}' for key, note in sorted(notes.items())]

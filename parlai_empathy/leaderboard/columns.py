@@ -1,5 +1,6 @@
 """The board's columns: every figure in the CSV's order, and the headline figure of each model
 family with the scale, unit and header the markdown table and the figure show it with."""
+
 from dataclasses import dataclass
 from typing import List
 
@@ -10,8 +11,22 @@ from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
 from parlai_empathy.metrics.suite import COLUMNS
 
 # the response models' figures, in the board's column order (the suite's headline columns first)
-SHOWN = [P100, P100_SHUFFLED, 'avg_bleu', 'multi_bleu', 'dist-1', 'dist-2', 'bertscore_f', 'ppl', 'ppl_ex',
-         'ppl_ex_gold', 'ppl_word', 'emo_acc', 'emo_acc@2', 'emo_acc@5']
+SHOWN = [
+    P100,
+    P100_SHUFFLED,
+    'avg_bleu',
+    'multi_bleu',
+    'dist-1',
+    'dist-2',
+    'bertscore_f',
+    'ppl',
+    'ppl_ex',
+    'ppl_ex_gold',
+    'ppl_word',
+    'emo_acc',
+    'emo_acc@2',
+    'emo_acc@5',
+]
 CLASSIFIER_COLUMNS = ['accuracy', 'macro_f1', 'micro_f1', 'macro_f1_tuned', 'micro_f1_tuned', 'speaker_agreement']
 
 
@@ -26,6 +41,7 @@ class Headline:
     """A headline metric: its report key, what it is, the scale and unit the board shows it on
     (``scale`` multiplies the report's figure: 100 turns the suite's fractions into percentages)
     and its header in the markdown table."""
+
     key: str
     title: str
     unit: str
@@ -39,11 +55,23 @@ HEADLINE = [
     Headline(P100, 'P@1,100, consecutive blocks', '%', 100, 'P@1,100 consecutive %'),
     Headline(P100_SHUFFLED, 'P@1,100, shuffled blocks', '%', 100, 'P@1,100 shuffled %'),
     Headline('ppl_ex', 'PPL, per-response mean', 'perplexity', 1, 'PPL'),
-    Headline('ppl_ex_gold', 'PPL, per-response mean, gold polarity', 'perplexity', 1, 'PPL gold polarity',
-             "the gold user polarity steers MIME's mimicry, as in the reference code's PPL"),
-    Headline('ppl_word', 'PPL per word of the gold reply', 'perplexity', 1, 'per-word PPL',
-             "the model's own NLL of the gold reply, end token excluded, per regex word "
-             '(docs/metric_definitions.md): comparable across vocabularies'),
+    Headline(
+        'ppl_ex_gold',
+        'PPL, per-response mean, gold polarity',
+        'perplexity',
+        1,
+        'PPL gold polarity',
+        "the gold user polarity steers MIME's mimicry, as in the reference code's PPL",
+    ),
+    Headline(
+        'ppl_word',
+        'PPL per word of the gold reply',
+        'perplexity',
+        1,
+        'per-word PPL',
+        "the model's own NLL of the gold reply, end token excluded, per regex word "
+        '(docs/metric_definitions.md): comparable across vocabularies',
+    ),
     Headline('emo_acc', 'emotion accuracy', '%', 100, 'emotion acc. %'),
     Headline('avg_bleu', 'AVG BLEU, sacrebleu', 'BLEU 0-100', 1, 'AVG BLEU'),
     Headline('multi_bleu', 'BLEU-4, multi-bleu lowercased', 'BLEU 0-100', 1, 'multi-BLEU'),

@@ -5,6 +5,7 @@ over several processes as ``parlai multiprocessing_eval`` runs it.
 (:mod:`parlai_empathy.leaderboard.worldlogs`); :func:`eval_command` is the ParlAI command that
 evaluates the same way, recorded beside each figure.
 """
+
 import os
 import shlex
 import shutil
@@ -58,8 +59,12 @@ def _sharded_eval(opt_args: List[str], world_logs: Optional[str], desc: str, pro
 
     port = _free_port()
     spawned = torch.multiprocessing.start_processes(
-        _eval_shard, args=(opt_args, world_logs, desc, False, workers, port, 1), nprocs=workers - 1,
-        join=False, start_method='spawn')
+        _eval_shard,
+        args=(opt_args, world_logs, desc, False, workers, port, 1),
+        nprocs=workers - 1,
+        join=False,
+        start_method='spawn',
+    )
     try:
         report = _eval_shard(0, opt_args, world_logs, desc, progress, workers, port, 0)
         spawned.join()
@@ -77,8 +82,16 @@ def _sharded_eval(opt_args: List[str], world_logs: Optional[str], desc: str, pro
     return report
 
 
-def _eval_shard(index: int, opt_args: List[str], world_logs: Optional[str], desc: str, progress: bool,
-                workers: int, port: int, rank_offset: int):
+def _eval_shard(
+    index: int,
+    opt_args: List[str],
+    world_logs: Optional[str],
+    desc: str,
+    progress: bool,
+    workers: int,
+    port: int,
+    rank_offset: int,
+):
     """One rank of :func:`_sharded_eval` (``index + rank_offset``; spawned ranks start at 1)."""
     from parlai.core.metrics import aggregate_unnamed_reports
     from parlai.utils import distributed as distributed_utils
@@ -87,8 +100,7 @@ def _eval_shard(index: int, opt_args: List[str], world_logs: Optional[str], desc
     logs = _shard_logs(world_logs, rank) if world_logs else None
     opt = _eval_opt(opt_args, logs)
     opt['distributed_world_size'] = workers
-    with distributed_utils.distributed_context(index, opt, rank_offset,
-                                               init_method=f'tcp://localhost:{port}') as opt:
+    with distributed_utils.distributed_context(index, opt, rank_offset, init_method=f'tcp://localhost:{port}') as opt:
         opt['multiprocessing'] = True
         report = _eval_loop(opt, logs, f'{desc} (rank 0 of {workers})', progress)
         return aggregate_unnamed_reports(distributed_utils.all_gather_list(report))

@@ -7,6 +7,7 @@ blocks (consecutive and shuffled), and BLEU of the response retrieved from the E
 pool. Emotion classifiers are evaluated on their own task's test split. BERTScore is computed once
 per model from the world logs, in batches (:func:`add_bertscore`).
 """
+
 import dataclasses
 import os
 import shlex
@@ -46,8 +47,10 @@ def attach_entry_args(entries: List[Entry], specs: Optional[List[str]]) -> List[
         if not sep or name not in names:
             raise ValueError(f'--entry-args {spec!r}: expected NAME=ARGS with NAME one of {names}')
         added.setdefault(name, []).extend(shlex.split(args))
-    return [dataclasses.replace(e, extra_args=e.extra_args + tuple(added[e.name])) if e.name in added else e
-            for e in entries]
+    return [
+        dataclasses.replace(e, extra_args=e.extra_args + tuple(added[e.name])) if e.name in added else e
+        for e in entries
+    ]
 
 
 def model_kind(model_file: str, trust: bool = False) -> str:
@@ -61,9 +64,17 @@ def model_kind(model_file: str, trust: bool = False) -> str:
         raise ValueError(f'{model_file}: {err}, so it has no place on the leaderboard') from None
 
 
-def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str], pool_path: Optional[str],
-                   progress: bool = True, p100_shuffled: bool = True, workers: int = 1,
-                   trust: bool = False) -> EntryResult:
+def evaluate_entry(
+    entry: Entry,
+    task: str,
+    outdir: str,
+    common_args: List[str],
+    pool_path: Optional[str],
+    progress: bool = True,
+    p100_shuffled: bool = True,
+    workers: int = 1,
+    trust: bool = False,
+) -> EntryResult:
     """Figures for one entry, with the command lines that reproduce them; its ``outputs`` hold the
     per-example rows for the artifacts (not written to results.json). ``workers`` > 1: each
     evaluation sharded over that many processes (:func:`~.eval_loop.run_eval`). ``trust``: a model
@@ -74,11 +85,18 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         return earlier_result(entry)
     if entry.source == 'report':
         saved = evidence.read_json(entry.path)
-        return EntryResult(values=suite_values(saved.get('report', saved)), commands=[],
-                           seconds=time.time() - started, **row)
+        return EntryResult(
+            values=suite_values(saved.get('report', saved)), commands=[], seconds=time.time() - started, **row
+        )
     if entry.source == 'world_logs':
-        return EntryResult(values={}, commands=[], world_logs=entry.path, outputs=generation_rows(entry.path),
-                           seconds=time.time() - started, **row)
+        return EntryResult(
+            values={},
+            commands=[],
+            world_logs=entry.path,
+            outputs=generation_rows(entry.path),
+            seconds=time.time() - started,
+            **row,
+        )
 
     kind = model_kind(entry.path, trust)
     if kind == 'classifier':
@@ -103,17 +121,27 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
                 values[metric] = sum(hits.values()) / len(hits)
                 exs[metric] = len(hits)
                 if abs(values[metric] - suite_values(report).get(metric, -1)) > 1e-9:
-                    raise evidence.ArtifactError(f'{entry.name}: {metric} from the ranked lists '
-                                                 f'({values[metric]}) differs from the teacher\'s '
-                                                 f'({suite_values(report).get(metric)})')
+                    raise evidence.ArtifactError(
+                        f'{entry.name}: {metric} from the ranked lists '
+                        f"({values[metric]}) differs from the teacher's "
+                        f'({suite_values(report).get(metric)})'
+                    )
                 for where, hit in hits.items():
                     rows_by_id.setdefault(where, {})[metric] = hit
                 commands.append(eval_command(args, workers))
         if pool_path is None:
             raise ValueError('rankers need the retrieval pool (--pool); build it with parlai empathy_build_candidates')
         # test responses are not in the train pool: ParlAI must not look for the gold among them
-        retrieve = base + ['--eval-candidates', 'fixed', '--fixed-candidates-path', pool_path,
-                           '--ignore-bad-candidates', 'true', '--ed-candidates', 'none']
+        retrieve = base + [
+            '--eval-candidates',
+            'fixed',
+            '--fixed-candidates-path',
+            pool_path,
+            '--ignore-bad-candidates',
+            'true',
+            '--ed-candidates',
+            'none',
+        ]
         report = run_eval(retrieve, logs, f'{entry.name} retrieval', progress, workers)
         values.update({k: v for k, v in suite_values(report).items() if k not in (P100, P100_SHUFFLED)})
         commands.append(eval_command(retrieve + ['--world-logs', logs], workers))
@@ -128,12 +156,21 @@ def evaluate_entry(entry: Entry, task: str, outdir: str, common_args: List[str],
         outputs = generation_rows(logs)
     # every figure but P@1,100 is measured on the generation (or retrieval) pass's examples
     counts = {key: len(outputs) for key in values if key not in (P100, P100_SHUFFLED)}
-    return EntryResult(values=values, commands=commands, kind=kind, world_logs=logs, outputs=outputs,
-                       exs=dict(counts, **exs), seconds=time.time() - started, **row)
+    return EntryResult(
+        values=values,
+        commands=commands,
+        kind=kind,
+        world_logs=logs,
+        outputs=outputs,
+        exs=dict(counts, **exs),
+        seconds=time.time() - started,
+        **row,
+    )
 
 
-def evaluate_classifier(entry: Entry, outdir: str, common_args: List[str], progress: bool, started: float,
-                        workers: int = 1) -> EntryResult:
+def evaluate_classifier(
+    entry: Entry, outdir: str, common_args: List[str], progress: bool, started: float, workers: int = 1
+) -> EntryResult:
     """An emotion classifier on the test split of the task it was trained on.
 
     ED 32-way utterance classifiers are also scored on the Speaker utterances alone: their
@@ -153,8 +190,11 @@ def evaluate_classifier(entry: Entry, outdir: str, common_args: List[str], progr
     logs = os.path.join(outdir, f'{entry.name}.world_logs.jsonl')
     report = run_eval(base, logs, f'{entry.name} test', progress, workers)
     commands = [eval_command(base + ['--world-logs', logs], workers)]
-    values = {k: float(report[k].value() if hasattr(report[k], 'value') else report[k])
-              for k in ('accuracy', 'macro_f1', 'micro_f1') if k in report}
+    values = {
+        k: float(report[k].value() if hasattr(report[k], 'value') else report[k])
+        for k in ('accuracy', 'macro_f1', 'micro_f1')
+        if k in report
+    }
     outputs = classifier_rows(logs)
     exs = {k: len(outputs) for k in values}
     per_label = evidence.label_f1(outputs, 'predicted', opt['classes'])['labels']
@@ -177,9 +217,20 @@ def evaluate_classifier(entry: Entry, outdir: str, common_args: List[str], progr
         values['speaker_agreement'] = float(speaker_report['accuracy'].value())
         exs['speaker_agreement'] = int(speaker_report['exs'].value())
         commands.append(eval_command(speaker, workers))
-    return EntryResult(name=entry.name, path=entry.path, source=entry.source, kind='classifier', values=values,
-                       commands=commands, exs=exs, per_label=per_label, per_label_tuned=per_label_tuned,
-                       world_logs=logs, outputs=outputs, seconds=time.time() - started)
+    return EntryResult(
+        name=entry.name,
+        path=entry.path,
+        source=entry.source,
+        kind='classifier',
+        values=values,
+        commands=commands,
+        exs=exs,
+        per_label=per_label,
+        per_label_tuned=per_label_tuned,
+        world_logs=logs,
+        outputs=outputs,
+        seconds=time.time() - started,
+    )
 
 
 def _without_option(args: List[str], flag: str) -> List[str]:
@@ -204,8 +255,10 @@ def earlier_result(entry: Entry) -> EntryResult:
         found = rows
     if not found:
         names = ', '.join(r.get('name', '?') for r in rows)
-        raise ValueError(f'leaderboard entry {entry.name!r}: {path} has no row {wanted!r} (rows: {names}); '
-                         f'name it as {entry.name}={path}#ROW')
+        raise ValueError(
+            f'leaderboard entry {entry.name!r}: {path} has no row {wanted!r} (rows: {names}); '
+            f'name it as {entry.name}={path}#ROW'
+        )
     saved = dict(found[0], name=entry.name, path=entry.path, source='leaderboard')
     saved['values'] = dict(found[0].get('values', {}))
     return EntryResult.from_json(saved, f'{path} row {wanted!r}')
@@ -223,9 +276,12 @@ def add_bertscore(result: EntryResult, scorer) -> EntryResult:
     for i, score in zip(replied, scores):
         scored[i] = dict(outputs[i], bertscore_f=score)
     return dataclasses.replace(
-        result, outputs=scored, values=dict(result.values, bertscore_f=sum(scores) / len(scores)),
+        result,
+        outputs=scored,
+        values=dict(result.values, bertscore_f=sum(scores) / len(scores)),
         exs=dict(result.exs or {}, bertscore_f=len(scores)),
-        notes=dict(result.notes or {}, bertscore_f=scorer.describe()))
+        notes=dict(result.notes or {}, bertscore_f=scorer.describe()),
+    )
 
 
 def add_offline_figures(result: EntryResult) -> EntryResult:
@@ -239,4 +295,3 @@ def add_offline_figures(result: EntryResult) -> EntryResult:
     for key, value in scored.values.items():
         values.setdefault(key, value)
     return dataclasses.replace(result, values=values, notes=dict(result.notes or {}, **scored.notes))
-

@@ -4,6 +4,7 @@ The board's markdown, the figure's value labels, the project README tables and t
 all write a figure with :func:`figure`, so one figure reads the same in each of them. Counts of
 examples or updates are written with :func:`count`, per-label scores with :func:`per_label`.
 """
+
 from typing import Optional, Union
 
 Number = Union[int, float]

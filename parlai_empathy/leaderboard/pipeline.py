@@ -7,6 +7,7 @@ human judgments attached (:mod:`.human`) and the board written (:mod:`.board`); 
 last stages alone, on the committed evidence. The command's script only declares its options and
 calls :func:`run`.
 """
+
 import os
 import shlex
 import time
@@ -90,8 +91,16 @@ def run(opt, argv: Sequence[str] = ()) -> List[EntryResult]:
     results = []
     for entry in tqdm(entries, desc='models', unit='model', disable=not opt['progress']):
         result = evaluation.evaluate_entry(
-            entry, opt['eval_task'], opt['outdir'], common, pool, opt['progress'], opt['p100_shuffled'],
-            workers=opt['eval_workers'], trust=trust)
+            entry,
+            opt['eval_task'],
+            opt['outdir'],
+            common,
+            pool,
+            opt['progress'],
+            opt['p100_shuffled'],
+            workers=opt['eval_workers'],
+            trust=trust,
+        )
         result = evaluation.add_offline_figures(evaluation.add_bertscore(result, scorer))
         if opt['intervals']:
             result = artifacts.with_intervals(result)
@@ -116,9 +125,12 @@ def run(opt, argv: Sequence[str] = ()) -> List[EntryResult]:
     return results
 
 
-def from_artifacts(projects_dir: str, outdir: str,
-                   human_eval: Optional[Callable[[List[EntryResult], dict], List[EntryResult]]] = None,
-                   intervals: bool = False) -> List[EntryResult]:
+def from_artifacts(
+    projects_dir: str,
+    outdir: str,
+    human_eval: Optional[Callable[[List[EntryResult], dict], List[EntryResult]]] = None,
+    intervals: bool = False,
+) -> List[EntryResult]:
     """The board of every project row's committed evidence, evaluating nothing, and the README
     tables rewritten from it (what ``make tables`` runs)."""
     if intervals:

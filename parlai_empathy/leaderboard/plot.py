@@ -1,6 +1,7 @@
 """The board's figure, ``leaderboard.png``: one panel per headline metric, each row's bar coloured by
 its model family, the paper's figure on the bars' scale (:func:`headline_panels` gives its data,
 :func:`draw_panels` draws it)."""
+
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -11,8 +12,21 @@ from parlai_empathy.metrics.retrieval import METRIC as P100
 from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P100_SHUFFLED
 
 # the figure's panels, three a row, so that panels of about as many bars share a row
-PLOT_ORDER = [P100, P100_SHUFFLED, 'accuracy', 'avg_bleu', 'multi_bleu', 'bertscore_f', 'dist-1', 'dist-2', 'ppl_ex',
-              'ppl_word', 'emo_acc', 'ppl_ex_gold', 'macro_f1']
+PLOT_ORDER = [
+    P100,
+    P100_SHUFFLED,
+    'accuracy',
+    'avg_bleu',
+    'multi_bleu',
+    'bertscore_f',
+    'dist-1',
+    'dist-2',
+    'ppl_ex',
+    'ppl_word',
+    'emo_acc',
+    'ppl_ex_gold',
+    'macro_f1',
+]
 FAMILY_COLOURS = {'ranker': '#4C72B0', 'generator': '#DD8452', 'classifier': '#55A868', 'published': '#937860'}
 OTHER_COLOUR = '#8172B3'
 LABEL_WIDTH = 24  # characters of a bar's label per line; a longer one wraps at '_' or '-'
@@ -21,6 +35,7 @@ LABEL_WIDTH = 24  # characters of a bar's label per line; a longer one wraps at 
 @dataclass(frozen=True)
 class Bar:
     """One row's bar: ``value`` and the paper's figure ``paper`` both on the panel's scale."""
+
     name: str  # the row's name on the board (``project/entry``)
     label: str  # what the figure writes beside the bar (the entry; its project heads the group)
     value: float
@@ -93,10 +108,16 @@ def headline_panels(results: List[EntryResult]) -> List[Panel]:
             project, entry = split_name(r.name)
             paper = r.paper_value(key)
             low_high = (r.ci95 or {}).get(key)
-            groups.setdefault(project, []).append(Bar(
-                r.name, short_label(entry), r.values[key] * headline.scale,
-                None if paper is None else paper * headline.scale, r.kind,
-                None if low_high is None else (low_high[0] * headline.scale, low_high[1] * headline.scale)))
+            groups.setdefault(project, []).append(
+                Bar(
+                    r.name,
+                    short_label(entry),
+                    r.values[key] * headline.scale,
+                    None if paper is None else paper * headline.scale,
+                    r.kind,
+                    None if low_high is None else (low_high[0] * headline.scale, low_high[1] * headline.scale),
+                )
+            )
         if groups:
             panels.append(Panel(key, headline.title, headline.unit, headline.scale, list(groups.items())))
     return panels
@@ -121,7 +142,7 @@ def draw_panels(panels: List[Panel], path: str) -> None:
     import matplotlib.pyplot as plt
 
     cols = min(3, len(panels)) or 1
-    grid = [panels[i:i + cols] for i in range(0, len(panels), cols)] or [[]]
+    grid = [panels[i : i + cols] for i in range(0, len(panels), cols)] or [[]]
     # a row of panels is as tall as its longest panel, so bars are equally thick within a row
     row_slots = [max([sum(s.count('\n') + 1 for s, _ in _slots(p)) for p in row] or [1]) for row in grid]
     slot_inches = 0.2
@@ -138,8 +159,11 @@ def draw_panels(panels: List[Panel], path: str) -> None:
     if any(bar.paper is not None for panel in panels for bar in panel.bars):
         handles.append(matplotlib.lines.Line2D([], [], color='black', label="paper's figure (same scale)"))
     if any(bar.interval is not None for panel in panels for bar in panel.bars):
-        handles.append(matplotlib.lines.Line2D([], [], color='#333333', linewidth=0.9,
-                                               label='95 % bootstrap interval over test examples'))
+        handles.append(
+            matplotlib.lines.Line2D(
+                [], [], color='#333333', linewidth=0.9, label='95 % bootstrap interval over test examples'
+            )
+        )
     fig.legend(handles=handles, loc='upper center', ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(path, dpi=100, metadata={'Software': None})
@@ -155,8 +179,12 @@ def _draw_panel(ax, panel: Panel, height: int) -> None:
         positions.append(y + (lines - 1) / 2)
         y += lines
     bars = [(pos, bar) for pos, (_, bar) in zip(positions, slots) if bar is not None]
-    ax.barh([pos for pos, _ in bars], [bar.value for _, bar in bars], height=0.8,
-            color=[FAMILY_COLOURS.get(bar.kind, OTHER_COLOUR) for _, bar in bars])
+    ax.barh(
+        [pos for pos, _ in bars],
+        [bar.value for _, bar in bars],
+        height=0.8,
+        color=[FAMILY_COLOURS.get(bar.kind, OTHER_COLOUR) for _, bar in bars],
+    )
     for pos, bar in bars:
         if bar.interval is not None:
             ax.plot(bar.interval, [pos, pos], color='#333333', linewidth=0.9)
@@ -165,8 +193,13 @@ def _draw_panel(ax, panel: Panel, height: int) -> None:
         text = f' {formatting.figure(bar.value)}'
         if bar.paper is not None:
             text += f'  (paper {formatting.figure(bar.paper)})'
-        ax.text(max(bar.value, bar.paper or 0.0, bar.interval[1] if bar.interval else 0.0), pos, text, va='center',
-                fontsize=7)
+        ax.text(
+            max(bar.value, bar.paper or 0.0, bar.interval[1] if bar.interval else 0.0),
+            pos,
+            text,
+            va='center',
+            fontsize=7,
+        )
     ax.set_yticks(positions, [label for label, _ in slots], fontsize=7.5)
     for tick, (_, bar) in zip(ax.get_yticklabels(), slots):
         if bar is None:

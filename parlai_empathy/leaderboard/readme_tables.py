@@ -2,6 +2,7 @@
 markers, described by ``projects/<paper>/table.json`` and filled from each row's artifacts
 (figures on the paper's scale, example counts, the evidence's folder); a classifier row's
 per-label table between ``per-label-table`` markers; a project's ``learning_curve.png``."""
+
 import json
 import os
 from typing import Dict, List, Optional
@@ -58,10 +59,18 @@ def render_project_table(project_dir: str, table: Dict, target: Optional[Dict] =
     minutes to the paper's figure, read off the row's learning curve (its ``meta.json``)."""
     metrics = table['metrics']  # [{"key": "p@1,100", "label": "P@1,100", "scale": 100}]
     # "paper_columns": "with_figures" keeps a paper column only where some row has a paper figure
-    papers = [m for m in metrics if table.get('paper_columns') != 'with_figures'
-              or any(m['key'] in row.get('paper', {}) for row in table['rows'])]
-    header = (['model'] + [f'{m["label"]} (paper)' for m in papers] + [f'{m["label"]} (ours)' for m in metrics]
-              + ['test examples', 'evidence'])
+    papers = [
+        m
+        for m in metrics
+        if table.get('paper_columns') != 'with_figures'
+        or any(m['key'] in row.get('paper', {}) for row in table['rows'])
+    ]
+    header = (
+        ['model']
+        + [f'{m["label"]} (paper)' for m in papers]
+        + [f'{m["label"]} (ours)' for m in metrics]
+        + ['test examples', 'evidence']
+    )
     if target and table.get('id', '') == '':
         header.insert(-1, f'training minutes to valid {target["metric"]} {figure(target["value"])}')
     lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
@@ -117,8 +126,13 @@ def _fill_per_label(text: str, project_dir: str, row: Dict) -> str:
             header += ['F1, tuned thresholds']
         lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
         for label, figures in sorted(single.items(), key=lambda kv: -kv[1]['support']):
-            cells = [label, count(figures['support']), per_label(figures['precision']),
-                     per_label(figures['recall']), per_label(figures['f1'])]
+            cells = [
+                label,
+                count(figures['support']),
+                per_label(figures['precision']),
+                per_label(figures['recall']),
+                per_label(figures['f1']),
+            ]
             if tuned:
                 cells.append(per_label(tuned.get(label, {}).get('f1', 0.0)))
             lines.append('| ' + ' | '.join(cells) + ' |')
@@ -156,5 +170,11 @@ def plot_project_curve(project_dir: str, spec: Dict) -> None:
                 if points:
                     curves[row['entry']] = points
     if curves:
-        plot(curves, target['metric'], os.path.join(project_dir, 'learning_curve.png'), target['value'],
-             title=target.get('title', ''), log_y=target.get('log_y', False))
+        plot(
+            curves,
+            target['metric'],
+            os.path.join(project_dir, 'learning_curve.png'),
+            target['value'],
+            title=target.get('title', ''),
+            log_y=target.get('log_y', False),
+        )

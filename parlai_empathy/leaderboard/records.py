@@ -12,6 +12,7 @@ written by :func:`parlai_empathy.evidence.artifacts.write_json`, the same bytes)
 as ``null`` is kept that way too. Records are frozen: a step that adds figures returns a new record
 (:func:`dataclasses.replace`), so a row never changes under a reader holding it.
 """
+
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -35,8 +36,11 @@ def _from_json(cls, obj: Mapping, where: str, required: Tuple[str, ...]):
 
 
 def _to_json(record) -> Dict[str, Any]:
-    out = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)
-           if f.name not in _OWN and getattr(record, f.name) is not None}
+    out = {
+        f.name: getattr(record, f.name)
+        for f in dataclasses.fields(record)
+        if f.name not in _OWN and getattr(record, f.name) is not None
+    }
     out.update(record.extra)
     return out
 
@@ -45,6 +49,7 @@ def _to_json(record) -> Dict[str, Any]:
 class Entry:
     """``name=path``: a model file, a saved ``eval_model`` report (.json), saved world logs (.jsonl),
     or a row of an earlier board (``results.json`` or ``results.json#ROW``)."""
+
     name: str
     path: str
     extra_args: Tuple[str, ...] = ()  # eval_model arguments for this entry alone
@@ -65,6 +70,7 @@ class Report:
     """A row's ``report.json``: metric name -> figure (``values``), with the example count
     (``exs``) and 95 % interval (``ci95``, [low, high]) of each where known, the commands behind
     them, the settings notes, and a classifier's per-label figures."""
+
     values: Dict[str, float]
     entry: Optional[str] = None
     kind: Optional[str] = None
@@ -106,6 +112,7 @@ class Meta:
     seconds, on how many examples; its training (the validation ``curve``, the evaluated model's
     updates) and the plan that made it (``profile``: which machine's plan); a published row's
     released file (repository, commit, path, sha256), label and alignment counts."""
+
     entry: Optional[str] = None
     code: Optional[Dict[str, Any]] = None
     machine: Optional[Dict[str, Any]] = None
@@ -152,6 +159,7 @@ class EntryResult:
     model's ``kind`` and world logs, a classifier's per-label figures, a project row's ``paper``
     figures on its report's scale). ``outputs``, the per-example rows for the evidence, stay in
     memory: they are not part of ``results.json``."""
+
     name: str
     values: Dict[str, float]
     commands: Optional[List[str]] = None

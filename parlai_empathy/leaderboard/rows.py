@@ -2,6 +2,7 @@
 (``projects/<paper>/table.json``) with their artifacts (``runs/<row>/``, read as :class:`Report`
 and :class:`Meta`), gathered as :class:`EntryResult` rows named ``paper/entry``, and the notes
 under the board."""
+
 import os
 from typing import Dict, List, Optional
 
@@ -45,8 +46,10 @@ def row_curve(project_dir: str, row: Dict) -> List[Dict]:
     """The row's validation curve (``meta.json``), with the row's ``keys`` applied: each point
     also carries a mapped column under the column's own key."""
     keys = row.get('keys') or {}
-    return [dict(point, **{column: point[source] for column, source in keys.items() if source in point})
-            for point in row_meta(project_dir, row).curve]
+    return [
+        dict(point, **{column: point[source] for column, source in keys.items() if source in point})
+        for point in row_meta(project_dir, row).curve
+    ]
 
 
 def read_entry_rows(path: str) -> List[Dict]:
@@ -72,8 +75,11 @@ def artifact_folders(projects_dir: str) -> List[str]:
         spec_path = os.path.join(project_dir, 'table.json')
         if os.path.isfile(spec_path):
             for table in project_tables(evidence.read_json(spec_path)):
-                folders += [os.path.join(project_dir, row['artifacts']) for row in table['rows']
-                            if has_artifacts(project_dir, row)]
+                folders += [
+                    os.path.join(project_dir, row['artifacts'])
+                    for row in table['rows']
+                    if has_artifacts(project_dir, row)
+                ]
     return folders
 
 
@@ -95,13 +101,21 @@ def gather_artifacts(projects_dir: str) -> List[EntryResult]:
                     continue
                 published = report.kind == 'published'
                 meta = row_meta(project_dir, row)
-                results.append(EntryResult(
-                    name=f'{paper}/{row["entry"]}', kind=report.kind, values=report.values,
-                    exs=report.exs or {}, commands=report.commands or [],
-                    label=row.get('label') if published else None,
-                    alignment=meta.alignment if published else None,
-                    paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
-                    seconds=meta.seconds, notes=report.notes or {}, ci95=report.ci95))
+                results.append(
+                    EntryResult(
+                        name=f'{paper}/{row["entry"]}',
+                        kind=report.kind,
+                        values=report.values,
+                        exs=report.exs or {},
+                        commands=report.commands or [],
+                        label=row.get('label') if published else None,
+                        alignment=meta.alignment if published else None,
+                        paper={k: v / scales.get(k, 1) for k, v in row.get('paper', {}).items()},
+                        seconds=meta.seconds,
+                        notes=report.notes or {},
+                        ci95=report.ci95,
+                    )
+                )
     return results
 
 

@@ -1,5 +1,6 @@
 """Per-example rows from ParlAI world logs: the ``outputs.jsonl.gz`` rows of the evidence and the
 P@1,100 hits of a ranker, read from the logs ``eval_model`` writes (``--world-logs``)."""
+
 import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -19,8 +20,9 @@ def _pairs(world_logs: str) -> Iterator[Tuple[Dict, Dict]]:
                 raise OutputsFormatError(world_logs, line_no, 'dialog', 'missing: not a ParlAI world-log line')
             for pair in dialog:
                 if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, dict) for t in pair)):
-                    raise OutputsFormatError(world_logs, line_no, 'dialog',
-                                             'each entry must be a [teacher turn, model turn] pair')
+                    raise OutputsFormatError(
+                        world_logs, line_no, 'dialog', 'each entry must be a [teacher turn, model turn] pair'
+                    )
                 yield pair[0], pair[1]
 
 
@@ -34,8 +36,12 @@ def generation_rows(world_logs: str) -> List[Dict]:
     rows = []
     for teacher, model in _pairs(world_logs):
         metrics = model.get('metrics') or {}
-        row = {'id': evidence.example_id(teacher), 'gold': _gold(teacher), 'reply': model.get('text', ''),
-               'emotion': teacher.get('emotion')}
+        row = {
+            'id': evidence.example_id(teacher),
+            'gold': _gold(teacher),
+            'reply': model.get('text', ''),
+            'emotion': teacher.get('emotion'),
+        }
         for key in ('predicted_emotion', 'emotion_polarity', 'speaker_emotion', 'response_emotion'):
             if model.get(key) is not None:
                 row[key] = model[key]
@@ -66,8 +72,14 @@ def classifier_rows(world_logs: str) -> List[Dict]:
     """``outputs.jsonl.gz`` rows of an emotion classifier: the text, its label, the prediction."""
     rows = []
     for teacher, model in _pairs(world_logs):
-        rows.append({'id': evidence.example_id(teacher), 'text': teacher.get('text', ''), 'gold': _gold(teacher),
-                     'predicted': model.get('text', '')})
+        rows.append(
+            {
+                'id': evidence.example_id(teacher),
+                'text': teacher.get('text', ''),
+                'gold': _gold(teacher),
+                'predicted': model.get('text', ''),
+            }
+        )
     return rows
 
 
@@ -86,14 +98,17 @@ def p100_hits(world_logs: str, expected: Optional[int] = None) -> Dict[str, int]
         where = evidence.example_id(teacher)
         candidates = teacher.get('label_candidates') or []
         if len(candidates) != NUM_CANDIDATES:
-            raise evidence.ArtifactError(f'P@1,100: example {where} has {len(candidates)} candidates, not '
-                                         f'{NUM_CANDIDATES}')
+            raise evidence.ArtifactError(
+                f'P@1,100: example {where} has {len(candidates)} candidates, not {NUM_CANDIDATES}'
+            )
         ranked = model.get('text_candidates') or []
         if not ranked:
-            raise evidence.ArtifactError(f'P@1,100: example {where} was not ranked (the model returned no '
-                                         'text_candidates)')
+            raise evidence.ArtifactError(
+                f'P@1,100: example {where} was not ranked (the model returned no text_candidates)'
+            )
         hits[where] = int(top1_correct(ranked, _gold(teacher), len(candidates)))
     if expected is not None and len(hits) != expected:
-        raise evidence.ArtifactError(f'P@1,100 covers {len(hits)} examples, not the {expected} of the blocks of 100 '
-                                     '(full ED test: 5,200)')
+        raise evidence.ArtifactError(
+            f'P@1,100 covers {len(hits)} examples, not the {expected} of the blocks of 100 (full ED test: 5,200)'
+        )
     return hits

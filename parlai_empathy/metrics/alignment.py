@@ -21,6 +21,7 @@ contractions expanded, then only letters and digits kept. A context's key is its
 Nothing is dropped silently: every output is in exactly one of the four lists, with its source
 line, and the counts go into the row's evidence.
 """
+
 import os
 import re
 from collections import defaultdict
@@ -78,14 +79,20 @@ class Alignment:
         return len(self.pairs) + len(self.ambiguous) + len(self.unmatched) + len(self.duplicate)
 
     def counts(self) -> Dict[str, int]:
-        return {'outputs': self.outputs, 'matched': len(self.pairs),
-                'matched_by_last_turn': self.by_last_turn, 'ambiguous': len(self.ambiguous),
-                'unmatched': len(self.unmatched), 'duplicate': len(self.duplicate),
-                'ed_test_examples': self.test_examples,
-                'ed_test_examples_without_output': self.test_examples - len(self.pairs)}
+        return {
+            'outputs': self.outputs,
+            'matched': len(self.pairs),
+            'matched_by_last_turn': self.by_last_turn,
+            'ambiguous': len(self.ambiguous),
+            'unmatched': len(self.unmatched),
+            'duplicate': len(self.duplicate),
+            'ed_test_examples': self.test_examples,
+            'ed_test_examples_without_output': self.test_examples - len(self.pairs),
+        }
 
     def to_json(self) -> Dict:
         """The counts, then every output that was not matched, with its source line."""
+
         def where(output):  # the file's name and line, not this machine's folders
             return os.path.basename(output.source)
 
@@ -98,10 +105,12 @@ class Alignment:
 
     def summary(self) -> str:
         c = self.counts()
-        return (f"{c['outputs']} outputs: {c['matched']} matched with ED test examples "
-                f"({c['matched_by_last_turn']} by last turn and reference), {c['ambiguous']} ambiguous, "
-                f"{c['unmatched']} unmatched, {c['duplicate']} duplicates; {c['ed_test_examples_without_output']} "
-                f"of the {c['ed_test_examples']} ED test examples have no output")
+        return (
+            f'{c["outputs"]} outputs: {c["matched"]} matched with ED test examples '
+            f'({c["matched_by_last_turn"]} by last turn and reference), {c["ambiguous"]} ambiguous, '
+            f'{c["unmatched"]} unmatched, {c["duplicate"]} duplicates; {c["ed_test_examples_without_output"]} '
+            f'of the {c["ed_test_examples"]} ED test examples have no output'
+        )
 
 
 def _narrow(candidates: List[EDExample], output: ReleasedOutput) -> List[EDExample]:

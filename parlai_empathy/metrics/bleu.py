@@ -16,6 +16,7 @@ Two fixed configurations (see ``parlai_empathy/metrics/README.md``):
 * :data:`MULTI_BLEU` -- the moses ``multi-bleu.perl -lc`` convention used by MoEL and MIME:
   lowercased BLEU-4 with no smoothing (any zero n-gram precision gives 0).
 """
+
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, Sequence, Tuple
@@ -104,9 +105,7 @@ class BleuStats:
         return sum(self.bleu(n, config) for n in range(1, MAX_ORDER + 1)) / MAX_ORDER
 
 
-def corpus_stats(
-    responses: Sequence[str], golds: Sequence[str], config: BleuConfig = AVG_BLEU
-) -> BleuStats:
+def corpus_stats(responses: Sequence[str], golds: Sequence[str], config: BleuConfig = AVG_BLEU) -> BleuStats:
     if len(responses) != len(golds):
         raise ValueError(f'{len(responses)} responses but {len(golds)} gold responses')
     stats = BleuStats()

@@ -25,6 +25,7 @@ p-value from being 0). Each test reports the difference of the figures as its ef
 the difference's percentile interval; McNemar's adds the discordant counts and their odds ratio.
 :func:`holm` adjusts the p-values of all the tests one command makes (Holm's step-down).
 """
+
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -76,12 +77,16 @@ def item_statistics(replies: Sequence[str], golds: Sequence[str]) -> List[Dict]:
     out = []
     for reply, gold in zip(replies, golds):
         suite, nltk = distinct.tokens(reply), distinct.nltk_tokens(reply)
-        out.append({
-            'bleu': _bleu_row(reply, gold, bleu.AVG_BLEU), 'bleu_lc': _bleu_row(reply, gold, bleu.AVG_BLEU_LC),
-            'ng': [_local_ids([distinct.ngrams(suite, n)], tables[f'ng{n}'])[0] for n in (1, 2)],
-            'ng_nltk': [_local_ids([distinct.ngrams(nltk, n)], tables[f'nltk{n}'])[0] for n in (1, 2)],
-            'reply_id': tables['reply'].setdefault(reply, len(tables['reply'])), 'reply_tokens': len(suite),
-        })
+        out.append(
+            {
+                'bleu': _bleu_row(reply, gold, bleu.AVG_BLEU),
+                'bleu_lc': _bleu_row(reply, gold, bleu.AVG_BLEU_LC),
+                'ng': [_local_ids([distinct.ngrams(suite, n)], tables[f'ng{n}'])[0] for n in (1, 2)],
+                'ng_nltk': [_local_ids([distinct.ngrams(nltk, n)], tables[f'nltk{n}'])[0] for n in (1, 2)],
+                'reply_id': tables['reply'].setdefault(reply, len(tables['reply'])),
+                'reply_tokens': len(suite),
+            }
+        )
     return out
 
 
@@ -107,8 +112,9 @@ def _bleu_matrix(rows: Sequence[Mapping], lowercase: bool) -> np.ndarray:
     from parlai_empathy.metrics import bleu
 
     key, config = ('bleu_lc', bleu.AVG_BLEU_LC) if lowercase else ('bleu', bleu.AVG_BLEU)
-    return np.array([r[key] if r.get(key) is not None else _bleu_row(r['reply'], r['gold'], config) for r in rows],
-                    dtype=np.int64).reshape(len(rows), 10)
+    return np.array(
+        [r[key] if r.get(key) is not None else _bleu_row(r['reply'], r['gold'], config) for r in rows], dtype=np.int64
+    ).reshape(len(rows), 10)
 
 
 def _bleu_statistic(matrix: np.ndarray, kind: str) -> Statistic:
@@ -118,8 +124,9 @@ def _bleu_statistic(matrix: np.ndarray, kind: str) -> Statistic:
 
     def statistic(indices):
         sums = np.bincount(indices, minlength=n) @ matrix
-        stats = bleu.BleuStats(int(sums[0]), int(sums[1]), tuple(int(x) for x in sums[2:6]),
-                               tuple(int(x) for x in sums[6:10]))
+        stats = bleu.BleuStats(
+            int(sums[0]), int(sums[1]), tuple(int(x) for x in sums[2:6]), tuple(int(x) for x in sums[6:10])
+        )
         if kind == 'avg_bleu':
             return stats.avg_bleu()
         if kind == 'avg_bleu_lc':
@@ -137,8 +144,10 @@ def _ngram_ids(rows: Sequence[Mapping], n: int, nltk: bool) -> List[List]:
     key = 'ng_nltk' if nltk else 'ng'
     tokenize = distinct.nltk_tokens if nltk else distinct.tokens
     table: Dict = {}
-    return [r[key][n - 1] if r.get(key) is not None else _local_ids([distinct.ngrams(tokenize(r['reply']), n)],
-                                                                     table)[0] for r in rows]
+    return [
+        r[key][n - 1] if r.get(key) is not None else _local_ids([distinct.ngrams(tokenize(r['reply']), n)], table)[0]
+        for r in rows
+    ]
 
 
 def _distinct_statistic(grams: List[List]) -> Statistic:
@@ -234,10 +243,14 @@ def _mean_figure(rows, key):
 
 # figure -> (which examples carry it, the statistic built on those examples' rows)
 FIGURES: Dict[str, Tuple[Callable[[Mapping], bool], Callable[[Sequence[Mapping]], Statistic]]] = {
-    **{key: (_text_or('bleu'), partial(_bleu_figure, kind=key, lowercase=False))
-       for key in ('avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4')},
-    **{key: (_text_or('bleu_lc'), partial(_bleu_figure, kind=key, lowercase=True))
-       for key in ('multi_bleu', 'avg_bleu_lc')},
+    **{
+        key: (_text_or('bleu'), partial(_bleu_figure, kind=key, lowercase=False))
+        for key in ('avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4')
+    },
+    **{
+        key: (_text_or('bleu_lc'), partial(_bleu_figure, kind=key, lowercase=True))
+        for key in ('multi_bleu', 'avg_bleu_lc')
+    },
     **{f'dist-{n}': (_text_or('ng'), partial(_distinct_figure, n=n, nltk=False)) for n in (1, 2)},
     **{f'dist-{n}_nltk': (_text_or('ng_nltk'), partial(_distinct_figure, n=n, nltk=True)) for n in (1, 2)},
     **{f'utt_dist-{n}': (_text_or('ng'), partial(_utterance_figure, n=n)) for n in (1, 2)},
@@ -246,12 +259,18 @@ FIGURES: Dict[str, Tuple[Callable[[Mapping], bool], Callable[[Sequence[Mapping]]
     'bertscore_f': (_fields('bertscore_f'), partial(_mean_figure, key='bertscore_f')),
     'ppl': (_fields('nll', 'tokens'), partial(_ppl_figure, nll='nll', count='tokens', per_example=False)),
     'ppl_ex': (_fields('nll', 'tokens'), partial(_ppl_figure, nll='nll', count='tokens', per_example=True)),
-    'ppl_gold': (_fields('nll_gold', 'tokens'),
-                 partial(_ppl_figure, nll='nll_gold', count='tokens', per_example=False)),
-    'ppl_ex_gold': (_fields('nll_gold', 'tokens'),
-                    partial(_ppl_figure, nll='nll_gold', count='tokens', per_example=True)),
-    'ppl_word': (_fields('nll_reply', 'words'),
-                 partial(_ppl_figure, nll='nll_reply', count='words', per_example=False)),
+    'ppl_gold': (
+        _fields('nll_gold', 'tokens'),
+        partial(_ppl_figure, nll='nll_gold', count='tokens', per_example=False),
+    ),
+    'ppl_ex_gold': (
+        _fields('nll_gold', 'tokens'),
+        partial(_ppl_figure, nll='nll_gold', count='tokens', per_example=True),
+    ),
+    'ppl_word': (
+        _fields('nll_reply', 'words'),
+        partial(_ppl_figure, nll='nll_reply', count='words', per_example=False),
+    ),
     **{key: (_fields(key), partial(_mean_figure, key=key)) for key in ACCURACIES},
 }
 
@@ -264,8 +283,14 @@ def figure_rows(rows: Sequence[Mapping], key: str) -> List[Mapping]:
     return [r for r in rows if carries(r)]
 
 
-def percentile_interval(statistic: Statistic, n: int, resamples: int = RESAMPLES, seed: int = SEED,
-                        level: float = LEVEL, debias: bool = False) -> Tuple[float, float]:
+def percentile_interval(
+    statistic: Statistic,
+    n: int,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    level: float = LEVEL,
+    debias: bool = False,
+) -> Tuple[float, float]:
     """(low, high) of ``statistic(indices)`` over ``resamples`` draws of ``n`` indices; with
     ``debias`` moved by the bootstrap's bias estimate (figure minus the resamples' mean)."""
     rng = np.random.default_rng(seed)
@@ -275,8 +300,9 @@ def percentile_interval(statistic: Statistic, n: int, resamples: int = RESAMPLES
     return float(np.percentile(values, tail) + shift), float(np.percentile(values, 100 - tail) + shift)
 
 
-def intervals(rows: List[Mapping], keys: Optional[Sequence[str]] = None, resamples: int = RESAMPLES,
-              seed: int = SEED) -> Dict[str, List[float]]:
+def intervals(
+    rows: List[Mapping], keys: Optional[Sequence[str]] = None, resamples: int = RESAMPLES, seed: int = SEED
+) -> Dict[str, List[float]]:
     """95% intervals of every figure ``rows`` support (``keys`` limits which): ``{figure: [low, high]}``."""
     result = {}
     rows = prepared(rows)
@@ -300,8 +326,12 @@ def _f1_statistic(rows: Sequence[Mapping], predicted_key: str, classes: Sequence
 
     golds = [set(split_labels(r['gold'])) for r in rows]
     predicted = [set(split_labels(r[predicted_key])) if r.get(predicted_key) else set() for r in rows]
-    labels = {label: i for i, label in enumerate(dict.fromkeys([*classes, *(x for g in golds for x in g),
-                                                                *(x for p in predicted for x in p)]))}
+    labels = {
+        label: i
+        for i, label in enumerate(
+            dict.fromkeys([*classes, *(x for g in golds for x in g), *(x for p in predicted for x in p)])
+        )
+    }
     counts = np.zeros((3, len(rows), len(labels)))  # true positives, false positives, false negatives
     for i, (gold, guess) in enumerate(zip(golds, predicted)):
         for label in gold | guess:
@@ -322,8 +352,13 @@ def _f1_statistic(rows: Sequence[Mapping], predicted_key: str, classes: Sequence
     return statistic
 
 
-def classifier_intervals(rows: List[Mapping], classes: Sequence[str], keys: Optional[Sequence[str]] = None,
-                         resamples: int = RESAMPLES, seed: int = SEED) -> Dict[str, List[float]]:
+def classifier_intervals(
+    rows: List[Mapping],
+    classes: Sequence[str],
+    keys: Optional[Sequence[str]] = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Dict[str, List[float]]:
     """95% intervals of a classifier row's figures over its test examples: accuracy (single-label
     rows), macro- and micro-F1 (and their ``_tuned`` twins from ``predicted_tuned``)."""
     statistics: Dict[str, Statistic] = {}
@@ -333,8 +368,11 @@ def classifier_intervals(rows: List[Mapping], classes: Sequence[str], keys: Opti
         if any(predicted_key in r for r in rows):
             statistics['macro_f1' + suffix] = _f1_statistic(rows, predicted_key, classes, True)
             statistics['micro_f1' + suffix] = _f1_statistic(rows, predicted_key, classes, False)
-    return {key: list(percentile_interval(statistic, len(rows), resamples, seed))
-            for key, statistic in statistics.items() if keys is None or key in keys}
+    return {
+        key: list(percentile_interval(statistic, len(rows), resamples, seed))
+        for key, statistic in statistics.items()
+        if keys is None or key in keys
+    }
 
 
 # ----- rows read from a file ------------------------------------------------------------------------
@@ -343,8 +381,11 @@ def _number(value) -> bool:
 
 
 def _counts(value, length: Optional[int] = None) -> bool:
-    return (isinstance(value, list) and (length is None or len(value) == length)
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value))
+    return (
+        isinstance(value, list)
+        and (length is None or len(value) == length)
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+    )
 
 
 # what each per-example field must hold for the statistics above
@@ -380,7 +421,7 @@ def check_rows(rows: Sequence, where: str) -> None:
             if value is not None and not ok(value):
                 raise ValueError(f'{where}, line {line_no}, field {field!r}: {str(value)[:40]!r} is not {expected}')
         if row.get('id') is None:
-            raise ValueError(f'{where}, line {line_no}, field \'id\': missing (examples are paired by id)')
+            raise ValueError(f"{where}, line {line_no}, field 'id': missing (examples are paired by id)")
 
 
 # ----- paired tests ------------------------------------------------------------------------------------
@@ -427,8 +468,15 @@ def mcnemar(hits_a: Sequence[float], hits_b: Sequence[float]) -> Tuple[int, int,
     return a_only, b_only, float(p)
 
 
-def paired_test(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping], key: str, names: Tuple[str, str] = ('A', 'B'),
-                resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> Optional[PairedTest]:
+def paired_test(
+    rows_a: Sequence[Mapping],
+    rows_b: Sequence[Mapping],
+    key: str,
+    names: Tuple[str, str] = ('A', 'B'),
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    level: float = LEVEL,
+) -> Optional[PairedTest]:
     """Figure ``key`` of two entries on the examples both carry it for (``None`` when there are none)."""
     common_a, common_b = _common(rows_a, rows_b, key)
     n = len(common_a)
@@ -447,8 +495,21 @@ def paired_test(rows_a: Sequence[Mapping], rows_b: Sequence[Mapping], key: str, 
         differences += (value_a - value_b) - differences.mean()
     tail = (1.0 - level) / 2 * 100
     low, high = float(np.percentile(differences, tail)), float(np.percentile(differences, 100 - tail))
-    result = PairedTest(key, names[0], names[1], n, value_a, value_b, value_a - value_b, low, high,
-                        'paired bootstrap', 0.0, resamples, seed)
+    result = PairedTest(
+        key,
+        names[0],
+        names[1],
+        n,
+        value_a,
+        value_b,
+        value_a - value_b,
+        low,
+        high,
+        'paired bootstrap',
+        0.0,
+        resamples,
+        seed,
+    )
     if key in ACCURACIES:
         a_only, b_only, p = mcnemar([r[key] for r in common_a], [r[key] for r in common_b])
         result.test, result.p, result.a_only, result.b_only = 'McNemar exact', p, a_only, b_only
@@ -472,14 +533,18 @@ def holm(p_values: Sequence[float]) -> List[float]:
     return adjusted
 
 
-def compare(entries: Sequence[Tuple[str, Sequence[Mapping]]], keys: Optional[Sequence[str]] = None,
-            resamples: int = RESAMPLES, seed: int = SEED) -> List[PairedTest]:
+def compare(
+    entries: Sequence[Tuple[str, Sequence[Mapping]]],
+    keys: Optional[Sequence[str]] = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> List[PairedTest]:
     """Every pair of ``entries`` (name, per-example rows) on every figure both support (``keys``
     limits which), with Holm's adjustment over all the tests made here."""
     tests = []
     entries = [(name, prepared(rows)) for name, rows in entries]
     for i, (name_a, rows_a) in enumerate(entries):
-        for name_b, rows_b in entries[i + 1:]:
+        for name_b, rows_b in entries[i + 1 :]:
             for key in FIGURES:
                 if keys is not None and key not in keys:
                     continue

@@ -11,6 +11,7 @@ BLEU uses -- so punctuation marks are separate tokens and ``Great!`` / ``great !
 same n-grams. The text is never stripped of a prefix: ``str.strip('Pred:')`` removes any of the
 *characters* ``P r e d :`` from both ends (EmpDG/KEMP/CEM/CASE), which is a bug.
 """
+
 from collections import Counter
 from functools import lru_cache
 from typing import Callable, List, Sequence, Tuple
@@ -41,7 +42,7 @@ def nltk_tokens(text: str) -> List[str]:
 def ngrams(words: Sequence[str], n: int) -> List[Ngram]:
     if n < 1:
         raise ValueError(f'n-gram order must be >= 1, got {n}')
-    return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
 def corpus_distinct(responses: Sequence[str], n: int, tokenize: Callable[[str], List[str]] = tokens) -> float:

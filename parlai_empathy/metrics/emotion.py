@@ -4,6 +4,7 @@ A model scores every emotion label; the prediction is correct at k when the gold
 the k highest scores. Ties are broken by label order (the earlier label ranks first, as a stable
 sort would), so the result is deterministic.
 """
+
 from typing import Dict, Mapping, Sequence, Union
 
 TOP_KS = (1, 2, 5)
@@ -41,8 +42,9 @@ def gold_rank(scores: Scores, gold: Union[int, str], labels: Sequence[str] = Non
     return better + tied_before
 
 
-def topk_hits(scores: Scores, gold: Union[int, str], labels: Sequence[str] = None,
-              ks: Sequence[int] = TOP_KS) -> Dict[str, bool]:
+def topk_hits(
+    scores: Scores, gold: Union[int, str], labels: Sequence[str] = None, ks: Sequence[int] = TOP_KS
+) -> Dict[str, bool]:
     """{'emo_acc': hit@1, 'emo_acc@2': hit@2, 'emo_acc@5': hit@5} for one example."""
     rank = gold_rank(scores, gold, labels)
     return {metric_name(k): rank < k for k in ks}

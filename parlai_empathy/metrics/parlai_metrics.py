@@ -18,6 +18,7 @@ Agents call :func:`record_generation_metrics` / :func:`record_emotion_metrics` /
 ``self.global_metrics``), or :func:`batch_generation_metrics` & co. to get per-example lists for
 ``TorchAgent.record_local_metric``.
 """
+
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from parlai.core.metrics import AverageMetric, Metric
@@ -91,7 +92,7 @@ class CorpusDistinctMetric(Metric):
         return cls(distinct.ngrams(tokens, n), n)
 
     def _entries(self) -> List[Tuple]:
-        return self._log[:self._length]
+        return self._log[: self._length]
 
     def __add__(self, other: Optional['CorpusDistinctMetric']) -> 'CorpusDistinctMetric':
         if other is None:
@@ -132,9 +133,7 @@ def utterance_distinct_metric(response: str, n: int) -> AverageMetric:
 def generation_metrics(gold: str, response: str) -> Dict[str, Metric]:
     """Every text-only metric of the suite for one response (BERTScore is batched separately)."""
     stats = bleu.BleuStats.of_pair(response, gold, bleu.AVG_BLEU)
-    metrics: Dict[str, Metric] = {
-        f'corpus_bleu-{n}': CorpusBleuMetric(stats, n) for n in BLEU_ORDERS
-    }
+    metrics: Dict[str, Metric] = {f'corpus_bleu-{n}': CorpusBleuMetric(stats, n) for n in BLEU_ORDERS}
     metrics['avg_bleu'] = CorpusBleuMetric(stats, AVG)
     metrics['multi_bleu'] = CorpusBleuMetric(
         bleu.BleuStats.of_pair(response, gold, bleu.MULTI_BLEU), bleu.MAX_ORDER, bleu.MULTI_BLEU
@@ -150,8 +149,9 @@ def comparison_metrics(gold: str, response: str) -> Dict[str, Metric]:
     (``parlai empathy_score``): AVG BLEU lowercased, Distinct-n on nltk word tokens, reply length
     in the suite's tokens."""
     metrics: Dict[str, Metric] = {
-        'avg_bleu_lc': CorpusBleuMetric(bleu.BleuStats.of_pair(response, gold, bleu.AVG_BLEU_LC), AVG,
-                                        bleu.AVG_BLEU_LC),
+        'avg_bleu_lc': CorpusBleuMetric(
+            bleu.BleuStats.of_pair(response, gold, bleu.AVG_BLEU_LC), AVG, bleu.AVG_BLEU_LC
+        ),
         'reply_tokens': AverageMetric(len(distinct.tokens(response)), 1),
     }
     words = distinct.nltk_tokens(response)
@@ -170,8 +170,9 @@ def emotion_metrics(scores, gold, labels: Sequence[str] = None) -> Dict[str, Met
     return {name: AverageMetric(int(hit), 1) for name, hit in emotion.topk_hits(scores, gold, labels).items()}
 
 
-def retrieval_metrics(ranked: Sequence[str], gold: str, num_candidates: Optional[int],
-                      name: str = retrieval.METRIC) -> Dict[str, Metric]:
+def retrieval_metrics(
+    ranked: Sequence[str], gold: str, num_candidates: Optional[int], name: str = retrieval.METRIC
+) -> Dict[str, Metric]:
     """p@1,100 for one example ranked among exactly 100 candidates (``name``: the protocol's
     column, ``p@1,100`` or ``p@1,100_shuffled``)."""
     return {name: AverageMetric(int(retrieval.top1_correct(ranked, gold, num_candidates)), 1)}
@@ -194,8 +195,9 @@ def record_emotion_metrics(tracker, scores, gold, labels: Sequence[str] = None) 
     _record(tracker, emotion_metrics(scores, gold, labels))
 
 
-def record_retrieval_metrics(tracker, ranked: Sequence[str], gold: str, num_candidates: Optional[int],
-                             name: str = retrieval.METRIC) -> None:
+def record_retrieval_metrics(
+    tracker, ranked: Sequence[str], gold: str, num_candidates: Optional[int], name: str = retrieval.METRIC
+) -> None:
     _record(tracker, retrieval_metrics(ranked, gold, num_candidates, name))
 
 

@@ -6,6 +6,7 @@ candidate matches the gold under ParlAI's own answer normalization, so the figur
 teacher's hits@1 on those examples. Examples with any other number of candidates are not P@1,100
 and are refused rather than silently mixed in.
 """
+
 from typing import Optional, Sequence
 
 NUM_CANDIDATES = 100

@@ -19,6 +19,7 @@ reader (:mod:`parlai_empathy.files.bounded`): a regular file within ``data_bytes
 ``line_bytes`` (TSV) or ``log_line_bytes`` (world logs), cells within ``cell_chars``, JSON within
 its nesting and digit caps; NaN, Infinity, NUL bytes and text that is not UTF-8 are refused.
 """
+
 import os
 from typing import List
 
@@ -49,8 +50,10 @@ def read_outputs(path: str, fmt: str = 'auto') -> List[ScoredExample]:
         shards = rank_files(path)
         if not shards:
             base, extension = os.path.splitext(path)
-            raise FileNotFoundError(f'outputs file not found: {path} (nor the per-rank logs of a sharded '
-                                    f'evaluation, {base}_0{extension}, ...)')
+            raise FileNotFoundError(
+                f'outputs file not found: {path} (nor the per-rank logs of a sharded '
+                f'evaluation, {base}_0{extension}, ...)'
+            )
         return [example for shard in shards for example in read_outputs(shard, fmt)]
     if fmt == 'auto':
         fmt = 'world_logs' if path.endswith(('.jsonl', '.json')) else 'tsv'
@@ -73,13 +76,13 @@ def read_tsv(path: str) -> List[ScoredExample]:
             continue
         if len(fields) != 3:
             raise OutputsFormatError(
-                path, line_no, 'line', f'has {len(fields)} tab-separated fields, expected 3 '
-                '(context, gold, response)'
+                path, line_no, 'line', f'has {len(fields)} tab-separated fields, expected 3 (context, gold, response)'
             )
         for name, cell in zip(TSV_HEADER, fields):
             if len(cell) > cell_cap:
-                raise OutputsFormatError(path, line_no, name, f'{len(cell):,} characters, over the cap of '
-                                                              f'{describe("cell_chars", cell_cap)}')
+                raise OutputsFormatError(
+                    path, line_no, name, f'{len(cell):,} characters, over the cap of {describe("cell_chars", cell_cap)}'
+                )
         context, gold, response = fields
         examples.append(ScoredExample(context.replace('\\n', '\n'), gold, response, source=f'{path}:{line_no}'))
     return examples
@@ -106,22 +109,29 @@ def _example_from_pair(pair, path: str, line_no: int) -> ScoredExample:
     if not isinstance(metrics, dict):
         raise OutputsFormatError(path, line_no, 'metrics', f'expected an object of figures, got {metrics!r:.80}')
     for key in ('ppl', 'llen'):
-        if metrics.get(key) is not None and (isinstance(metrics[key], bool)
-                                             or not isinstance(metrics[key], (int, float))):
+        if metrics.get(key) is not None and (
+            isinstance(metrics[key], bool) or not isinstance(metrics[key], (int, float))
+        ):
             raise OutputsFormatError(path, line_no, f'metrics.{key}', f'not a number: {metrics[key]!r:.80}')
     candidates = teacher.get('label_candidates')
     context = teacher.get('context_utterances')  # the ED teachers' whole dialogue so far
     if context is not None and not (isinstance(context, list) and all(isinstance(turn, str) for turn in context)):
-        raise OutputsFormatError(path, line_no, 'context_utterances',
-                                 f'expected a list of strings, got {type(context).__name__} {context!r:.60}')
+        raise OutputsFormatError(
+            path,
+            line_no,
+            'context_utterances',
+            f'expected a list of strings, got {type(context).__name__} {context!r:.60}',
+        )
     if not context:
         context = teacher.get('text', '')
         if not isinstance(context, str):
             raise OutputsFormatError(path, line_no, 'text', f'teacher text is not a string: {context!r:.80}')
         context = [context]
     scores = model.get('emotion_scores')
-    if scores is not None and not (isinstance(scores, dict) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values())):
+    if scores is not None and not (
+        isinstance(scores, dict)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values())
+    ):
         raise OutputsFormatError(path, line_no, 'emotion_scores', f'expected label -> number, got {scores!r:.80}')
     ranked = model.get('text_candidates')
     if ranked is not None and not (isinstance(ranked, list) and all(isinstance(c, str) for c in ranked)):

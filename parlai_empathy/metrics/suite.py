@@ -7,6 +7,7 @@ aggregator, so offline and live figures are the same numbers by construction.
 A leaderboard calls :func:`score_examples` (outputs in hand) or :func:`suite_values` (a saved
 ``eval_model`` report) and gets the same :data:`COLUMNS` either way.
 """
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,9 +24,26 @@ from parlai_empathy.metrics.retrieval import SHUFFLED_METRIC as P_AT_1_100_SHUFF
 
 # Report order: the leaderboard's columns.
 COLUMNS = (
-    ['avg_bleu', 'corpus_bleu-1', 'corpus_bleu-2', 'corpus_bleu-3', 'corpus_bleu-4', 'multi_bleu',
-     'dist-1', 'dist-2', 'utt_dist-1', 'utt_dist-2', 'dist-1_nltk', 'dist-2_nltk', BERTSCORE_METRIC, 'ppl',
-     'ppl_ex', 'ppl_gold', 'ppl_ex_gold', 'ppl_word']
+    [
+        'avg_bleu',
+        'corpus_bleu-1',
+        'corpus_bleu-2',
+        'corpus_bleu-3',
+        'corpus_bleu-4',
+        'multi_bleu',
+        'dist-1',
+        'dist-2',
+        'utt_dist-1',
+        'utt_dist-2',
+        'dist-1_nltk',
+        'dist-2_nltk',
+        BERTSCORE_METRIC,
+        'ppl',
+        'ppl_ex',
+        'ppl_gold',
+        'ppl_ex_gold',
+        'ppl_word',
+    ]
     + [emotion_metric_name(k) for k in TOP_KS]
     + [P_AT_1_100, P_AT_1_100_SHUFFLED]
 )
@@ -89,7 +107,7 @@ def settings_notes(scorer: Optional[BertScore] = None, comparison: bool = False)
     notes['dist'] = f'corpus Distinct-n (dist-n) and per-utterance mean (utt_dist-n); tokens: {DISTINCT_TOKENIZER}'
     if comparison:
         notes.update(bleu.lowercased_signature())
-        notes['dist-n_nltk'] = 'corpus Distinct-n on nltk word tokens of the lowercased reply (ETHREED\'s tokens)'
+        notes['dist-n_nltk'] = "corpus Distinct-n on nltk word tokens of the lowercased reply (ETHREED's tokens)"
         notes['reply_tokens'] = f'mean reply length in {DISTINCT_TOKENIZER} tokens'
         notes['distinct_replies'] = 'number of different reply strings'
     if scorer is not None:
@@ -135,7 +153,9 @@ def token_weighted_ppl(examples: Sequence[ScoredExample]) -> Optional[float]:
 
 
 def score_examples(
-    examples: Iterable[ScoredExample], scorer: Optional[BertScore] = None, progress: bool = False,
+    examples: Iterable[ScoredExample],
+    scorer: Optional[BertScore] = None,
+    progress: bool = False,
     comparison: bool = False,
 ) -> SuiteReport:
     """Score model outputs with every metric that applies to them; with ``comparison``, also

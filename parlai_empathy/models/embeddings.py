@@ -10,6 +10,7 @@ inputs alike: ``WordEmbedding(scale=...)`` multiplies the word vectors, and ``Di
 the speaker vectors by the same factor (the agents of MIME and Multi-TR pass sqrt(D_h),
 ``--embeddings-scale``; ETHREED's GRUs, and MIME models saved with ``--embeddings-scale false``, use 1).
 """
+
 from typing import Optional, Tuple
 
 import torch
@@ -31,15 +32,14 @@ class WordEmbedding(nn.Module):
         self.scale = float(scale)
         emb_dim = emb_dim or d_model
         self.table = nn.Embedding(vocab_size, emb_dim, padding_idx=padding_idx)
-        nn.init.normal_(self.table.weight, std=emb_dim ** -0.5)
+        nn.init.normal_(self.table.weight, std=emb_dim**-0.5)
         with torch.no_grad():
             self.table.weight[padding_idx].zero_()
         self.proj = nn.Linear(emb_dim, d_model, bias=False) if emb_dim != d_model else None
         self.d_model = d_model
 
     @classmethod
-    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project', scale=1.0,
-                   fill_std=None):
+    def from_glove(cls, vocab, d_model, padding_idx=0, glove_path=None, glove_fit='project', scale=1.0, fill_std=None):
         """A table initialized from GloVe for the word list ``vocab``; returns (module, hit-rate).
         ``fill_std``: the std of the random values in 'pad' mode (:func:`glove.fit_to_dim`)."""
         if glove_fit not in ('project', 'pad'):
@@ -91,8 +91,7 @@ class DialogueEmbedding(nn.Module):
     matrices.
     """
 
-    def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0,
-                 reference_tags=False):
+    def __init__(self, words, padding_idx=0, n_speakers=2, prepend_ctx=False, dropout=0.0, reference_tags=False):
         super().__init__()
         d_model = words.d_model
         self.words = words
@@ -101,7 +100,7 @@ class DialogueEmbedding(nn.Module):
         self.speakers = nn.Embedding(n_speakers, d_model) if n_speakers else None
         if self.speakers is not None and reference_tags:
             nn.init.normal_(self.speakers.weight, std=0.01)
-        std = 0.01 if reference_tags else d_model ** -0.5
+        std = 0.01 if reference_tags else d_model**-0.5
         self.ctx = nn.Parameter(torch.randn(d_model) * std) if prepend_ctx else None
         self.ctx_scale = 2.0 * words.scale if reference_tags else 1.0
         self.dropout = nn.Dropout(dropout)
@@ -110,8 +109,9 @@ class DialogueEmbedding(nn.Module):
         """The modules :meth:`GeneratorModel.init_weights` must leave as they are."""
         return [self] if self.reference_tags else []
 
-    def forward(self, tokens: torch.Tensor,
-                speakers: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         keep = tokens.ne(self.padding_idx)
         x = self.words(tokens)
         if self.speakers is not None and speakers is not None:

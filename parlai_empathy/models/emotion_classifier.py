@@ -8,6 +8,7 @@ use a softmax and cross-entropy. Encoder loading and pooling are shared with the
 
 Nothing here imports ParlAI.
 """
+
 from typing import List, Sequence
 
 import torch
@@ -19,8 +20,9 @@ DEFAULT_THRESHOLD = 0.3
 
 
 class EmotionClassifier(nn.Module):
-    def __init__(self, transformer: nn.Module, num_classes: int, multilabel: bool, pooling: str = 'cls',
-                 dropout: float = 0.1):
+    def __init__(
+        self, transformer: nn.Module, num_classes: int, multilabel: bool, pooling: str = 'cls', dropout: float = 0.1
+    ):
         super().__init__()
         if getattr(transformer, 'pooler', None) is not None:
             # BERT's pooler is unused (we pool ourselves); dropping it keeps the saved state
@@ -32,8 +34,9 @@ class EmotionClassifier(nn.Module):
         self.multilabel = multilabel
 
     @classmethod
-    def from_pretrained(cls, name_or_dir: str, num_classes: int, multilabel: bool,
-                        pooling: str = 'cls') -> 'EmotionClassifier':
+    def from_pretrained(
+        cls, name_or_dir: str, num_classes: int, multilabel: bool, pooling: str = 'cls'
+    ) -> 'EmotionClassifier':
         return cls(load_encoder(name_or_dir), num_classes, multilabel, pooling)
 
     @classmethod

@@ -9,6 +9,7 @@ overwrites), so a cache built by other weights or from another file is never reu
 :func:`load_or_build` is what agents call: under a file lock, so when the ranks of a distributed
 run start together one of them encodes the candidates and the others wait and read its file.
 """
+
 import logging
 import os
 from typing import Callable, Dict, Optional, Tuple
@@ -63,8 +64,9 @@ def save_encodings(path: str, key: Dict[str, str], encodings: torch.Tensor) -> N
     atomic_write(path, lambda f: torch.save(content, f))
 
 
-def load_or_build(path: str, key: Dict[str, str], build: Callable[[], torch.Tensor],
-                  rows: Optional[int] = None) -> Tuple[torch.Tensor, bool]:
+def load_or_build(
+    path: str, key: Dict[str, str], build: Callable[[], torch.Tensor], rows: Optional[int] = None
+) -> Tuple[torch.Tensor, bool]:
     """``(encodings, built)``: the cache at ``path`` for ``key`` (with ``rows`` rows when given), or
     ``build()``'s result, saved there. One process builds at a time; the others wait for it and
     then load what it saved instead of building again."""

@@ -69,6 +69,7 @@ trains the tracker so that emotion accuracy stays measurable).
 Weights are initialised in one place, :meth:`Ethreed.init_weights`, as the reference does.
 Nothing here imports ParlAI; the ParlAI generator contract comes from ``generator_interface``.
 """
+
 from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional, Tuple
 
@@ -98,12 +99,17 @@ class EthreedConfig:
     same names; ``help`` is the option's help text)."""
 
     hidden_size: int = field(default=300, metadata={'help': 'size of every GRU state and of R (paper: 300)'})
-    dropout: float = field(default=0.5, metadata={
-        'help': 'dropout on every tracker state and on R before its classifier (reference: 0.5)'})
-    history_attention: str = field(default='simple', metadata={
-        'choices': ('simple', 'bilinear'),
-        'help': "the party GRU's attention over earlier global states: w^T g_j "
-        "(reference) or u_t^T W g_j (the paper's equation)"})
+    dropout: float = field(
+        default=0.5, metadata={'help': 'dropout on every tracker state and on R before its classifier (reference: 0.5)'}
+    )
+    history_attention: str = field(
+        default='simple',
+        metadata={
+            'choices': ('simple', 'bilinear'),
+            'help': "the party GRU's attention over earlier global states: w^T g_j "
+            "(reference) or u_t^T W g_j (the paper's equation)",
+        },
+    )
     # the loss weights no option sets: the reference's
     answered_weight: float = field(default=0.5, metadata={'option': False})  # L1, the answered party's emotion
     responder_weight: float = field(default=0.5, metadata={'option': False})  # L1, the responder's real emotion
@@ -111,13 +117,15 @@ class EthreedConfig:
     coverage_weight: float = field(default=1.0, metadata={'option': False})  # L4
     # L4 is divided by the reference's max_unroll
     coverage_steps: int = field(default=40, metadata={'option': False})
-    emp_policy: bool = field(default=True, metadata={
-        'help': 'empathetic policy network (ablation w/o emp-policy: false)'})
+    emp_policy: bool = field(
+        default=True, metadata={'help': 'empathetic policy network (ablation w/o emp-policy: false)'}
+    )
     gps: bool = field(default=True, metadata={'help': 'KL constraint L2 (ablation w/o GPS: false)'})
     party_gru: bool = field(default=True, metadata={'help': 'ablation: false'})
     emotion_gru: bool = field(default=True, metadata={'help': 'ablation: false'})
-    emo_track: bool = field(default=True, metadata={
-        'help': 'emotion states reach the decoder (ablation w/o emo-track: false)'})
+    emo_track: bool = field(
+        default=True, metadata={'help': 'emotion states reach the decoder (ablation w/o emo-track: false)'}
+    )
 
 
 def in_vocabulary(tokens: torch.Tensor, vocab_size: int, unk_idx: int) -> torch.Tensor:
@@ -139,8 +147,7 @@ class UtteranceEncoder(nn.Module):
         """``tokens [N, L]`` (in-vocabulary ids), ``lengths [N]`` (0 allowed: an empty turn) ->
         ``(u [N, 2H], outputs [N, L, 2H])`` with u = [forward last ; backward first]."""
         embedded = self.words(tokens)
-        packed = pack_padded_sequence(embedded, lengths.clamp(min=1).cpu(), batch_first=True,
-                                      enforce_sorted=False)
+        packed = pack_padded_sequence(embedded, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         outputs, last = self.gru(packed)  # last [2, N, H]: forward at the end, backward at token 1
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=tokens.size(1))
         return torch.cat([last[0], last[1]], dim=-1), outputs
@@ -172,8 +179,9 @@ def _set_party(per_party, who, value, live):
 class DialogueTracker(nn.Module):
     """The global, party, emotion and content GRUs, stepped one utterance at a time."""
 
-    def __init__(self, utterance_dim, hidden, party_gru=True, emotion_gru=True,
-                 history_attention='simple', dropout=0.5):
+    def __init__(
+        self, utterance_dim, hidden, party_gru=True, emotion_gru=True, history_attention='simple', dropout=0.5
+    ):
         super().__init__()
         self.hidden = hidden
         self.global_gru = nn.GRUCell(utterance_dim, hidden)
@@ -194,12 +202,17 @@ class DialogueTracker(nn.Module):
     def initial_state(self, batch: int, device) -> TrackerState:
         zeros = torch.zeros(batch, self.hidden, device=device)
         return TrackerState(
-            zeros.new_zeros(batch, 0, self.hidden), torch.zeros(batch, 0, dtype=torch.bool, device=device),
-            zeros, zeros.new_zeros(batch, 2, self.hidden), zeros.new_zeros(batch, 2, self.hidden), zeros,
+            zeros.new_zeros(batch, 0, self.hidden),
+            torch.zeros(batch, 0, dtype=torch.bool, device=device),
+            zeros,
+            zeros.new_zeros(batch, 2, self.hidden),
+            zeros.new_zeros(batch, 2, self.hidden),
+            zeros,
         )
 
-    def step(self, state: TrackerState, u_t: torch.Tensor, who: torch.Tensor, live: torch.Tensor,
-             answered: torch.Tensor) -> Tuple[TrackerState, torch.Tensor]:
+    def step(
+        self, state: TrackerState, u_t: torch.Tensor, who: torch.Tensor, live: torch.Tensor, answered: torch.Tensor
+    ) -> Tuple[TrackerState, torch.Tensor]:
         """Track utterance ``u_t [B, Du]`` said by party ``who [B]``; rows with ``live`` False
         (dialogues that have ended) keep their state; the content GRU steps where ``who`` is
         the ``answered`` party. Returns ``(state, e_t [B, H])``."""
@@ -285,17 +298,28 @@ class EthreedEncoder(nn.Module):
         hidden = config.hidden_size
         self.config = config
         self.utterances = UtteranceEncoder(words, hidden)
-        self.tracker = DialogueTracker(self.utterances.output_dim, hidden, config.party_gru,
-                                       config.emotion_gru, config.history_attention, config.dropout)
+        self.tracker = DialogueTracker(
+            self.utterances.output_dim,
+            hidden,
+            config.party_gru,
+            config.emotion_gru,
+            config.history_attention,
+            config.dropout,
+        )
         self.classifier = nn.Linear(hidden, NUM_EMOTIONS)
         self.policy = EmpatheticPolicy(hidden) if config.emp_policy and config.emo_track else None
         self.decoder_init = nn.Linear(hidden, hidden)
         self.response_emotion = nn.Linear(hidden, hidden) if config.emo_track else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, utt_tokens: torch.Tensor, utt_lengths: torch.Tensor,
-                dialogue_lengths: torch.Tensor, roles: torch.Tensor,
-                source_tokens: Optional[torch.Tensor] = None) -> EncoderStates:
+    def forward(
+        self,
+        utt_tokens: torch.Tensor,
+        utt_lengths: torch.Tensor,
+        dialogue_lengths: torch.Tensor,
+        roles: torch.Tensor,
+        source_tokens: Optional[torch.Tensor] = None,
+    ) -> EncoderStates:
         if int(dialogue_lengths.min()) < 1:
             raise ValueError('every dialogue needs at least one utterance (an empty one will do)')
         batch, turns = roles.shape
@@ -336,13 +360,15 @@ class EthreedEncoder(nn.Module):
             responder=responder,
             answered=answered,
             tracker=state,
-            response_emotion=(torch.tanh(self.response_emotion(planned))
-                              if self.response_emotion is not None else None),
+            response_emotion=(
+                torch.tanh(self.response_emotion(planned)) if self.response_emotion is not None else None
+            ),
         )
         return EncoderStates(memory, keep, readout)
 
-    def real_responder_logits(self, encoder_states: EncoderStates, response_tokens: torch.Tensor,
-                              response_lengths: torch.Tensor) -> torch.Tensor:
+    def real_responder_logits(
+        self, encoder_states: EncoderStates, response_tokens: torch.Tensor, response_lengths: torch.Tensor
+    ) -> torch.Tensor:
         """Classifier logits of the responder's real emotion representation: the tracker stepped
         once more on the gold response (in-vocabulary ids; L1's second term, L2's p)."""
         readout = encoder_states.aux
@@ -392,8 +418,9 @@ class PointerGeneratorDecoder(nn.Module):
             'keys': self.attention.project(encoder_states.memory),
         }
 
-    def run(self, tokens: torch.Tensor, encoder_states: EncoderStates,
-            state: Dict[str, torch.Tensor]) -> Tuple[DecoderSteps, Dict[str, torch.Tensor]]:
+    def run(
+        self, tokens: torch.Tensor, encoder_states: EncoderStates, state: Dict[str, torch.Tensor]
+    ) -> Tuple[DecoderSteps, Dict[str, torch.Tensor]]:
         """Feed ``tokens [B, T]`` (previous outputs, START first; extended ids allowed)."""
         memory, keep, _ = encoder_states
         keys = state['keys']
@@ -407,8 +434,7 @@ class PointerGeneratorDecoder(nn.Module):
             coverage = torch.maximum(coverage, weights)
             steps['previous'].append(hidden)
             hidden = self.cell(torch.cat([x_t, context], dim=-1), hidden)
-            for name, value in (('inputs', x_t), ('hidden', hidden), ('context', context),
-                                ('attention', weights)):
+            for name, value in (('inputs', x_t), ('hidden', hidden), ('context', context), ('attention', weights)):
                 steps[name].append(value)
         stacked = DecoderSteps(**{name: torch.stack(values, dim=1) for name, values in steps.items()})
         return stacked, {'hidden': hidden, 'coverage': coverage, 'keys': keys}
@@ -438,12 +464,14 @@ class PointerGeneratorDecoder(nn.Module):
         # exactly, so the mixture is computed (and written back) at the source positions alone,
         # without a log of every word: the values of the whole-vocabulary mixture up to the last
         # bit of logaddexp (its vector and scalar CPU loops round differently)
-        mixed = torch.logaddexp(generate.gather(2, at_source),
-                                copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source)))
+        mixed = torch.logaddexp(
+            generate.gather(2, at_source), copy.unsqueeze(2) + _log_or_minus_inf(copied.gather(2, at_source))
+        )
         return generate.scatter_(2, at_source, mixed)
 
-    def target_log_probs(self, steps: DecoderSteps, encoder_states: EncoderStates,
-                         targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def target_log_probs(
+        self, steps: DecoderSteps, encoder_states: EncoderStates, targets: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(log P(target) [B, T], argmax of P [B, T])`` without building P over the whole
         extended vocabulary: a word's copy mass is the attention on the source positions
         holding it, and the best word is either P_vocab's best or a source word."""
@@ -465,15 +493,16 @@ class PointerGeneratorDecoder(nn.Module):
             best_vocab = generate.argmax(dim=2, keepdim=True)
             sources = source.unsqueeze(1).expand(-1, targets.size(1), -1)
             candidates = torch.cat([best_vocab, sources], dim=2)
-            scores = torch.cat([mixed(best_vocab, mass_of(best_vocab)),
-                                mixed(sources, torch.bmm(steps.attention, same_word))], dim=2)
+            scores = torch.cat(
+                [mixed(best_vocab, mass_of(best_vocab)), mixed(sources, torch.bmm(steps.attention, same_word))], dim=2
+            )
             allowed = torch.cat([keep.new_ones(keep.size(0), 1), keep], dim=1).unsqueeze(1)
             best = candidates.gather(2, scores.masked_fill(~allowed, float('-inf')).argmax(2, keepdim=True))
         return target, best.squeeze(2)
 
-    def forward(self, tokens: torch.Tensor, encoder_states: EncoderStates,
-                incr_state: Optional[Dict[str, torch.Tensor]] = None
-                ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    def forward(
+        self, tokens: torch.Tensor, encoder_states: EncoderStates, incr_state: Optional[Dict[str, torch.Tensor]] = None
+    ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         if incr_state is None:
             incr_state = self.initial_state(encoder_states)
         else:
@@ -491,14 +520,17 @@ def _log_or_minus_inf(mass):
 class Ethreed(GeneratorModel):
     """ETHREED with ParlAI's generator interface; see the module docstring for the equations."""
 
-    def __init__(self, words, vocab_size, config=EthreedConfig(), padding_idx=0, start_idx=1,
-                 end_idx=2, unk_idx=3):
+    def __init__(self, words, vocab_size, config=EthreedConfig(), padding_idx=0, start_idx=1, end_idx=2, unk_idx=3):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         self.vocab_size, self.UNK_IDX = vocab_size, unk_idx
         self.encoder = EthreedEncoder(words, config)
         self.decoder = PointerGeneratorDecoder(
-            words, config.hidden_size, self.encoder.utterances.output_dim, vocab_size, unk_idx,
+            words,
+            config.hidden_size,
+            self.encoder.utterances.output_dim,
+            vocab_size,
+            unk_idx,
             emotion=config.emo_track,
         )
         self.init_weights()
@@ -515,7 +547,7 @@ class Ethreed(GeneratorModel):
                     elif name.startswith('bias_hh'):
                         size = param.size(0) // 3  # gates r, z, n
                         with torch.no_grad():
-                            param[size:2 * size].fill_(2.0)
+                            param[size : 2 * size].fill_(2.0)
         nn.init.uniform_(self.decoder.attention.coverage_weight)
 
     def output(self, log_probs):
@@ -546,12 +578,13 @@ class Ethreed(GeneratorModel):
         readout = encoder_states.aux
         readout.coverage_loss = (steps.coverage_loss * real).sum(dim=1)
         readout.real_responder_logits = self.encoder.real_responder_logits(
-            encoder_states, in_vocabulary(ys, self.vocab_size, self.UNK_IDX), real.sum(dim=1))
-        return ResponseLoss(smoothed=nll.sum(), nll=nll, tokens=real.sum(dim=1),
-                            correct=((best == ys) & real).sum(dim=1).to(nll.dtype))
+            encoder_states, in_vocabulary(ys, self.vocab_size, self.UNK_IDX), real.sum(dim=1)
+        )
+        return ResponseLoss(
+            smoothed=nll.sum(), nll=nll, tokens=real.sum(dim=1), correct=((best == ys) & real).sum(dim=1).to(nll.dtype)
+        )
 
-    def extra_losses(self, encoder_states: EncoderStates, answered_labels: torch.Tensor,
-                     response_labels: torch.Tensor):
+    def extra_losses(self, encoder_states: EncoderStates, answered_labels: torch.Tensor, response_labels: torch.Tensor):
         """L1 + L2 + L4 beside L3 (after :meth:`response_loss`), each averaged over responses.
 
         ``answered_labels [B]``: emotion id of the answered party, ``response_labels [B]``: of the
@@ -561,8 +594,9 @@ class Ethreed(GeneratorModel):
         if readout.coverage_loss is None or readout.real_responder_logits is None:
             raise ValueError('extra_losses needs the encoder states response_loss was computed on')
         real = readout.real_responder_logits
-        l1 = (config.answered_weight * _mean_cross_entropy(readout.answered_logits, answered_labels)
-              + config.responder_weight * _mean_cross_entropy(real, response_labels))
+        l1 = config.answered_weight * _mean_cross_entropy(
+            readout.answered_logits, answered_labels
+        ) + config.responder_weight * _mean_cross_entropy(real, response_labels)
         if self.encoder.policy is not None and config.gps:
             l2 = config.kl_weight * classifier_kl(readout.responder_logits, real).mean()
         else:

@@ -14,6 +14,7 @@ never answer with stale weights.
 Only plain BERT layers qualify (absolute positions, exact GELU, no cross-attention): MiniLM and
 BERT-base do; other families keep the HuggingFace path.
 """
+
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -41,9 +42,15 @@ def _fused_layer(layer: nn.Module, config) -> nn.TransformerEncoderLayer:
     """One HuggingFace ``BertLayer`` as a post-norm ``TransformerEncoderLayer`` with equal weights."""
     attention, weight = layer.attention, next(layer.parameters())
     fused = nn.TransformerEncoderLayer(
-        config.hidden_size, config.num_attention_heads, config.intermediate_size, dropout=0.0,
-        activation='gelu', layer_norm_eps=config.layer_norm_eps, batch_first=True,
-        device=weight.device, dtype=weight.dtype,
+        config.hidden_size,
+        config.num_attention_heads,
+        config.intermediate_size,
+        dropout=0.0,
+        activation='gelu',
+        layer_norm_eps=config.layer_norm_eps,
+        batch_first=True,
+        device=weight.device,
+        dtype=weight.dtype,
     )
     q, k, v = attention.self.query, attention.self.key, attention.self.value
     pairs = [
@@ -81,12 +88,23 @@ def _native_layer_call(layer: nn.TransformerEncoderLayer) -> Callable[[torch.Ten
     """``layer``'s fused kernel bound to its weights, for unpadded inputs."""
     attention = layer.self_attn
     weights = (
-        attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
-        attention.out_proj.weight, attention.out_proj.bias,
+        attention.embed_dim,
+        attention.num_heads,
+        attention.in_proj_weight,
+        attention.in_proj_bias,
+        attention.out_proj.weight,
+        attention.out_proj.bias,
         True,  # GELU
         False,  # post-norm, as BERT
-        layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
-        layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias,
+        layer.norm1.eps,
+        layer.norm1.weight,
+        layer.norm1.bias,
+        layer.norm2.weight,
+        layer.norm2.bias,
+        layer.linear1.weight,
+        layer.linear1.bias,
+        layer.linear2.weight,
+        layer.linear2.bias,
     )
     return lambda hidden: torch._transformer_encoder_layer_fwd(hidden, *weights, None, None)
 

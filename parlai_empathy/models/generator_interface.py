@@ -11,6 +11,7 @@ What an encoder reports beside the decoder memory (emotion logits, KL terms, tra
 is a typed :class:`ModelOutput` dataclass, one per model, not a string-keyed dict: the fields are
 named and documented where the model defines them, and a misspelt one fails at once.
 """
+
 import dataclasses
 from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional, Tuple, Union
@@ -43,9 +44,9 @@ class ModelOutput:
 
     def reorder(self, indices: torch.Tensor) -> 'ModelOutput':
         """A copy holding the batch rows ``indices`` (in that order) of every tensor field."""
-        return dataclasses.replace(self, **{
-            field.name: _select_rows(getattr(self, field.name), indices) for field in dataclasses.fields(self)
-        })
+        return dataclasses.replace(
+            self, **{field.name: _select_rows(getattr(self, field.name), indices) for field in dataclasses.fields(self)}
+        )
 
     @property
     def batch_size(self) -> Optional[int]:
@@ -84,15 +85,23 @@ class EmotionTransformerConfig:
     adds MIME's."""
 
     size: TransformerSize = TransformerSize()
-    emotion_loss_weight: float = dataclasses.field(default=1.0, metadata={  # the batch-mean emotion cross-entropy
-        'help': 'alpha: weight of the user-emotion classification loss'})
+    emotion_loss_weight: float = dataclasses.field(
+        default=1.0,
+        metadata={  # the batch-mean emotion cross-entropy
+            'help': 'alpha: weight of the user-emotion classification loss'
+        },
+    )
     # gamma, the response loss (MoEL's weight; no option sets it)
     response_weight: float = dataclasses.field(default=1.0, metadata={'option': False})
-    reference_tags: bool = dataclasses.field(default=True, metadata={
-        'help': "the CTX and speaker vectors parametrised as the reference's CLS/USR/SYS word "
-        'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
-        'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
-        'a model saved without this option keeps the form it was trained with)'})
+    reference_tags: bool = dataclasses.field(
+        default=True,
+        metadata={
+            'help': "the CTX and speaker vectors parametrised as the reference's CLS/USR/SYS word "
+            'rows: N(0, 0.01) at the start, scaled like words in use (CTX by 2 sqrt(D_h)); same '
+            'function, but Adam moves the CTX input ~35x faster (default: true for a new model; '
+            'a model saved without this option keeps the form it was trained with)'
+        },
+    )
     n_speakers: int = dataclasses.field(default=2, metadata={'option': False})  # the user and the model
 
 
@@ -107,16 +116,16 @@ class ResponseDecoder(nn.Module):
         self.words = words
         self.stack = size.decoder(input_dim=words.d_model)
 
-    def forward(self, tokens: torch.Tensor, encoder_states: EncoderStates,
-                incr_state: Optional[Dict] = None) -> Tuple[torch.Tensor, Dict]:
+    def forward(
+        self, tokens: torch.Tensor, encoder_states: EncoderStates, incr_state: Optional[Dict] = None
+    ) -> Tuple[torch.Tensor, Dict]:
         """One search step as ParlAI calls it: ``incr_state`` None on the first step, then the
         returned cache; only the tokens not yet in the cache are run."""
         incr_state = incr_state or {}
         offset = incr_state.get('length', 0)
         new_tokens = tokens[:, offset:]
         cache = {key: value for key, value in incr_state.items() if key != 'length'}
-        hidden = self.stack(self.words(new_tokens), encoder_states.memory, encoder_states.keep,
-                            cache, offset)
+        hidden = self.stack(self.words(new_tokens), encoder_states.memory, encoder_states.keep, cache, offset)
         cache['length'] = offset + new_tokens.size(1)
         return hidden, cache
 
@@ -182,10 +191,15 @@ class GeneratorModel(nn.Module):
         logits = self.output(hidden)
         return logits, logits.argmax(dim=-1)
 
-    def forward(self, *xs: torch.Tensor, ys: Optional[torch.Tensor] = None,
-                prev_enc: Optional[EncoderStates] = None, maxlen: Optional[int] = None,
-                bsz: Optional[int] = None, loss_smoothing: Optional[float] = None
-                ) -> Tuple[Union[torch.Tensor, ResponseLoss], Optional[torch.Tensor], EncoderStates]:
+    def forward(
+        self,
+        *xs: torch.Tensor,
+        ys: Optional[torch.Tensor] = None,
+        prev_enc: Optional[EncoderStates] = None,
+        maxlen: Optional[int] = None,
+        bsz: Optional[int] = None,
+        loss_smoothing: Optional[float] = None,
+    ) -> Tuple[Union[torch.Tensor, ResponseLoss], Optional[torch.Tensor], EncoderStates]:
         """ParlAI's teacher-forced call: ``(scores, preds, encoder_states)``.
 
         With ``loss_smoothing`` (agents' loss path) the first item is a :class:`ResponseLoss`

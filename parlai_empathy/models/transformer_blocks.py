@@ -36,6 +36,7 @@ reordering.
 
 Masks: ``keep`` tensors are ``[B, S]`` booleans, True at real tokens.
 """
+
 import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
@@ -78,13 +79,22 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv(source).chunk(2, dim=-1)
         return self._heads(k), self._heads(v)
 
-    def forward(self, query: torch.Tensor, keys_values: Tuple[torch.Tensor, torch.Tensor],
-                keep: Optional[torch.Tensor] = None, causal: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys_values: Tuple[torch.Tensor, torch.Tensor],
+        keep: Optional[torch.Tensor] = None,
+        causal: bool = False,
+    ) -> torch.Tensor:
         q = self._heads(self.q(query))
         k, v = keys_values
         mask = keep[:, None, None, :] if keep is not None else None
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=causal and mask is None,
             dropout_p=self.dropout if self.training else 0.0,
         )
         return self.out(out.transpose(1, 2).flatten(2))  # flatten: also for a batch of no rows
@@ -113,8 +123,9 @@ class FeedForward(nn.Module):
             x = torch.cat([past, x], dim=1).transpose(1, 2)
         return conv(x).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, keep: Optional[torch.Tensor] = None,
-                cache: Optional[Dict[str, torch.Tensor]] = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, keep: Optional[torch.Tensor] = None, cache: Optional[Dict[str, torch.Tensor]] = None
+    ) -> torch.Tensor:
         """``keep`` zeroes padded positions (encoder); ``cache`` (causal, incremental decoding) is a
         dict holding the last k-1 inputs of each convolution, updated in place."""
         if cache is None or self.kernel == 1:
@@ -136,7 +147,6 @@ class FeedForward(nn.Module):
         cache['ffn_mid'] = torch.cat([cache['ffn_mid'], hidden], dim=1)[:, -past:]
         return out
 
-
     def _out(self, x):
         """The reference's ReLU after the last convolution (and its dropout), when kept."""
         return self.dropout(F.relu(x)) if self.final_relu else x
@@ -145,15 +155,23 @@ class FeedForward(nn.Module):
 class EncoderBlock(nn.Module):
     """x + SelfAttn(LN(x)), then x + FFN(LN(x))."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, dropout=0.0, ffn_kernel=3, ffn_final_relu=True,
-                 conv_over_padding=False):
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        attn_dim,
+        ffn_dim,
+        dropout=0.0,
+        ffn_kernel=3,
+        ffn_final_relu=True,
+        conv_over_padding=False,
+    ):
         super().__init__()
         self.conv_over_padding = conv_over_padding
         self.norm_attn = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=False, dropout=dropout,
-                               final_relu=ffn_final_relu)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=False, dropout=dropout, final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -172,12 +190,16 @@ class DecoderBlock(nn.Module):
         self.norm_cross = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attn_dim, dropout)
         self.norm_ffn = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=True, dropout=dropout,
-                               final_relu=ffn_final_relu)
+        self.ffn = FeedForward(d_model, ffn_dim, ffn_kernel, causal=True, dropout=dropout, final_relu=ffn_final_relu)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_keep: torch.Tensor,
-                cache: Optional[Dict[str, torch.Tensor]] = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        memory_keep: torch.Tensor,
+        cache: Optional[Dict[str, torch.Tensor]] = None,
+    ) -> torch.Tensor:
         """``cache`` (incremental decoding) is a dict updated in place; None for full sequences."""
         h = self.norm_self(x)
         k, v = self.self_attn.keys_values(h)
@@ -216,19 +238,30 @@ class _Stack(nn.Module):
                 f'sequence of {offset + x.size(1)} tokens is longer than max_positions='
                 f'{self.timing.size(0)}; truncate the input'
             )
-        return x + self.timing[offset: offset + x.size(1)].to(x.dtype)
+        return x + self.timing[offset : offset + x.size(1)].to(x.dtype)
 
 
 class TransformerEncoder(_Stack):
     """proj(x) + timing, a stack of :class:`EncoderBlock`, a final layer norm."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
-                 input_dim=None, max_positions=1024, project_input=True, ffn_final_relu=True,
-                 conv_over_padding=False):
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        attn_dim,
+        ffn_dim,
+        n_layers=1,
+        dropout=0.0,
+        ffn_kernel=3,
+        input_dim=None,
+        max_positions=1024,
+        project_input=True,
+        ffn_final_relu=True,
+        conv_over_padding=False,
+    ):
         super().__init__(d_model, input_dim, max_positions, project_input)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu,
-                         conv_over_padding)
+            EncoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu, conv_over_padding)
             for _ in range(n_layers)
         )
 
@@ -242,17 +275,33 @@ class TransformerEncoder(_Stack):
 class TransformerDecoder(_Stack):
     """proj(x) + timing, a stack of :class:`DecoderBlock`, a final layer norm; incremental cache."""
 
-    def __init__(self, d_model, n_heads, attn_dim, ffn_dim, n_layers=1, dropout=0.0, ffn_kernel=3,
-                 input_dim=None, max_positions=1024, ffn_final_relu=True):
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        attn_dim,
+        ffn_dim,
+        n_layers=1,
+        dropout=0.0,
+        ffn_kernel=3,
+        input_dim=None,
+        max_positions=1024,
+        ffn_final_relu=True,
+    ):
         super().__init__(d_model, input_dim, max_positions)
         self.blocks = nn.ModuleList(
             DecoderBlock(d_model, n_heads, attn_dim, ffn_dim, dropout, ffn_kernel, ffn_final_relu)
             for _ in range(n_layers)
         )
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_keep: torch.Tensor,
-                cache: Optional[Dict[int, Dict[str, torch.Tensor]]] = None,
-                offset: int = 0) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        memory_keep: torch.Tensor,
+        cache: Optional[Dict[int, Dict[str, torch.Tensor]]] = None,
+        offset: int = 0,
+    ) -> torch.Tensor:
         """``offset``: how many positions the cache already holds (incremental decoding)."""
         x = self._inputs(x, offset)
         for i, block in enumerate(self.blocks):
@@ -278,34 +327,64 @@ class TransformerSize:
     2 heads, attention width 40, FFN width 50, convolution width 3), also Multi-TR's. The field
     names are the agents' option names; ``help`` is the option's help text."""
 
-    embedding_size: int = field(default=300, metadata={'help': 'D_h, the model width (paper: 300)',
-                                                       'aliases': ('-esz',)})
+    embedding_size: int = field(
+        default=300, metadata={'help': 'D_h, the model width (paper: 300)', 'aliases': ('-esz',)}
+    )
     n_heads: int = 2
-    attention_size: int = field(default=40, metadata={
-        'help': 'total key/value width of attention (MIME reference: 40)'})
+    attention_size: int = field(
+        default=40, metadata={'help': 'total key/value width of attention (MIME reference: 40)'}
+    )
     ffn_size: int = field(default=50, metadata={'help': 'FFN width (MIME reference: 50)'})
     n_layers: int = 1
     dropout: float = 0.0
-    ffn_kernel: int = field(default=3, metadata={
-        'help': 'width of the feed-forward convolutions (reference: 3; 1 = linear)'})
+    ffn_kernel: int = field(
+        default=3, metadata={'help': 'width of the feed-forward convolutions (reference: 3; 1 = linear)'}
+    )
     # the agent sizes the timing signal to its truncation lengths
     max_positions: int = field(default=1024, metadata={'option': False})
-    ffn_final_relu: bool = field(default=True, metadata={
-        'help': "a ReLU after the feed-forward layer's last convolution too, as the "
-        "reference's PositionwiseFeedForward applies it (default: true for a new model; "
-        'a model saved without this option keeps the form it was trained with, none)'})
-    conv_over_padding: bool = field(default=False, metadata={  # a deviation of ours, see the top
-        'help': "the reference's padding: encoder convolutions run over padded positions "
-        "and MIME's posterior averages them (ours by default: padding is zeroed and "
-        "skipped, so a token's features do not depend on its batch)"})
+    ffn_final_relu: bool = field(
+        default=True,
+        metadata={
+            'help': "a ReLU after the feed-forward layer's last convolution too, as the "
+            "reference's PositionwiseFeedForward applies it (default: true for a new model; "
+            'a model saved without this option keeps the form it was trained with, none)'
+        },
+    )
+    conv_over_padding: bool = field(
+        default=False,
+        metadata={  # a deviation of ours, see the top
+            'help': "the reference's padding: encoder convolutions run over padded positions "
+            "and MIME's posterior averages them (ours by default: padding is zeroed and "
+            "skipped, so a token's features do not depend on its batch)"
+        },
+    )
 
     def encoder(self, input_dim=None, project_input=True):
-        return TransformerEncoder(self.embedding_size, self.n_heads, self.attention_size, self.ffn_size,
-                                  self.n_layers, self.dropout, self.ffn_kernel, input_dim,
-                                  self.max_positions, project_input, self.ffn_final_relu,
-                                  self.conv_over_padding)
+        return TransformerEncoder(
+            self.embedding_size,
+            self.n_heads,
+            self.attention_size,
+            self.ffn_size,
+            self.n_layers,
+            self.dropout,
+            self.ffn_kernel,
+            input_dim,
+            self.max_positions,
+            project_input,
+            self.ffn_final_relu,
+            self.conv_over_padding,
+        )
 
     def decoder(self, input_dim=None):
-        return TransformerDecoder(self.embedding_size, self.n_heads, self.attention_size, self.ffn_size,
-                                  self.n_layers, self.dropout, self.ffn_kernel, input_dim,
-                                  self.max_positions, self.ffn_final_relu)
+        return TransformerDecoder(
+            self.embedding_size,
+            self.n_heads,
+            self.attention_size,
+            self.ffn_size,
+            self.n_layers,
+            self.dropout,
+            self.ffn_kernel,
+            input_dim,
+            self.max_positions,
+            self.ffn_final_relu,
+        )

@@ -27,6 +27,7 @@ order, no sampling but the orthogonal map's seeded draw, and PCA signs fixed. An
 splits the encoder's sums otherwise, which moves values by float32 rounding (at most 4e-7 seen on
 MIME's dictionary) and so the table's sha256.
 """
+
 import json
 import os
 import shutil
@@ -90,7 +91,7 @@ def encode_words(words: Sequence[str], encoder_dir: str, batch_size: int = 256) 
         for length in sorted(by_length):
             rows = by_length[length]
             for start in range(0, len(rows), batch_size):
-                chunk = rows[start:start + batch_size]
+                chunk = rows[start : start + batch_size]
                 batch = torch.tensor([ids[row] for row in chunk])
                 states = model(input_ids=batch, attention_mask=torch.ones_like(batch)).last_hidden_state
                 inner = states[:, 1:-1] if length > 2 else states  # a word with no piece: keep what there is
@@ -127,8 +128,9 @@ def _scaled(matrix: np.ndarray, target: float) -> np.ndarray:
     return matrix * (target / mean_norm(matrix))
 
 
-def build_vectors(words: Sequence[str], method: str, dim: int, encoder_dir: Optional[str] = None,
-                  seed: int = 0, batch_size: int = 256) -> Tuple[List[str], np.ndarray, dict]:
+def build_vectors(
+    words: Sequence[str], method: str, dim: int, encoder_dir: Optional[str] = None, seed: int = 0, batch_size: int = 256
+) -> Tuple[List[str], np.ndarray, dict]:
     """``(covered words, [len(covered), dim] float32, facts for the table's json)``."""
     if method not in METHODS:
         raise ValueError(f'method must be one of {", ".join(METHODS)}, not {method!r}')
@@ -142,7 +144,7 @@ def build_vectors(words: Sequence[str], method: str, dim: int, encoder_dir: Opti
     facts = {'glove_dim': gdim, 'glove_words': int(ghit.sum()), 'mean_row_norm': round(target, 6)}
     if method == 'glove_orthogonal':
         if dim < gdim:
-            raise ValueError(f'--dim {dim} is below GloVe\'s {gdim}: an orthogonal map cannot widen to it')
+            raise ValueError(f"--dim {dim} is below GloVe's {gdim}: an orthogonal map cannot widen to it")
         covered = [word for word, hit in zip(candidates, ghit.tolist()) if hit]
         table = gfound @ orthogonal_map(dim, gdim, seed).T  # keeps every length and angle
         facts['seed'] = seed
@@ -153,7 +155,7 @@ def build_vectors(words: Sequence[str], method: str, dim: int, encoder_dir: Opti
     if method == 'distill':
         return candidates, _scaled(pca(encoded, dim), target).astype(np.float32), facts
     if dim <= gdim:
-        raise ValueError(f'--dim {dim} leaves no column beyond GloVe\'s {gdim} to fill')
+        raise ValueError(f"--dim {dim} leaves no column beyond GloVe's {gdim} to fill")
     covered = [word for word, hit in zip(candidates, ghit.tolist()) if hit]
     rest = _scaled(pca(encoded, dim - gdim)[ghit.numpy()], target)
     # both parts as long as GloVe, then the row back to GloVe's length: GloVe's columns keep
@@ -168,13 +170,18 @@ def write_table(folder: str, words: Sequence[str], vectors: np.ndarray, meta: di
     tmp = temporary_name(folder)
     os.makedirs(tmp)
     try:
-        np.save(os.path.join(tmp, glove.TABLE_VECTORS), np.ascontiguousarray(vectors, dtype=np.float32),
-                allow_pickle=False)
+        np.save(
+            os.path.join(tmp, glove.TABLE_VECTORS), np.ascontiguousarray(vectors, dtype=np.float32), allow_pickle=False
+        )
         with open(os.path.join(tmp, glove.TABLE_WORDS), 'w', encoding='utf-8', newline='\n') as handle:
             handle.writelines(word + '\n' for word in words)
-        meta = dict(meta, format=glove.TABLE_FORMAT, words=len(words), dim=int(vectors.shape[1]),
-                    sha256={name: sha256_file(os.path.join(tmp, name))
-                            for name in (glove.TABLE_VECTORS, glove.TABLE_WORDS)})
+        meta = dict(
+            meta,
+            format=glove.TABLE_FORMAT,
+            words=len(words),
+            dim=int(vectors.shape[1]),
+            sha256={name: sha256_file(os.path.join(tmp, name)) for name in (glove.TABLE_VECTORS, glove.TABLE_WORDS)},
+        )
         with open(os.path.join(tmp, glove.TABLE_META), 'w', encoding='utf-8') as handle:
             json.dump(meta, handle, indent=1, sort_keys=True)
             handle.write('\n')
@@ -183,27 +190,47 @@ def write_table(folder: str, words: Sequence[str], vectors: np.ndarray, meta: di
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build(dict_file: str, method: str, out: str, dim: int = 300, encoder: Optional[str] = None,
-          encoder_dir: Optional[str] = None, seed: int = 0, batch_size: int = 256) -> Tuple[str, bool]:
+def build(
+    dict_file: str,
+    method: str,
+    out: str,
+    dim: int = 300,
+    encoder: Optional[str] = None,
+    encoder_dir: Optional[str] = None,
+    seed: int = 0,
+    batch_size: int = 256,
+) -> Tuple[str, bool]:
     """Build (or reuse) the table of ``dict_file`` in the folder ``out``; returns ``(out, built)``.
 
     A table already in ``out`` is reused when it was built the same way from the same dictionary
     and its files match their sha256; one built otherwise is an error (``out`` names one table)."""
     words = read_dictionary(dict_file)
-    recipe = {'method': method, 'dim': dim, 'dictionary_sha256': sha256_file(dict_file),
-              'encoder': encoder if method in DISTILLING else None,
-              'seed': seed if method == 'glove_orthogonal' else None}
+    recipe = {
+        'method': method,
+        'dim': dim,
+        'dictionary_sha256': sha256_file(dict_file),
+        'encoder': encoder if method in DISTILLING else None,
+        'seed': seed if method == 'glove_orthogonal' else None,
+    }
     with build_lock(out, f'building the word table {out}'):
         if os.path.exists(out):
             meta = glove.check_word_table(out)
             differs = sorted(key for key, value in recipe.items() if meta.get('recipe', {}).get(key) != value)
             if differs:
-                raise ValueError(f'{out} holds a word table built otherwise ({", ".join(differs)} differ): '
-                                 'pass another --out, or delete that folder')
+                raise ValueError(
+                    f'{out} holds a word table built otherwise ({", ".join(differs)} differ): '
+                    'pass another --out, or delete that folder'
+                )
             return out, False
         covered, vectors, facts = build_vectors(words, method, dim, encoder_dir, seed, batch_size)
-        meta = {'recipe': recipe, 'dictionary': os.path.abspath(dict_file), 'dictionary_words': len(words),
-                'facts': facts, 'torch': torch.__version__, 'numpy': np.__version__}
+        meta = {
+            'recipe': recipe,
+            'dictionary': os.path.abspath(dict_file),
+            'dictionary_words': len(words),
+            'facts': facts,
+            'torch': torch.__version__,
+            'numpy': np.__version__,
+        }
         if encoder_dir is not None and method in DISTILLING:
             weights = os.path.join(encoder_dir, 'model.safetensors')
             meta['encoder_weights_sha256'] = sha256_file(weights) if os.path.isfile(weights) else None

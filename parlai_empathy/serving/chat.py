@@ -41,6 +41,7 @@ What a client can make the server do is bounded, and no request gets a 5xx for w
   conversation has its own lock, so one conversation has at most one message in the queue (a
   second at the same time gets 429).
 """
+
 import collections
 import json
 import secrets
@@ -71,7 +72,7 @@ COOKIE = 'empathy_chat'
 REPLY_FIELDS = ('predicted_emotion', 'emotion_polarity', 'predicted_listener_emotion', 'top_listeners')
 SECURITY_HEADERS = {
     'Content-Security-Policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
+    "frame-ancestors 'none'; base-uri 'none'",
     'X-Content-Type-Options': 'nosniff',
     'Referrer-Policy': 'no-referrer',
     'Cache-Control': 'no-store',
@@ -79,8 +80,12 @@ SECURITY_HEADERS = {
 # the page: an autoescaped Jinja2 template, as the rating pages are (every value shown is escaped
 # unless the template says otherwise, and it never does); a missing value is an error, not blank
 PAGE = jinja2.Environment(
-    loader=jinja2.PackageLoader('parlai_empathy.serving', 'templates'), autoescape=True,
-    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True).get_template('chat.html')
+    loader=jinja2.PackageLoader('parlai_empathy.serving', 'templates'),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+).get_template('chat.html')
 
 
 def emotion_badges(reply: Dict) -> List[tuple]:
@@ -90,8 +95,7 @@ def emotion_badges(reply: Dict) -> List[tuple]:
     if reply.get('predicted_emotion'):
         label = 'speaker emotion (tracked)' if tracked else 'emotion in your message'
         polarity = f' ({reply["emotion_polarity"]})' if reply.get('emotion_polarity') else ''
-        badges.append(('emotion tracked' if tracked else 'emotion',
-                       f'{label}: {reply["predicted_emotion"]}{polarity}'))
+        badges.append(('emotion tracked' if tracked else 'emotion', f'{label}: {reply["predicted_emotion"]}{polarity}'))
     if reply.get('predicted_listener_emotion'):
         badges.append(('emotion planned', f'planned for the reply: {reply["predicted_listener_emotion"]}'))
     if reply.get('top_listeners'):  # MoEL: the listeners its meta listener weighed for this reply
@@ -108,14 +112,16 @@ def model_title(agent_name: str, model_file: str) -> str:
 
 TOO_LONG = f'That message is too long: at most {MAX_MESSAGE_CHARS:,} characters are taken.'
 NOT_TEXT = 'That message is not valid text: it holds bytes that are not UTF-8 or a lone surrogate.'
-BUSY = ('This conversation is still answering your previous message: send the next one once its '
-        'reply is shown.')
-FULL = (f'This conversation has reached {MAX_TURNS} turns, the most one can hold: start a new '
-        'conversation.')
-CLIENT_FULL = (f'Your address already holds {{}} conversations, all used in the last {ACTIVE_SECONDS // 60} '
-               'minutes: continue one of them, or try again in a few minutes.')
-STORE_FULL = (f'The chat is holding as many conversations as it can ({{}}), all of them used in the '
-              f'last {ACTIVE_SECONDS // 60} minutes: please try again in a few minutes.')
+BUSY = 'This conversation is still answering your previous message: send the next one once its reply is shown.'
+FULL = f'This conversation has reached {MAX_TURNS} turns, the most one can hold: start a new conversation.'
+CLIENT_FULL = (
+    f'Your address already holds {{}} conversations, all used in the last {ACTIVE_SECONDS // 60} '
+    'minutes: continue one of them, or try again in a few minutes.'
+)
+STORE_FULL = (
+    f'The chat is holding as many conversations as it can ({{}}), all of them used in the '
+    f'last {ACTIVE_SECONDS // 60} minutes: please try again in a few minutes.'
+)
 
 
 class Refused(Exception):
@@ -171,8 +177,10 @@ def count_tokens(agent, text: str) -> int:
 
 
 def too_many_tokens(count: int, cap: int) -> str:
-    return (f'That message is too long for this model: it reads at most {cap:,} tokens of a message, '
-            f'and this one has {count:,}.')
+    return (
+        f'That message is too long for this model: it reads at most {cap:,} tokens of a message, '
+        f'and this one has {count:,}.'
+    )
 
 
 class Conversation:
@@ -190,9 +198,14 @@ class Conversation:
 class ChatModel:
     """One loaded model; a copy of its agent (own history, shared weights) per conversation."""
 
-    def __init__(self, agent, title: str, max_sessions: int = MAX_SESSIONS,
-                 clock: Callable[[], float] = time.monotonic,
-                 max_sessions_per_client: int = MAX_SESSIONS_PER_CLIENT):
+    def __init__(
+        self,
+        agent,
+        title: str,
+        max_sessions: int = MAX_SESSIONS,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions_per_client: int = MAX_SESSIONS_PER_CLIENT,
+    ):
         from parlai.core.agents import create_agent_from_shared
 
         self._agent = agent
@@ -209,8 +222,9 @@ class ChatModel:
         self.clock = clock
 
     @classmethod
-    def load(cls, model_file: str, overrides: Optional[Dict] = None, trust: bool = False,
-             datapath: Optional[str] = None) -> 'ChatModel':
+    def load(
+        cls, model_file: str, overrides: Optional[Dict] = None, trust: bool = False, datapath: Optional[str] = None
+    ) -> 'ChatModel':
         """The model of ``model_file`` (or ``zoo:...``), opened only when its ``.opt`` names one of
         our agents or ``trust`` is given: opening another agent's folder can run code from it
         (:func:`parlai_empathy.integration.safe_loading.check_model_trust`, which raises a ModelFileError)."""
@@ -229,8 +243,9 @@ class ChatModel:
 
     # ----- the conversations ------------------------------------------------------------------
     def _expire(self, now: float) -> None:
-        for token in [t for t, c in self.sessions.items()
-                      if now - c.last_used > IDLE_EXPIRY_SECONDS and not c.lock.locked()]:
+        for token in [
+            t for t, c in self.sessions.items() if now - c.last_used > IDLE_EXPIRY_SECONDS and not c.lock.locked()
+        ]:
             del self.sessions[token]
 
     def find(self, token) -> Optional[Conversation]:
@@ -254,8 +269,16 @@ class ChatModel:
             self._expire(now)
 
             def idle(owner=None):  # least recently used first
-                return next((t for t, c in self.sessions.items() if now - c.last_used >= ACTIVE_SECONDS
-                             and not c.lock.locked() and (owner is None or c.client == owner)), None)
+                return next(
+                    (
+                        t
+                        for t, c in self.sessions.items()
+                        if now - c.last_used >= ACTIVE_SECONDS
+                        and not c.lock.locked()
+                        and (owner is None or c.client == owner)
+                    ),
+                    None,
+                )
 
             held = collections.Counter(c.client for c in self.sessions.values())
             if client is not None and held[client] >= self.max_sessions_per_client:
@@ -268,8 +291,9 @@ class ChatModel:
                 if room is None:
                     heaviest, most = max(held.items(), key=lambda kv: kv[1], default=(None, 0))
                     if most > held[client] + 1:
-                        room = next((t for t, c in self.sessions.items()
-                                     if c.client == heaviest and not c.lock.locked()), None)
+                        room = next(
+                            (t for t, c in self.sessions.items() if c.client == heaviest and not c.lock.locked()), None
+                        )
                 if room is None:
                     raise Refused(429, STORE_FULL.format(self.max_sessions))
                 del self.sessions[room]
@@ -329,6 +353,7 @@ EXPECTED = 'expected {"text": "..."}'
 
 def json_text(body: bytes) -> str:
     """The ``text`` of a JSON body ``{"text": "..."}``."""
+
     def object_without_repeats(pairs):
         if len({key for key, _ in pairs}) != len(pairs):
             raise BadRequest(f'{EXPECTED} (a field is repeated)')
@@ -364,8 +389,9 @@ def form_text(body: bytes) -> str:
 
 
 def render_page(title: str, turns: List[dict], note: str = '') -> str:
-    shown_turns = [{'user': turn['user'], 'reply': turn['reply'], 'badges': emotion_badges(turn['reply'])}
-                   for turn in turns]
+    shown_turns = [
+        {'user': turn['user'], 'reply': turn['reply'], 'badges': emotion_badges(turn['reply'])} for turn in turns
+    ]
     return PAGE.render(title=title, turns=shown_turns, note=note, max_chars=MAX_MESSAGE_CHARS)
 
 
@@ -439,8 +465,7 @@ def make_app(model: ChatModel) -> FastAPI:
     async def api_chat(request: Request):
         try:
             text = await read_message(request, json_text)
-            token, reply = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text,
-                                                   client_of(request))
+            token, reply = await run_in_threadpool(model.say, request.cookies.get(COOKIE), text, client_of(request))
         except Refused as refused:
             return _json({'error': refused.message}, refused.status)
         return with_cookie(_json(reply), token)
@@ -452,9 +477,16 @@ def make_app(model: ChatModel) -> FastAPI:
     return app
 
 
-def serve(model_file: str, host: str = '127.0.0.1', port: int = 8080, overrides: Optional[Dict] = None,
-          trust: bool = False, datapath: Optional[str] = None, max_conversations: int = MAX_SESSIONS,
-          max_conversations_per_client: int = MAX_SESSIONS_PER_CLIENT) -> None:
+def serve(
+    model_file: str,
+    host: str = '127.0.0.1',
+    port: int = 8080,
+    overrides: Optional[Dict] = None,
+    trust: bool = False,
+    datapath: Optional[str] = None,
+    max_conversations: int = MAX_SESSIONS,
+    max_conversations_per_client: int = MAX_SESSIONS_PER_CLIENT,
+) -> None:
     import uvicorn
 
     from parlai_empathy.integration.safe_loading import ModelFileError

@@ -25,6 +25,7 @@ module, ``zoo/empathy/<name>.py``) and calling its ``download(datapath)``, then 
 * An entry has a ``sha256`` only while a mirror can serve that exact archive: nothing is fetched
   for an entry without one, and a locally built archive is installed all the same.
 """
+
 import contextlib
 import fcntl
 import json
@@ -96,8 +97,9 @@ class ZooEntry:
         """What ``mark_done`` records: a new archive (another checksum) is fetched again."""
         return f'{self.version} {self.sha256}'
 
-    def build_argvs(self, datapath: Optional[str] = None, runs_dir: str = 'runs',
-                    profile: str = 'cpu') -> List[List[str]]:
+    def build_argvs(
+        self, datapath: Optional[str] = None, runs_dir: str = 'runs', profile: str = 'cpu'
+    ) -> List[List[str]]:
         """The two ``parlai`` command lines (without ``parlai``) that build and install this
         entry: the row's plan, then the package of the model it leaves, installed where
         ``zoo:`` looks (``datapath``: ParlAI's ``--datapath``, named when it is not the default)."""
@@ -106,9 +108,20 @@ class ZooEntry:
             reproduce += ['--runs-dir', runs_dir]
         if profile != 'cpu':
             reproduce += ['--profile', profile]
-        package = ['empathy_package_model', '-mf', os.path.join(runs_dir, self.project, self.row, 'model'),
-                   '--name', self.name, '--version', self.version, '--project', self.project, '--row', self.row,
-                   '--install-zoo']
+        package = [
+            'empathy_package_model',
+            '-mf',
+            os.path.join(runs_dir, self.project, self.row, 'model'),
+            '--name',
+            self.name,
+            '--version',
+            self.version,
+            '--project',
+            self.project,
+            '--row',
+            self.row,
+            '--install-zoo',
+        ]
         if datapath and os.path.abspath(datapath) != os.path.abspath(_default_datapath()):
             package += ['--datapath', datapath]
         return [reproduce, package]
@@ -149,8 +162,7 @@ def default_manifest_path() -> str:
             return path
     except ImportError:
         pass
-    return os.path.join(_CHECKOUT, 'zoo', 'empathy',
-                        MANIFEST_FILE)
+    return os.path.join(_CHECKOUT, 'zoo', 'empathy', MANIFEST_FILE)
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -188,8 +200,11 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
             if os.path.basename(fields[field]) != fields[field] or fields[field] in ('.', '..'):
                 raise bad(field, f'must be a plain file name, not a path (got {fields[field]!r})')
         if decide_agent(fields['agent']).ours != fields['agent']:
-            raise bad('agent', f'{fields["agent"]!r} is not an agent of parlai-empathy (one of '
-                      f'{", ".join(empathy_agents())}): the zoo installs those only')
+            raise bad(
+                'agent',
+                f'{fields["agent"]!r} is not an agent of parlai-empathy (one of '
+                f'{", ".join(empathy_agents())}): the zoo installs those only',
+            )
         if not fields['file'].endswith('.tar.gz'):
             raise bad('file', f'the archive is a .tar.gz (got {fields["file"]!r})')
         sha256, size = fields.get('sha256'), fields.get('size')
@@ -199,8 +214,18 @@ def load_manifest(path: Optional[str] = None) -> Dict[str, ZooEntry]:
             raise bad('size', f'a positive number of bytes, or null until published (got {size!r})')
         if (sha256 is None) != (size is None):
             raise bad('sha256' if sha256 is None else 'size', 'sha256 and size are published together')
-        entries[name] = ZooEntry(name, fields['file'], sha256, size, fields['card'], fields['version'],
-                                 fields['project'], fields['row'], fields.get('description', ''), fields['agent'])
+        entries[name] = ZooEntry(
+            name,
+            fields['file'],
+            sha256,
+            size,
+            fields['card'],
+            fields['version'],
+            fields['project'],
+            fields['row'],
+            fields.get('description', ''),
+            fields['agent'],
+        )
     return entries
 
 
@@ -225,8 +250,10 @@ def _install_lock(folder: str):
         yield
 
 
-ZOO_ADVICE = (f'The zoo installs parlai-empathy agents only; if you trust this archive, unpack it yourself '
-              f'and open the folder with {TRUST_FLAG}.')
+ZOO_ADVICE = (
+    f'The zoo installs parlai-empathy agents only; if you trust this archive, unpack it yourself '
+    f'and open the folder with {TRUST_FLAG}.'
+)
 
 
 def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], archive: str, agent: str) -> None:
@@ -236,12 +263,15 @@ def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], ar
     where = f'{archive}: model.opt'
     found = [m for m in members if os.path.normpath(m.name) == 'model.opt']
     if not found or not found[-1].isfile():
-        raise ZooError(f'{archive}: not a parlai-empathy model archive (no model.opt file at its top); '
-                       'nothing was installed')
+        raise ZooError(
+            f'{archive}: not a parlai-empathy model archive (no model.opt file at its top); nothing was installed'
+        )
     cap = caps().opt_bytes
     if found[-1].size > cap:
-        raise ZooError(f'{where}: {found[-1].size:,} bytes, over the cap of {cap:,} bytes for an options file '
-                       '(PARLAI_EMPATHY_CAP_OPT_BYTES); nothing was installed')
+        raise ZooError(
+            f'{where}: {found[-1].size:,} bytes, over the cap of {cap:,} bytes for an options file '
+            '(PARLAI_EMPATHY_CAP_OPT_BYTES); nothing was installed'
+        )
     try:
         model, line = read_opt_agent(tar.extractfile(found[-1]).read(cap + 1), where)
     except ModelFileError as err:
@@ -250,8 +280,10 @@ def check_archive_agent(tar: tarfile.TarFile, members: List[tarfile.TarInfo], ar
     if not decision.trusted:
         raise ZooError(untrusted_message(where, line, model, 'nothing was unpacked or installed', ZOO_ADVICE))
     if decision.ours != agent:
-        raise ZooError(f'{where}, line {line}: field "model" names {model!r}, but the manifest entry says '
-                       f'{agent!r}: not the archive of that entry; nothing was installed')
+        raise ZooError(
+            f'{where}, line {line}: field "model" names {model!r}, but the manifest entry says '
+            f'{agent!r}: not the archive of that entry; nothing was installed'
+        )
 
 
 def _safe_extract(archive: str, into: str, agent: str) -> None:
@@ -266,8 +298,10 @@ def _safe_extract(archive: str, into: str, agent: str) -> None:
         for member in iter(tar.next, None):
             parts = member.name.split('/')
             if member.name.startswith('/') or '..' in parts or not (member.isfile() or member.isdir()):
-                raise ZooError(f'{archive}: refused member {member.name!r:.120} (only plain files and '
-                               'folders inside the archive are unpacked)')
+                raise ZooError(
+                    f'{archive}: refused member {member.name!r:.120} (only plain files and '
+                    'folders inside the archive are unpacked)'
+                )
             members.append(member)
             yield member.name, member.size
 
@@ -279,8 +313,10 @@ def _safe_extract(archive: str, into: str, agent: str) -> None:
     except FileRefused as err:
         raise ZooError(f'{err}; nothing was installed') from None
     except (tarfile.TarError, EOFError, OSError, ValueError) as err:
-        raise ZooError(f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: '
-                       f'{str(err).splitlines()[0] if str(err) else "-"}); nothing was installed') from None
+        raise ZooError(
+            f'{archive}: not a readable .tar.gz archive ({type(err).__name__}: '
+            f'{str(err).splitlines()[0] if str(err) else "-"}); nothing was installed'
+        ) from None
     missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(into, f))]
     if missing:
         raise ZooError(f'{archive}: not a parlai-empathy model archive (no {", ".join(missing)} at its top)')
@@ -323,18 +359,22 @@ def fetch(entry: ZooEntry, base_url: str, folder: str) -> str:
         try:
             resource.check_header()
         except AssertionError:
-            raise ZooError(f'{url}: the mirror {ZOO_URL_ENV}={base_url} does not serve {entry.file} '
-                           '(no HTTP 200); nothing was installed') from None
+            raise ZooError(
+                f'{url}: the mirror {ZOO_URL_ENV}={base_url} does not serve {entry.file} '
+                '(no HTTP 200); nothing was installed'
+            ) from None
         except Exception as err:
-            raise ZooError(f'{url}: cannot reach the mirror ({type(err).__name__}: {err}); '
-                           'nothing was installed') from None
+            raise ZooError(
+                f'{url}: cannot reach the mirror ({type(err).__name__}: {err}); nothing was installed'
+            ) from None
         try:
             resource.download_file(download_dir)  # ParlAI's download + sha256 check
         except AssertionError as err:
             raise ZooError(
                 f'{url} was refused: its sha256 does not match the manifest entry {entry.name!r}, '
                 f'so the file on the mirror is corrupt or was tampered with; nothing was installed. '
-                f'({" ".join(str(err).split())})') from None
+                f'({" ".join(str(err).split())})'
+            ) from None
         got = os.path.getsize(os.path.join(download_dir, entry.file))
         if got != entry.size:  # pragma: no cover - a matching sha256 means a matching size
             raise ZooError(f'{url}: {got} bytes, the manifest says {entry.size}; nothing was installed')
@@ -347,8 +387,10 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
     """What ``parlai.zoo.empathy.<name>.download`` does: make ``zoo:empathy/<name>/model`` exist."""
     entries = load_manifest(manifest)
     if name not in entries:
-        raise ZooModelUnavailable(f'zoo:empathy/{name} is not in {manifest or default_manifest_path()} '
-                                  f'(entries: {", ".join(sorted(entries)) or "none"})')
+        raise ZooModelUnavailable(
+            f'zoo:empathy/{name} is not in {manifest or default_manifest_path()} '
+            f'(entries: {", ".join(sorted(entries)) or "none"})'
+        )
     entry = entries[name]
     folder = model_dir(datapath, name)
     version = installed_version(folder)
@@ -362,8 +404,10 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
     if version is not None:
         import parlai.utils.logging as logging
 
-        logging.warning(f'{entry.zoo_path}: using the installed {version!r} in {folder}; the manifest '
-                        f'lists {entry.done_version!r}, set {ZOO_URL_ENV} to fetch it')
+        logging.warning(
+            f'{entry.zoo_path}: using the installed {version!r} in {folder}; the manifest '
+            f'lists {entry.done_version!r}, set {ZOO_URL_ENV} to fetch it'
+        )
         return folder
     if not entry.sha256:
         why = f'no release of it is published (the manifest has no sha256 for {entry.file})'
@@ -372,7 +416,8 @@ def download(datapath: str, name: str, manifest: Optional[str] = None) -> str:
     raise ZooModelUnavailable(
         f'{entry.zoo_path} is not installed in {folder}, and {why}.\n'
         f'Build it here ({entry.build_time()}), then run your command again:\n'
-        f'{entry.build_commands(datapath)}')
+        f'{entry.build_commands(datapath)}'
+    )
 
 
 def check_installed_agent(entry: ZooEntry, folder: str) -> None:
@@ -387,9 +432,11 @@ def check_installed_agent(entry: ZooEntry, folder: str) -> None:
     if not decision.trusted:
         raise ZooError(untrusted_message(opt_path, line, model, f'{entry.zoo_path} was not opened', ZOO_ADVICE))
     if decision.ours != entry.agent:
-        raise ZooError(f'{opt_path}, line {line}: field "model" names {model!r}, but the manifest entry '
-                       f'{entry.name!r} is {entry.agent!r}: {folder} holds another model; remove it to install '
-                       f'{entry.zoo_path}')
+        raise ZooError(
+            f'{opt_path}, line {line}: field "model" names {model!r}, but the manifest entry '
+            f'{entry.name!r} is {entry.agent!r}: {folder} holds another model; remove it to install '
+            f'{entry.zoo_path}'
+        )
 
 
 def download_or_exit(datapath: str, name: str) -> str:

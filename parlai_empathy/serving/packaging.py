@@ -20,6 +20,7 @@ Before the archive is written, the staged folder is loaded like a user would (``
 mode) and answers a sample message: the card shows that exchange, and a package that does not
 load is never written.
 """
+
 import gzip
 import json
 import os
@@ -42,8 +43,19 @@ from parlai_empathy.integration.safe_loading import (
 
 SAMPLE_MESSAGE = 'I finally got the job I wanted after months of trying!'
 # options that name files of the training machine and mean nothing elsewhere
-DROPPED = ('model_file', 'dict_file', 'init_model', 'init_opt', 'datapath', 'parlai_home',
-           'download_path', 'candidate_encodings_cache', 'starttime', 'tag_cache_dir', 'glove_path')
+DROPPED = (
+    'model_file',
+    'dict_file',
+    'init_model',
+    'init_opt',
+    'datapath',
+    'parlai_home',
+    'download_path',
+    'candidate_encodings_cache',
+    'starttime',
+    'tag_cache_dir',
+    'glove_path',
+)
 
 
 class PackagingError(ValueError):
@@ -103,8 +115,9 @@ class Stager:
             weights['number_training_updates'] = states['number_training_updates']
         torch.save(weights, os.path.join(self.stage, 'model'))
         if os.path.isfile(self.model_file + '.dict'):  # (its .dict.opt is written, never read)
-            copy_regular(self.model_file + '.dict', os.path.join(self.stage, 'model.dict'), 'a dictionary',
-                         'dict_bytes')
+            copy_regular(
+                self.model_file + '.dict', os.path.join(self.stage, 'model.dict'), 'a dictionary', 'dict_bytes'
+            )
         if self.agent == 'empathy/emotion_classifier':
             local = os.path.isdir(os.path.expanduser(self.opt.get('encoder') or ''))
             self._pack_dir(self.model_file + '.hf', 'model.hf', 'encoder' if local else None)
@@ -140,13 +153,19 @@ class Stager:
         base = os.path.basename(self.model_file)
         for name in os.listdir(folder):  # encodings (float32 / bf16) and EmoPrepend emotions
             if name.startswith(f'{base}.{stem}.') and '.encs' in name and '.tmp' not in name:
-                copy_regular(os.path.join(folder, name), os.path.join(self.stage, 'model' + name[len(base):]),
-                             'candidate encodings', 'checkpoint_bytes')
+                copy_regular(
+                    os.path.join(folder, name),
+                    os.path.join(self.stage, 'model' + name[len(base) :]),
+                    'candidate encodings',
+                    'checkpoint_bytes',
+                )
         if opt.get('emo_classifier_file'):
             clf = os.path.expanduser(opt['emo_classifier_file'])
             os.makedirs(os.path.join(self.stage, 'emo_classifier'))
-            for suffix, what, cap in (('', 'a checkpoint', 'checkpoint_bytes'),
-                                      ('.opt', 'an options file', 'opt_bytes')):
+            for suffix, what, cap in (
+                ('', 'a checkpoint', 'checkpoint_bytes'),
+                ('.opt', 'an options file', 'opt_bytes'),
+            ):
                 copy_regular(clf + suffix, os.path.join(self.stage, 'emo_classifier', 'model' + suffix), what, cap)
             self._pack_dir(clf + '.hf', os.path.join('emo_classifier', 'model.hf'), None)
             self.packed['emo_classifier_file'] = MODEL_DIR_PREFIX + 'emo_classifier/model'
@@ -204,8 +223,10 @@ def write_archive(folder: str, archive: str) -> str:
         names += [os.path.normpath(os.path.join(rel, n)) for n in sorted(files)]
 
     def write(raw):
-        with gzip.GzipFile(fileobj=raw, mode='wb', mtime=0, filename='') as gz, \
-                tarfile.open(fileobj=gz, mode='w', format=tarfile.PAX_FORMAT) as tar:
+        with (
+            gzip.GzipFile(fileobj=raw, mode='wb', mtime=0, filename='') as gz,
+            tarfile.open(fileobj=gz, mode='w', format=tarfile.PAX_FORMAT) as tar,
+        ):
             for name in names:
                 info = tar.gettarinfo(os.path.join(folder, name), arcname=name)
                 info.uid = info.gid = 0
@@ -219,8 +240,14 @@ def write_archive(folder: str, archive: str) -> str:
     return archive
 
 
-def package_model(model_file: str, name: str, outdir: str, version: str = 'v1', pool: Optional[str] = None,
-                  card_args: Optional[Dict] = None) -> Package:
+def package_model(
+    model_file: str,
+    name: str,
+    outdir: str,
+    version: str = 'v1',
+    pool: Optional[str] = None,
+    card_args: Optional[Dict] = None,
+) -> Package:
     from parlai_empathy.serving import model_card, model_zoo
 
     if not model_zoo.NAME_RE.match(name):
@@ -236,8 +263,16 @@ def package_model(model_file: str, name: str, outdir: str, version: str = 'v1', 
         opt = stager.stage_all()
         sample = try_sample(os.path.join(stage, 'model'))
         parameters = model_card.count_parameters(os.path.join(stage, 'model'))
-        card = model_card.render(name=name, version=version, agent=stager.agent, opt=opt, sample=sample,
-                                 parameters=parameters, dropped=stager.dropped, **(card_args or {}))
+        card = model_card.render(
+            name=name,
+            version=version,
+            agent=stager.agent,
+            opt=opt,
+            sample=sample,
+            parameters=parameters,
+            dropped=stager.dropped,
+            **(card_args or {}),
+        )
         with open(os.path.join(stage, 'model.card.md'), 'w', encoding='utf-8') as f:
             f.write(card)
         archive = write_archive(stage, os.path.join(outdir, f'{stem}.tar.gz'))
@@ -247,6 +282,12 @@ def package_model(model_file: str, name: str, outdir: str, version: str = 'v1', 
     card_path = os.path.join(outdir, f'{stem}.card.md')
     with open(card_path, 'w', encoding='utf-8') as f:
         f.write(card)
-    fields = {'file': os.path.basename(archive), 'sha256': digest, 'size': size,
-              'card': os.path.basename(card_path), 'version': version, 'agent': stager.agent}
+    fields = {
+        'file': os.path.basename(archive),
+        'sha256': digest,
+        'size': size,
+        'card': os.path.basename(card_path),
+        'version': version,
+        'agent': stager.agent,
+    }
     return Package(archive, digest, size, card_path, fields, sample)

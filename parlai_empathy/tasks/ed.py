@@ -8,6 +8,7 @@ writes a cleaning report; ``parlai empathy_clean_report`` prints it.
 Full-path form, for when ParlAI's namespace modules are not installed:
 ``-t parlai_empathy.tasks.ed:CleanTeacher`` / ``-t parlai_empathy.tasks.ed:FaithfulTeacher``.
 """
+
 import os
 from typing import Optional
 
@@ -66,17 +67,18 @@ class EDTeacherBase(DialogTeacher):
             type=str,
             default='inline',
             choices=CANDIDATE_MODES,
-            help='label_candidates to emit. inline: the raw files\' 9th field when present (ParlAI\'s '
-            'behaviour); rashkin100: Rashkin et al.\'s P@1,100 protocol - consecutive blocks of 100 '
+            help="label_candidates to emit. inline: the raw files' 9th field when present (ParlAI's "
+            "behaviour); rashkin100: Rashkin et al.'s P@1,100 protocol - consecutive blocks of 100 "
             'examples share their gold responses as candidates and the last partial block is dropped, '
             'so that --eval-candidates inline makes hits@1 equal P@1,100; rashkin100_shuffled: the '
             'same on blocks of a seeded random permutation (the paper\'s "100 randomly selected test '
             'examples", the shuffled figure its code prints; every example its own episode); '
-            'random100: the gold plus 99 seeded random responses of the split (not Rashkin\'s '
+            "random100: the gold plus 99 seeded random responses of the split (not Rashkin's "
             'protocol); none.',
         )
-        group.add_argument('--ed-candidates-seed', type=int, default=0,
-                           help='seed for rashkin100_shuffled and random100')
+        group.add_argument(
+            '--ed-candidates-seed', type=int, default=0, help='seed for rashkin100_shuffled and random100'
+        )
         return parser
 
     def __init__(self, opt, shared=None):
@@ -127,14 +129,18 @@ class EDTeacherBase(DialogTeacher):
         name = self.p100_metric
         if self.opt.get('ed_candidates') in ('rashkin100', 'rashkin100_shuffled'):
             # P@1,100 covers every example of every block, or the evaluation stops
-            where = (f'{self.id} {self.split} example conv {teacher_action.get("conv_id")} '
-                     f'turn {teacher_action.get("turn")}')
+            where = (
+                f'{self.id} {self.split} example conv {teacher_action.get("conv_id")} turn {teacher_action.get("turn")}'
+            )
             if not candidates or len(candidates) != retrieval.NUM_CANDIDATES:
-                raise ValueError(f'P@1,100: {where} has {len(candidates or [])} candidates, not '
-                                 f'{retrieval.NUM_CANDIDATES}')
+                raise ValueError(
+                    f'P@1,100: {where} has {len(candidates or [])} candidates, not {retrieval.NUM_CANDIDATES}'
+                )
             if not ranked:
-                raise ValueError(f'P@1,100: the model returned no ranked candidates for {where}; evaluate a '
-                                 'ranker with --eval-candidates inline (and --ignore-bad-candidates false)')
+                raise ValueError(
+                    f'P@1,100: the model returned no ranked candidates for {where}; evaluate a '
+                    'ranker with --eval-candidates inline (and --ignore-bad-candidates false)'
+                )
         if ranked and candidates and len(candidates) == retrieval.NUM_CANDIDATES and name not in already:
             parlai_metrics.record_retrieval_metrics(self.metrics, ranked, gold, len(candidates), name)
 
@@ -157,7 +163,9 @@ class EDTeacherBase(DialogTeacher):
             for example in episode:
                 if example.label_candidates is not None and example.label not in example.label_candidates:
                     raise ed_raw.EDFormatError(
-                        path, example.line_no, 'candidates',
+                        path,
+                        example.line_no,
+                        'candidates',
                         'the gold response is not among the inline (9th-field) candidates, so ParlAI '
                         'cannot use them; use -t empathy_ed_clean (which appends the gold) or '
                         '--ed-candidates rashkin100/none',
@@ -183,17 +191,22 @@ class EDTeacherBase(DialogTeacher):
             total = sum(len(e) for e in episodes)
             seed = self.opt.get('ed_candidates_seed', 0) if mode == 'rashkin100_shuffled' else None
             episodes = ed_episodes.attach_rashkin_candidates(
-                episodes, shuffle_seed=seed, whole_context_text=self.opt.get('ed_history_length', 0) <= 0)
+                episodes, shuffle_seed=seed, whole_context_text=self.opt.get('ed_history_length', 0) <= 0
+            )
             kept = sum(len(e) for e in episodes)
-            logging.info(f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples '
-                         '(last partial block dropped)')
+            logging.info(
+                f'{self.task_name}: P@1,100 blocks keep {kept} of {total} examples (last partial block dropped)'
+            )
         elif mode == 'random100':
             episodes = ed_episodes.attach_random_candidates(episodes, seed=self.opt.get('ed_candidates_seed', 0))
         else:
             self.check_inline_candidates(path, episodes)
         if not any(episodes):
-            raise no_examples(path, f'{len(conversations)} conversations, none with a reply to learn from '
-                                    f'(each needs at least 2 utterances)')
+            raise no_examples(
+                path,
+                f'{len(conversations)} conversations, none with a reply to learn from '
+                f'(each needs at least 2 utterances)',
+            )
         for episode in episodes:
             for i, example in enumerate(episode):
                 yield example.to_message(), i == 0
@@ -229,8 +242,10 @@ class CleanTeacher(EDTeacherBase):
         for bad in report.unrecoverable[:MAX_WARNED_ROWS]:
             logging.warning(f'{path}, line {bad["line"]}: not recoverable: {bad["reason"]}')
         if len(report.unrecoverable) > MAX_WARNED_ROWS:
-            logging.warning(f'{path}: {len(report.unrecoverable) - MAX_WARNED_ROWS} more rows not recoverable; '
-                            f'all are listed in {json_path}')
+            logging.warning(
+                f'{path}: {len(report.unrecoverable) - MAX_WARNED_ROWS} more rows not recoverable; '
+                f'all are listed in {json_path}'
+            )
         return conversations
 
 
@@ -239,6 +254,7 @@ def locked_length_loader(load_length, length_file: str):
     ``length_file`` in place, unlocked: a rank that starts at the same moment can read the file
     half-written and fail. Under a lock one rank counts and the others read its file; a file that
     does not hold two counts (left by a killed process) is counted again."""
+
     def load():
         with build_lock(length_file, f'counting the examples into {length_file}'):
             if os.path.exists(length_file) and not _holds_counts(length_file):

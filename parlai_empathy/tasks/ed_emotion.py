@@ -8,6 +8,7 @@ switchable with ``--ed-emotion-input``:
 * ``utterance``: one example per utterance, labelled with its conversation's emotion;
 * ``speaker_utterance``: the same, Speaker turns only (the side that lived the situation).
 """
+
 from parlai.core.teachers import register_teacher
 
 from parlai_empathy.data.ed_episodes import SPEAKER, role_of
@@ -47,14 +48,17 @@ class EDEmotionTeacher(CleanTeacher):
                     if mode == 'utterance' or role_of(u.utterance_idx) == SPEAKER
                 ]
             for text, turn in texts:
-                yield {
-                    'text': text,
-                    'labels': [conv.emotion],
-                    'emotion': conv.emotion,
-                    'situation': conv.situation,
-                    'conv_id': conv.conv_id,
-                    'turn': turn,
-                }, True
+                yield (
+                    {
+                        'text': text,
+                        'labels': [conv.emotion],
+                        'emotion': conv.emotion,
+                        'situation': conv.situation,
+                        'conv_id': conv.conv_id,
+                        'turn': turn,
+                    },
+                    True,
+                )
 
 
 class DefaultTeacher(EDEmotionTeacher):

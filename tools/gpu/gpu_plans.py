@@ -32,6 +32,7 @@ evaluation (``empathy_leaderboard`` makes evidence, never anything another row u
 training gets what is left before the end once its other steps are paid for. The per-step costs
 are estimates until a ``smoke`` run on the GPU measures them (see tools/gpu/README.md).
 """
+
 import argparse
 import json
 import math
@@ -45,9 +46,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FULL_END = 525  # every row done by then; 15 s of the 9 minutes stay for gathering and packing
 SETUP = 45  # venv, wheels, data and MiniLM unpacked (about 5 s when a smoke run left them)
 STEP_START = 25  # one parlai process: imports, CUDA start, ED loaded
-STEP_WORK = {'train_model': 20,  # its own final validation and test pass
-             'empathy_leaderboard': 75,  # the test set (both P@1,100 passes for rankers) + BERTScore
-             'empathy_tag_ed': 30}  # every ED utterance through MiniLM
+STEP_WORK = {
+    'train_model': 20,  # its own final validation and test pass
+    'empathy_leaderboard': 75,  # the test set (both P@1,100 passes for rankers) + BERTScore
+    'empathy_tag_ed': 30,
+}  # every ED utterance through MiniLM
 OTHER_STEP_WORK = 10
 NEEDED_BUDGET = 90  # training of a row other rows wait for (a classifier or the tagger)
 MIN_BUDGET = 60
@@ -166,13 +169,15 @@ def cpu_rows(specs: Dict[str, Dict]) -> Dict[str, Dict]:
     for _key, row in rows.items():
         for step in row['steps']:
             tags_of = _option(step['parlai'], TAGS_OPTION)
-            tagger = tags_of and tags_of.startswith('{runs}/') and tags_of[len('{runs}/'):-len('/model')]
+            tagger = tags_of and tags_of.startswith('{runs}/') and tags_of[len('{runs}/') : -len('/model')]
             if tagger in rows and not any(s['parlai'][0] == 'empathy_tag_ed' for s in rows[tagger]['steps']):
-                rows[tagger]['steps'].append({'name': 'tag ED', 'parlai': ['empathy_tag_ed', '-mf', '{model}'],
-                                              'always': True})
+                rows[tagger]['steps'].append(
+                    {'name': 'tag ED', 'parlai': ['empathy_tag_ed', '-mf', '{model}'], 'always': True}
+                )
     for row in rows.values():
-        row['steps'] = ([s for s in row['steps'] if not is_evidence_step(s['parlai'])]
-                        + [s for s in row['steps'] if is_evidence_step(s['parlai'])])
+        row['steps'] = [s for s in row['steps'] if not is_evidence_step(s['parlai'])] + [
+            s for s in row['steps'] if is_evidence_step(s['parlai'])
+        ]
     return rows
 
 
@@ -215,9 +220,16 @@ def gpu_plans(specs: Dict[str, Dict]) -> Dict[str, List[Dict]]:
     """``project/row`` -> its gpu plan (steps named as in the cpu plan, ``always`` kept)."""
     rows = cpu_rows(specs)
     times = budgets(rows)
-    return {key: [dict({'name': s['name'], 'parlai': gpu_step(s['parlai'], key.split('/')[0], times[key][1])},
-                       **({'always': True} if s.get('always') else {}))
-                  for s in row['steps']] for key, row in rows.items()}
+    return {
+        key: [
+            dict(
+                {'name': s['name'], 'parlai': gpu_step(s['parlai'], key.split('/')[0], times[key][1])},
+                **({'always': True} if s.get('always') else {}),
+            )
+            for s in row['steps']
+        ]
+        for key, row in rows.items()
+    }
 
 
 def with_gpu_plans(spec: Dict, project: str, plans: Dict[str, List[Dict]]) -> Dict:
@@ -244,7 +256,7 @@ def budget_table(specs: Dict[str, Dict]) -> str:
     rows = cpu_rows(specs)
     lines = ['| row | needs | starts at | training budget |', '|---|---|---|---|']
     for key, (start, budget) in sorted(budgets(rows).items(), key=lambda kv: (kv[1][0], kv[0])):
-        needs = ", ".join(rows[key]["needs"]) or "-"
+        needs = ', '.join(rows[key]['needs']) or '-'
         lines.append(f'| {key} | {needs} | {start} s | {f"{budget} s" if budget else "-"} |')
     return '\n'.join(lines)
 

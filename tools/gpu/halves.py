@@ -4,6 +4,7 @@ float32 there (the weights keep float16's precision: about 3 significant digits)
 Only torch and safetensors are imported, so the GPU machine's own Python runs this before anything
 of ours is installed (``mpnet_pieces.py join``).
 """
+
 import json
 import os
 import re

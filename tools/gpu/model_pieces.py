@@ -18,6 +18,7 @@ back is for evaluation and chat; resuming its training needs its checkpoint).
 Loading never unpickles: the weights travel as safetensors; the model file is read with the
 package's weights-only loader, and written here by ``torch.save`` of tensors and plain numbers.
 """
+
 import argparse
 import glob
 import hashlib
@@ -28,7 +29,7 @@ import sys
 import tarfile
 from typing import Dict, List, Optional
 
-PIECE_BYTES = 15 * 2 ** 20  # < the 16 MiB a returned file may have
+PIECE_BYTES = 15 * 2**20  # < the 16 MiB a returned file may have
 WEIGHTS, OPT, DICT = 'model.safetensors', 'model.opt', 'model.dict'
 
 
@@ -48,6 +49,7 @@ def split(model_file: str, out: str, name: str, piece_bytes: int = PIECE_BYTES) 
     scalars = {k: v for k, v in states.items() if isinstance(v, (bool, int, float, str))}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode='w') as tar:
+
         def add(arcname: str, data: bytes) -> None:
             info = tarfile.TarInfo(arcname)
             info.size = len(data)
@@ -64,10 +66,15 @@ def split(model_file: str, out: str, name: str, piece_bytes: int = PIECE_BYTES) 
     for i, start in enumerate(range(0, len(data), piece_bytes)):
         path = os.path.join(out, f'{name}.model.{i:02d}')
         with open(path, 'wb') as f:
-            f.write(data[start:start + piece_bytes])
+            f.write(data[start : start + piece_bytes])
         pieces.append(os.path.basename(path))
-    return {'pieces': pieces, 'bytes': len(data), 'sha256': hashlib.sha256(data).hexdigest(),
-            'max_abs_rounding': worst, 'scalars': scalars}
+    return {
+        'pieces': pieces,
+        'bytes': len(data),
+        'sha256': hashlib.sha256(data).hexdigest(),
+        'max_abs_rounding': worst,
+        'scalars': scalars,
+    }
 
 
 def join(folder: str, name: str, out: str, sha256: Optional[str] = None) -> str:

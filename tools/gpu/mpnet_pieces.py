@@ -16,6 +16,7 @@ also the small files (config, tokenizer) as ``small.tar``. ``join`` checks every
 whole, and writes a float32 model folder that ``--bert-model`` takes. It imports only torch and
 safetensors, so the machine's own ``python3`` runs it.
 """
+
 import argparse
 import hashlib
 import json
@@ -41,11 +42,15 @@ def split(model_dir: str, out: str, piece_mib: int = PIECE_MIB) -> dict:
         rounding = half_model(model_dir, half)
         with open(os.path.join(half, WEIGHTS), 'rb') as f:
             weights = f.read()
-        size = piece_mib * 2 ** 20
-        slices = [weights[i:i + size] for i in range(0, len(weights), size)]
-        manifest = {'whole_sha256': sha256_bytes(weights), 'whole_bytes': len(weights),
-                    'pieces': [sha256_bytes(s) for s in slices], 'source': os.path.basename(model_dir.rstrip('/')),
-                    **rounding}
+        size = piece_mib * 2**20
+        slices = [weights[i : i + size] for i in range(0, len(weights), size)]
+        manifest = {
+            'whole_sha256': sha256_bytes(weights),
+            'whole_bytes': len(weights),
+            'pieces': [sha256_bytes(s) for s in slices],
+            'source': os.path.basename(model_dir.rstrip('/')),
+            **rounding,
+        }
         shutil.rmtree(out, ignore_errors=True)
         for number, data in enumerate(slices):
             folder = os.path.join(out, f'p{number}')
@@ -97,9 +102,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == 'split':
         manifest = split(args.model_dir, args.out, args.piece_mib)
-        print(f'{len(manifest["pieces"])} pieces of at most {args.piece_mib} MiB in {args.out} '
-              f'({manifest["whole_bytes"] / 2 ** 20:.1f} MiB of float16 weights, largest rounding '
-              f'{manifest["max_abs_rounding"]:.2e})')
+        print(
+            f'{len(manifest["pieces"])} pieces of at most {args.piece_mib} MiB in {args.out} '
+            f'({manifest["whole_bytes"] / 2**20:.1f} MiB of float16 weights, largest rounding '
+            f'{manifest["max_abs_rounding"]:.2e})'
+        )
     else:
         print(f'float32 model folder: {join(args.pieces, args.out)}')
     return 0

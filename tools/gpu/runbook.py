@@ -15,6 +15,7 @@ Python of the environment it made from the bundle's wheels; see tools/gpu/README
 
 Exit status 1 when a row failed (the files are packed all the same).
 """
+
 import argparse
 import glob
 import io
@@ -40,8 +41,18 @@ from parlai_empathy.evidence import reproduce
 from parlai_empathy.files import offline_models
 
 # ----- profiles ------------------------------------------------------------------------------------
-TINY_TRANSFORMER = ['--embedding-size', '32', '--attention-size', '16', '--ffn-size', '32', '--n-heads', '2',
-                    '--dict-maxtokens', '1500']
+TINY_TRANSFORMER = [
+    '--embedding-size',
+    '32',
+    '--attention-size',
+    '16',
+    '--ffn-size',
+    '32',
+    '--n-heads',
+    '2',
+    '--dict-maxtokens',
+    '1500',
+]
 
 
 @dataclass
@@ -59,25 +70,51 @@ class Profile:
 PROFILES = {
     # on this CPU for the tests: a few hundred examples, tiny models, two updates, one MiniLM layer
     'cpu-tiny': Profile(
-        seconds=None, parallel=2, cpu_only=True, minilm_layers=1,
+        seconds=None,
+        parallel=2,
+        cpu_only=True,
+        minilm_layers=1,
         lines={'train.csv': 900, 'valid.csv': 300, 'test.csv': 300, 'train.tsv': 400, 'dev.tsv': 100, 'test.tsv': 100},
-        train=['--max-train-steps', '2', '-bs', '8', '-vstep', '2', '--validation-max-exs', '16',
-               '--short-final-eval', 'true', '--save-every-n-secs', '-1'],
-        models={'empathy/mime': TINY_TRANSFORMER + ['--latent-size', '16'],
-                'empathy/multitask_transformer': TINY_TRANSFORMER,
-                'empathy/ethreed': ['--hidden-size', '16', '--embedding-size', '16', '--dict-maxtokens', '1500']},
-        evaluate=['--bertscore-layer', '1', '--progress', 'false']),
+        train=[
+            '--max-train-steps',
+            '2',
+            '-bs',
+            '8',
+            '-vstep',
+            '2',
+            '--validation-max-exs',
+            '16',
+            '--short-final-eval',
+            'true',
+            '--save-every-n-secs',
+            '-1',
+        ],
+        models={
+            'empathy/mime': TINY_TRANSFORMER + ['--latent-size', '16'],
+            'empathy/multitask_transformer': TINY_TRANSFORMER,
+            'empathy/ethreed': ['--hidden-size', '16', '--embedding-size', '16', '--dict-maxtokens', '1500'],
+        },
+        evaluate=['--bertscore-layer', '1', '--progress', 'false'],
+    ),
     # on the GPU: every job for a few updates on a slice of the data, within 2 minutes
     'smoke': Profile(
-        seconds=100, parallel=0,  # + gathering the tables and packing: under 2 minutes
-        lines={'train.csv': 4000, 'valid.csv': 1200, 'test.csv': 1200, 'train.tsv': 4000, 'dev.tsv': 1000,
-               'test.tsv': 1000},
+        seconds=100,
+        parallel=0,  # + gathering the tables and packing: under 2 minutes
+        lines={
+            'train.csv': 4000,
+            'valid.csv': 1200,
+            'test.csv': 1200,
+            'train.tsv': 4000,
+            'dev.tsv': 1000,
+            'test.tsv': 1000,
+        },
         train=['--max-train-steps', '10', '-vstep', '5', '--validation-max-exs', '256', '--short-final-eval', 'true'],
-        evaluate=['--progress', 'false']),
+        evaluate=['--progress', 'false'],
+    ),
     # on the GPU: the gpu plans exactly as table.json gives them, within 9 minutes
     'full': Profile(seconds=525, parallel=0),
 }
-OUT_FILES, OUT_FILE_BYTES, OUT_BYTES = 8, 16 * 2 ** 20, 64 * 2 ** 20
+OUT_FILES, OUT_FILE_BYTES, OUT_BYTES = 8, 16 * 2**20, 64 * 2**20
 GATHER_SECONDS = 120  # the tables and the board from the artifacts (seconds on a GPU machine's cores)
 LOG_HEAD, LOG_TAIL = 256 * 1024, 768 * 1024  # a packed log keeps its start and its end
 
@@ -154,14 +191,18 @@ def prepare_data(bundle: str, scratch: str, name: str, profile: Profile, manifes
         unpack(os.path.join(bundle, 'data', f'{archive}.tar.xz'), full, manifest['data'])
     cut = os.path.join(scratch, name, 'data')
     return {
-        'PARLAI_EMPATHY_ED_DIR': data_variant(os.path.join(full, 'empatheticdialogues'),
-                                              os.path.join(cut, 'empatheticdialogues'), profile.lines),
-        'PARLAI_EMPATHY_GOEMOTIONS_DIR': data_variant(os.path.join(full, 'goemotions'),
-                                                      os.path.join(cut, 'goemotions'), profile.lines),
+        'PARLAI_EMPATHY_ED_DIR': data_variant(
+            os.path.join(full, 'empatheticdialogues'), os.path.join(cut, 'empatheticdialogues'), profile.lines
+        ),
+        'PARLAI_EMPATHY_GOEMOTIONS_DIR': data_variant(
+            os.path.join(full, 'goemotions'), os.path.join(cut, 'goemotions'), profile.lines
+        ),
         'PARLAI_EMPATHY_GLOVE_DIR': os.path.join(full, 'glove'),
-        'PARLAI_EMPATHY_MINILM_DIR': float32_model(os.path.join(bundle, 'minilm'),
-                                                   os.path.join(scratch, f'minilm-{profile.minilm_layers}'),
-                                                   profile.minilm_layers),
+        'PARLAI_EMPATHY_MINILM_DIR': float32_model(
+            os.path.join(bundle, 'minilm'),
+            os.path.join(scratch, f'minilm-{profile.minilm_layers}'),
+            profile.minilm_layers,
+        ),
     }
 
 
@@ -172,8 +213,10 @@ def prepare_mpnet(pieces: str, scratch: str) -> Dict[str, str]:
     import mpnet_pieces
 
     if not os.path.isfile(os.path.join(pieces, mpnet_pieces.MANIFEST)):
-        raise FileNotFoundError(f'--mpnet-pieces {pieces} holds no {mpnet_pieces.MANIFEST}: send every piece first '
-                                '(tools/gpu/README.md, all-mpnet-base-v2)')
+        raise FileNotFoundError(
+            f'--mpnet-pieces {pieces} holds no {mpnet_pieces.MANIFEST}: send every piece first '
+            '(tools/gpu/README.md, all-mpnet-base-v2)'
+        )
     os.makedirs(scratch, exist_ok=True)
     return {offline_models.MPNET_DIR_ENV: mpnet_pieces.join(pieces, os.path.join(scratch, 'mpnet-float32'))}
 
@@ -201,8 +244,14 @@ def mpnet_installed() -> bool:
     return True
 
 
-def select_rows(projects: str, runs: str, wanted: List[str], name: str,
-                profile: Optional[Profile] = None, row_train: Optional[Dict[str, List[str]]] = None) -> Dict[str, Row]:
+def select_rows(
+    projects: str,
+    runs: str,
+    wanted: List[str],
+    name: str,
+    profile: Optional[Profile] = None,
+    row_train: Optional[Dict[str, List[str]]] = None,
+) -> Dict[str, Row]:
     """The rows asked for (default: every row with a plan) and the rows they need: their gpu plans
     with the options of profile ``name`` (recorded in each row's evidence as ``gpu+<name>``).
 
@@ -210,10 +259,13 @@ def select_rows(projects: str, runs: str, wanted: List[str], name: str,
     installed, the default selection leaves its rows out rather than failing them; a row named in
     ``wanted`` still runs."""
     profile = profile or PROFILES[name]
-    keys = list(wanted) or [f'{p}/{e}' for p in sorted(os.listdir(projects))
-                            if os.path.isfile(os.path.join(projects, p, 'table.json'))
-                            for e in reproduce.all_rows(projects, p)
-                            if 'gpu' in reproduce.row_profiles(projects, p, e)]
+    keys = list(wanted) or [
+        f'{p}/{e}'
+        for p in sorted(os.listdir(projects))
+        if os.path.isfile(os.path.join(projects, p, 'table.json'))
+        for e in reproduce.all_rows(projects, p)
+        if 'gpu' in reproduce.row_profiles(projects, p, e)
+    ]
     leave_out_mpnet = not wanted and not mpnet_installed()
     rows: Dict[str, Row] = {}
     while keys:
@@ -284,8 +336,14 @@ class Runner:
                     reproduce.run_step(step, log_dir, timeout=left)
                 row.steps.append({'name': step.name, 'seconds': round(time.time() - t0, 1), 'command': step.shell()})
             except RuntimeError as err:
-                row.steps.append({'name': step.name, 'seconds': round(time.time() - t0, 1), 'command': step.shell(),
-                                  'error': str(err)})
+                row.steps.append(
+                    {
+                        'name': step.name,
+                        'seconds': round(time.time() - t0, 1),
+                        'command': step.shell(),
+                        'error': str(err),
+                    }
+                )
                 row.status = 'timed out' if 'was stopped after' in str(err) else 'failed'
                 self.say(f'{row.key}: {err}')
                 break
@@ -308,8 +366,12 @@ class GpuSampler(threading.Thread):
 
     def query(self, fields: str) -> Optional[str]:
         try:
-            return subprocess.run(['nvidia-smi', f'--query-gpu={fields}', '--format=csv,noheader,nounits'],
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(
+                ['nvidia-smi', f'--query-gpu={fields}', '--format=csv,noheader,nounits'],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -373,10 +435,10 @@ def check_out(out: str) -> List[str]:
         if not re.fullmatch(r'[A-Za-z0-9._-]+', os.path.basename(path)):
             problems.append(f'{path}: a name with other characters than letters, digits, ".", "_" and "-"')
         if os.path.getsize(path) > OUT_FILE_BYTES:
-            problems.append(f'{path}: {os.path.getsize(path) / 2 ** 20:.1f} MiB, more than 16 MiB')
+            problems.append(f'{path}: {os.path.getsize(path) / 2**20:.1f} MiB, more than 16 MiB')
     total = sum(os.path.getsize(p) for p in files)
     if total > OUT_BYTES:
-        problems.append(f'{total / 2 ** 20:.1f} MiB together, more than 64 MiB')
+        problems.append(f'{total / 2**20:.1f} MiB together, more than 64 MiB')
     return problems
 
 
@@ -404,21 +466,38 @@ def main(argv=None) -> int:
     parser.add_argument('--repo', required=True)
     parser.add_argument('--started', type=float, default=None, help='when run.sh started (epoch seconds)')
     parser.add_argument('--rows', default='', help='comma-separated project/row (default: every row); needs are added')
-    parser.add_argument('--seconds', type=int, default=None,
-                        help="every row done this long after run.sh started (default: the profile's)")
-    parser.add_argument('--train-args', default='',
-                        help='options added last to every train_model step, e.g. "--max-train-time 120"')
-    parser.add_argument('--train-rows', default='',
-                        help='comma-separated project/row: --train-args go to these rows only (default: every row)')
-    parser.add_argument('--mpnet-pieces', default='',
-                        help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): '
-                        'joined and used')
-    parser.add_argument('--eval-workers', type=int, default=1,
-                        help='each evidence step shards its evaluation over this many processes '
-                             '(empathy_leaderboard --eval-workers; beam search is bound by one CPU thread each)')
-    parser.add_argument('--weights', default='',
-                        help='comma-separated project/row whose trained model comes back in float16 pieces '
-                             '(model_pieces.py; each must be one of the rows run)')
+    parser.add_argument(
+        '--seconds',
+        type=int,
+        default=None,
+        help="every row done this long after run.sh started (default: the profile's)",
+    )
+    parser.add_argument(
+        '--train-args', default='', help='options added last to every train_model step, e.g. "--max-train-time 120"'
+    )
+    parser.add_argument(
+        '--train-rows',
+        default='',
+        help='comma-separated project/row: --train-args go to these rows only (default: every row)',
+    )
+    parser.add_argument(
+        '--mpnet-pieces',
+        default='',
+        help='a folder holding every float16 piece of all-mpnet-base-v2 (mpnet_pieces.py): joined and used',
+    )
+    parser.add_argument(
+        '--eval-workers',
+        type=int,
+        default=1,
+        help='each evidence step shards its evaluation over this many processes '
+        '(empathy_leaderboard --eval-workers; beam search is bound by one CPU thread each)',
+    )
+    parser.add_argument(
+        '--weights',
+        default='',
+        help='comma-separated project/row whose trained model comes back in float16 pieces '
+        '(model_pieces.py; each must be one of the rows run)',
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.eval_workers > 1:
@@ -426,8 +505,11 @@ def main(argv=None) -> int:
     train_rows = [r for r in args.train_rows.split(',') if r]
     # the caller's own limits override the profile's (tools/gpu/README.md)
     if args.seconds is not None or args.train_args:
-        profile = replace(profile, seconds=profile.seconds if args.seconds is None else args.seconds,
-                          train=profile.train + ([] if train_rows else shlex.split(args.train_args)))
+        profile = replace(
+            profile,
+            seconds=profile.seconds if args.seconds is None else args.seconds,
+            train=profile.train + ([] if train_rows else shlex.split(args.train_args)),
+        )
     clock0 = args.started or time.time()
     os.makedirs(args.out, exist_ok=True)
     driver_log = open(os.path.join(args.out, 'driver.log'), 'w')
@@ -444,20 +526,35 @@ def main(argv=None) -> int:
     env = prepare_data(args.bundle, args.scratch, args.profile, profile, manifest)
     if args.mpnet_pieces:
         env.update(prepare_mpnet(args.mpnet_pieces, args.scratch))
-    env.update(PARLAI_DATAPATH=os.path.join(work, 'parlai_data'), PARLAI_EMPATHY_REPO=args.repo,
-               HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1', TOKENIZERS_PARALLELISM='false',
-               OMP_NUM_THREADS='1', MKL_NUM_THREADS='1', PYTHONUNBUFFERED='1')
+    env.update(
+        PARLAI_DATAPATH=os.path.join(work, 'parlai_data'),
+        PARLAI_EMPATHY_REPO=args.repo,
+        HF_HUB_OFFLINE='1',
+        TRANSFORMERS_OFFLINE='1',
+        TOKENIZERS_PARALLELISM='false',
+        OMP_NUM_THREADS='1',
+        MKL_NUM_THREADS='1',
+        PYTHONUNBUFFERED='1',
+    )
     if profile.cpu_only:
         env['CUDA_VISIBLE_DEVICES'] = ''
     os.environ.update(env)
-    say('data and models ready: '
-        + ', '.join(f'{k}={v}' for k, v in sorted(env.items()) if k.startswith('PARLAI_EMPATHY')))
+    say(
+        'data and models ready: '
+        + ', '.join(f'{k}={v}' for k, v in sorted(env.items()) if k.startswith('PARLAI_EMPATHY'))
+    )
 
     projects, runs = os.path.join(work, 'projects'), os.path.join(work, 'runs')
     shutil.copytree(os.path.join(args.repo, 'projects'), projects)
     os.chdir(work)  # so that every parlai process imports the installed package, not the checkout's
-    rows = select_rows(projects, runs, [r for r in args.rows.split(',') if r], args.profile, profile,
-                       {key: shlex.split(args.train_args) for key in train_rows})
+    rows = select_rows(
+        projects,
+        runs,
+        [r for r in args.rows.split(',') if r],
+        args.profile,
+        profile,
+        {key: shlex.split(args.train_args) for key in train_rows},
+    )
     bring = [r for r in args.weights.split(',') if r]
     for flag, named in (('--train-rows', train_rows), ('--weights', bring)):
         if set(named) - set(rows):
@@ -465,8 +562,10 @@ def main(argv=None) -> int:
     deadline = None if profile.seconds is None else clock0 + profile.seconds
     sampler = GpuSampler(clock0)
     device = sampler.query('name,memory.total,driver_version') if sampler.available else None
-    say(f'{len(rows)} rows; device: {device or "no GPU seen by nvidia-smi"}; '
-        f'deadline: {"none" if deadline is None else f"{profile.seconds} s"}')
+    say(
+        f'{len(rows)} rows; device: {device or "no GPU seen by nvidia-smi"}; '
+        f'deadline: {"none" if deadline is None else f"{profile.seconds} s"}'
+    )
     sampler.start()
     runner = Runner(rows, deadline, profile.parallel, os.path.join(work, 'logs'), clock0)
     runner.run_all()
@@ -474,20 +573,34 @@ def main(argv=None) -> int:
 
     board = os.path.join(work, 'board')
     try:
-        gathered = subprocess.run([sys.executable, '-m', 'parlai', 'empathy_leaderboard', '--from-artifacts', projects,
-                                   '--outdir', board], capture_output=True, text=True, timeout=GATHER_SECONDS)
+        gathered = subprocess.run(
+            [sys.executable, '-m', 'parlai', 'empathy_leaderboard', '--from-artifacts', projects, '--outdir', board],
+            capture_output=True,
+            text=True,
+            timeout=GATHER_SECONDS,
+        )
     except subprocess.TimeoutExpired as err:
         gathered = subprocess.CompletedProcess(err.cmd, 124, '', f'stopped after {GATHER_SECONDS} s')
-    say(f'tables and board from the artifacts: exit {gathered.returncode}\n'
-        f'{gathered.stdout[-3000:]}{gathered.stderr[-3000:]}')
+    say(
+        f'tables and board from the artifacts: exit {gathered.returncode}\n'
+        f'{gathered.stdout[-3000:]}{gathered.stderr[-3000:]}'
+    )
     summary = {
-        'profile': args.profile, 'device': device, 'bundle': {k: manifest[k] for k in ('code', 'minilm', 'glove_rows')},
+        'profile': args.profile,
+        'device': device,
+        'bundle': {k: manifest[k] for k in ('code', 'minilm', 'glove_rows')},
         'environment': {k: v for k, v in env.items() if not k.startswith('PARLAI_EMPATHY_')},
         'seconds_to_rows_done': round(time.time() - clock0, 1),
-        'rows': {key: {'status': row.status, 'needs': row.needs,
-                       'start': row.started and round(row.started - clock0, 1),
-                       'end': row.ended and round(row.ended - clock0, 1), 'steps': row.steps}
-                 for key, row in rows.items()},
+        'rows': {
+            key: {
+                'status': row.status,
+                'needs': row.needs,
+                'start': row.started and round(row.started - clock0, 1),
+                'end': row.ended and round(row.ended - clock0, 1),
+                'steps': row.steps,
+            }
+            for key, row in rows.items()
+        },
         'tables_from_artifacts_exit': gathered.returncode,
         'gpu_samples': {'columns': ['seconds', 'utilization %', 'memory MiB'], 'rows': sampler.samples},
     }
@@ -508,10 +621,12 @@ def main(argv=None) -> int:
         counts[row.status] = counts.get(row.status, 0) + 1
     say('rows: ' + ', '.join(f'{n} {s}' for s, n in sorted(counts.items())))
     for path in written + [os.path.join(args.out, 'summary.json')]:
-        say(f'{os.path.basename(path)}: {os.path.getsize(path) / 2 ** 20:.2f} MiB')
+        say(f'{os.path.basename(path)}: {os.path.getsize(path) / 2**20:.2f} MiB')
     problems = check_out(args.out)
-    say(f'done in {time.time() - clock0:.0f} s'
-        + ('' if not problems else '; OUT BREAKS THE LIMITS: ' + '; '.join(problems)))
+    say(
+        f'done in {time.time() - clock0:.0f} s'
+        + ('' if not problems else '; OUT BREAKS THE LIMITS: ' + '; '.join(problems))
+    )
     driver_log.close()
     sys.stdout = sys.__stdout__
     failed = any(row.status in ('failed', 'blocked') for row in rows.values())

@@ -7,6 +7,7 @@ One line per validation: the row, updates, ``train_time`` seconds at that update
 the run), the validation's examples and its metrics (those of ``--metrics``, where the report has
 them); then per row the mean updates per second and examples per second of its training reports.
 """
+
 import argparse
 import json
 import os
@@ -14,8 +15,10 @@ import sys
 
 
 def rows(paths, metrics):
-    lines = ['| row | updates | train seconds | valid examples | ' + ' | '.join(metrics) + ' |',
-             '|---|---|---|---|' + '---|' * len(metrics)]
+    lines = [
+        '| row | updates | train seconds | valid examples | ' + ' | '.join(metrics) + ' |',
+        '|---|---|---|---|' + '---|' * len(metrics),
+    ]
     speed = ['| row | training reports | updates/s | examples/s |', '|---|---|---|---|']
     for path in paths:
         with open(path) as f:
@@ -27,8 +30,10 @@ def rows(paths, metrics):
             updates = report.get('total_train_updates')
             cells = [f'{report[m]:.4g}' if isinstance(report.get(m), (int, float)) else '' for m in metrics]
             seconds = times.get(updates)
-            lines.append(f'| {name} | {updates} | {"" if seconds is None else f"{seconds:.0f}"} | '
-                         f'{report.get("exs", "")} | ' + ' | '.join(cells) + ' |')
+            lines.append(
+                f'| {name} | {updates} | {"" if seconds is None else f"{seconds:.0f}"} | '
+                f'{report.get("exs", "")} | ' + ' | '.join(cells) + ' |'
+            )
         if train:
             ups = sum(r.get('ups', 0) for r in train) / len(train)
             exps = sum(r.get('exps', 0) for r in train) / len(train)
@@ -39,8 +44,9 @@ def rows(paths, metrics):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('trainstats', nargs='+')
-    parser.add_argument('--metrics', default='ppl_ex,ppl,emo_acc,accuracy',
-                        help='comma-separated report keys (default: %(default)s)')
+    parser.add_argument(
+        '--metrics', default='ppl_ex,ppl,emo_acc,accuracy', help='comma-separated report keys (default: %(default)s)'
+    )
     args = parser.parse_args(argv)
     print(rows(args.trainstats, [m for m in args.metrics.split(',') if m]))
     return 0

@@ -12,6 +12,7 @@ job is submitted again and must go on from the checkpoint to ``--steps`` updates
 Prints the figures (wall times, steps at the cancel, the resume point, final steps) and writes them
 with both jobs' logs to ``<workdir>/figures.json``.
 """
+
 import argparse
 import json
 import os
@@ -22,8 +23,22 @@ import sys
 import time
 
 PARLAI = os.path.join(os.path.dirname(sys.executable), 'parlai')
-TINY_MIME = ['--embedding-size', '32', '--attention-size', '16', '--ffn-size', '32', '--n-heads', '2',
-             '--latent-size', '16', '--dict-maxtokens', '1500', '--glove-init', 'false']
+TINY_MIME = [
+    '--embedding-size',
+    '32',
+    '--attention-size',
+    '16',
+    '--ffn-size',
+    '32',
+    '--n-heads',
+    '2',
+    '--latent-size',
+    '16',
+    '--dict-maxtokens',
+    '1500',
+    '--glove-init',
+    'false',
+]
 
 
 def free_port() -> int:
@@ -33,18 +48,60 @@ def free_port() -> int:
 
 
 def train_command(model_file, steps, valid_steps, port, batch_size=8):
-    return [PARLAI, 'distributed_train', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample',
-            '-m', 'empathy/mime', *TINY_MIME, '-mf', model_file, '-bs', str(batch_size),
-            '--max-train-steps', str(steps), '-vstep', str(valid_steps), '--save-after-valid', 'true',
-            '-vme', '100000', '--validation-max-exs', '16', '--short-final-eval', 'true',
-            '-vmt', 'ppl', '-vmm', 'min', '--skip-generation', 'true', '--port', str(port)]
+    return [
+        PARLAI,
+        'distributed_train',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/mime',
+        *TINY_MIME,
+        '-mf',
+        model_file,
+        '-bs',
+        str(batch_size),
+        '--max-train-steps',
+        str(steps),
+        '-vstep',
+        str(valid_steps),
+        '--save-after-valid',
+        'true',
+        '-vme',
+        '100000',
+        '--validation-max-exs',
+        '16',
+        '--short-final-eval',
+        'true',
+        '-vmt',
+        'ppl',
+        '-vmm',
+        'min',
+        '--skip-generation',
+        'true',
+        '--port',
+        str(port),
+    ]
 
 
 def dict_command(model_file):
     """ParlAI refuses to build a dictionary inside distributed_train: one task builds it first
     (a no-op when it exists)."""
-    return [PARLAI, 'build_dict', '-t', 'empathy_ed_clean', '--ed-datapath', 'sample', '-m', 'empathy/mime',
-            '--dict-file', model_file + '.dict', '--dict-maxtokens', '1500']
+    return [
+        PARLAI,
+        'build_dict',
+        '-t',
+        'empathy_ed_clean',
+        '--ed-datapath',
+        'sample',
+        '-m',
+        'empathy/mime',
+        '--dict-file',
+        model_file + '.dict',
+        '--dict-maxtokens',
+        '1500',
+    ]
 
 
 def batch_script(command, log, tasks, model_file) -> str:
@@ -101,8 +158,11 @@ def final_stats(model_file):
         return {'final_train_steps': None}
     with open(model_file + '.trainstats') as f:
         stats = json.load(f)
-    return {'final_train_steps': stats.get('train_steps'), 'train_time_s': round(stats.get('train_time', 0), 1),
-            'validated_at_updates': [r.get('total_train_updates') for r in stats.get('valid_reports', [])]}
+    return {
+        'final_train_steps': stats.get('train_steps'),
+        'train_time_s': round(stats.get('train_time', 0), 1),
+        'validated_at_updates': [r.get('total_train_updates') for r in stats.get('valid_reports', [])],
+    }
 
 
 def finished(job_id):
@@ -115,8 +175,12 @@ def run(workdir, tasks=2, steps=40, valid_steps=10, timeout=1800):
     model_file = os.path.join(workdir, 'model')
     command = train_command(model_file, steps, valid_steps, free_port())
     logs = [os.path.join(workdir, 'job1.log'), os.path.join(workdir, 'job2.log')]
-    figures = {'command': 'srun ' + ' '.join(['parlai'] + command[1:]), 'tasks': tasks,
-               'max_train_steps': steps, 'valid_steps': valid_steps}
+    figures = {
+        'command': 'srun ' + ' '.join(['parlai'] + command[1:]),
+        'tasks': tasks,
+        'max_train_steps': steps,
+        'valid_steps': valid_steps,
+    }
 
     # 1. first submission, cancelled once a checkpoint exists
     script = os.path.join(workdir, 'job1.sbatch')
@@ -132,10 +196,17 @@ def run(workdir, tasks=2, steps=40, valid_steps=10, timeout=1800):
     state = wait_for(lambda: finished(job), 120, f'job {job} to end after scancel')
     if state != 'CANCELLED':
         raise RuntimeError(f'job {job} ended {state} before it could be cancelled: give it more --steps')
-    figures['job1'] = {'id': job, 'state': state, 'wall_s': round(time.time() - started, 1),
-                       'checkpoint_steps_at_cancel': at_cancel}
-    print(f'cancelled job {job} ({state}) with a checkpoint at {at_cancel} steps, '
-          f'{figures["job1"]["wall_s"]} s after submission', flush=True)
+    figures['job1'] = {
+        'id': job,
+        'state': state,
+        'wall_s': round(time.time() - started, 1),
+        'checkpoint_steps_at_cancel': at_cancel,
+    }
+    print(
+        f'cancelled job {job} ({state}) with a checkpoint at {at_cancel} steps, '
+        f'{figures["job1"]["wall_s"]} s after submission',
+        flush=True,
+    )
 
     # 2. the same job again: resumes from model.checkpoint
     script = os.path.join(workdir, 'job2.sbatch')
@@ -148,11 +219,15 @@ def run(workdir, tasks=2, steps=40, valid_steps=10, timeout=1800):
     state = wait_for(lambda: finished(job), timeout, f'job {job} to finish')
     with open(logs[1]) as f:
         log2 = f.read()
-    figures['job2'] = {'id': job, 'state': state, 'wall_s': round(time.time() - started, 1),
-                       'resumed_from_steps': resume_point,
-                       'loaded_checkpoint': f'Loading existing model params from {model_file}.checkpoint' in log2,
-                       **final_stats(model_file),
-                       'world_size_in_log': f'distributed_world_size: {tasks}' in log2}
+    figures['job2'] = {
+        'id': job,
+        'state': state,
+        'wall_s': round(time.time() - started, 1),
+        'resumed_from_steps': resume_point,
+        'loaded_checkpoint': f'Loading existing model params from {model_file}.checkpoint' in log2,
+        **final_stats(model_file),
+        'world_size_in_log': f'distributed_world_size: {tasks}' in log2,
+    }
     for n, log in enumerate(logs, 1):
         with open(log) as f:
             figures[f'log{n}'] = f.read()

@@ -1,4 +1,5 @@
 """ParlAI's fallback for a ``zoo:empathy/<name>`` that has no module: list the real entries."""
+
 import sys
 
 from parlai_empathy.serving.model_zoo import load_manifest

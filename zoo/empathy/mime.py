@@ -1,4 +1,5 @@
 """``zoo:empathy/mime/model``: MIME (Majumder et al., 2020), trained on EmpatheticDialogues (see manifest.json)."""
+
 from parlai_empathy.serving.model_zoo import download_or_exit
 
 

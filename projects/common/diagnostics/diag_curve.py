@@ -15,6 +15,7 @@ such curves side by side at equal updates.
     python projects/common/diagnostics/diag_curve.py --table NAME=curve.json NAME=curve.json \\
         [--metrics ppl_ex_gold emo_acc]
 """
+
 import argparse
 import json
 import os
@@ -35,8 +36,10 @@ def table(curves, metrics):
         row = [f'{u:,}']
         for name, _ in curves:
             point = points[name].get(u)
-            row += [f'{point[m]:.3f}' if point and m.startswith('emo') else f'{point[m]:.1f}' if point else ''
-                    for m in metrics]
+            row += [
+                f'{point[m]:.3f}' if point and m.startswith('emo') else f'{point[m]:.1f}' if point else ''
+                for m in metrics
+            ]
         lines.append('| ' + ' | '.join(row) + ' |')
     return '\n'.join(lines)
 
@@ -45,7 +48,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--trainstats')
     parser.add_argument('--out')
-    parser.add_argument('--commit', help='the commit the run\'s venv was frozen from')
+    parser.add_argument('--commit', help="the commit the run's venv was frozen from")
     parser.add_argument('--what', default='')
     parser.add_argument('--command', default='')
     parser.add_argument('--machine', default='')
@@ -58,15 +61,21 @@ def main():
     if not (args.trainstats and args.out):
         parser.error('give --trainstats and --out (or --table)')
     places = evidence.path_placeholders()
-    record = {'what': args.what, 'command': evidence.portable(args.command, places), 'code_commit': args.commit,
-              'machine': args.machine, 'machine_facts': evidence.machine(),
-              'curve': read_curve(args.trainstats)}
+    record = {
+        'what': args.what,
+        'command': evidence.portable(args.command, places),
+        'code_commit': args.commit,
+        'machine': args.machine,
+        'machine_facts': evidence.machine(),
+        'curve': read_curve(args.trainstats),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     evidence.write_json(args.out, record)
     opt = os.path.splitext(args.trainstats)[0] + '.opt'
     if os.path.isfile(opt):
-        evidence.write_json(os.path.join(os.path.dirname(args.out), 'model.opt'),
-                            evidence.portable_opt(evidence.read_json(opt), places))
+        evidence.write_json(
+            os.path.join(os.path.dirname(args.out), 'model.opt'), evidence.portable_opt(evidence.read_json(opt), places)
+        )
 
 
 if __name__ == '__main__':

@@ -11,6 +11,7 @@ with the number of distinct replies:
         -mf ~/parlai-empathy-runs/majumder2020_mime/mime/model \\
         --n 100 --fields predicted_emotion,emotion_polarity --out projects/majumder2020_mime/runs/mime/interactive.json
 """
+
 import argparse
 import csv
 import json
@@ -56,8 +57,9 @@ def parse(stdout: str, fields):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('-mf', '--model-file', required=True)
-    parser.add_argument('--ed-dir',
-                        default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues'))
+    parser.add_argument(
+        '--ed-dir', default=os.environ.get('PARLAI_EMPATHY_ED_DIR', '../shared/data/empatheticdialogues')
+    )
     parser.add_argument('--n', type=int, default=100)
     parser.add_argument('--fields', default='predicted_emotion', help='reply fields to show (--display-add-fields)')
     parser.add_argument('--extra', default='', help='extra parlai interactive arguments')
@@ -74,14 +76,19 @@ def main():
     replies = parse(done.stdout, fields)
     if len(replies) != len(contexts):
         sys.exit(f'{len(contexts)} messages but {len(replies)} replies read off the console:\n{done.stdout[-3000:]}')
-    transcript = [dict(context=c['text'], conv_id=c['conv_id'], ed_emotion=c['emotion'], **r)
-                  for c, r in zip(contexts, replies)]
+    transcript = [
+        dict(context=c['text'], conv_id=c['conv_id'], ed_emotion=c['emotion'], **r) for c, r in zip(contexts, replies)
+    ]
     distinct = len({r['reply'] for r in replies})
     from parlai_empathy.evidence import artifacts as evidence
 
     places = evidence.path_placeholders({os.path.expanduser('~/parlai-empathy-runs'): '{runs}'})
-    report = {'command': evidence.portable(' '.join(['parlai'] + command[1:]), places), 'contexts': len(contexts),
-              'distinct_replies': distinct, 'transcript': transcript}
+    report = {
+        'command': evidence.portable(' '.join(['parlai'] + command[1:]), places),
+        'contexts': len(contexts),
+        'distinct_replies': distinct,
+        'transcript': transcript,
+    }
     print(f'{distinct} distinct replies to {len(contexts)} different contexts')
     for row in transcript[:5]:
         print(f'  > {row["context"]}\n  < {row["reply"]}  ' + ' '.join(f'[{f}: {row.get(f)}]' for f in fields))

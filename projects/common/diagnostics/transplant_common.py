@@ -5,6 +5,7 @@
 pairs each of our parameters with the reference parameters it is made from, copies their values over
 and compares the gradients after both models ran the same batch.
 """
+
 import json
 
 
@@ -56,8 +57,9 @@ class Mapping:
             for mine, theirs, combine, _ in self.pairs:
                 value = combine([self.ref[t] for t in theirs])
                 if value.shape != self.ours[mine].shape:
-                    raise ValueError(f'{mine}: {tuple(value.shape)} from {theirs}, '
-                                     f'ours is {tuple(self.ours[mine].shape)}')
+                    raise ValueError(
+                        f'{mine}: {tuple(value.shape)} from {theirs}, ours is {tuple(self.ours[mine].shape)}'
+                    )
                 self.ours[mine].copy_(value)
 
     def grads(self):
@@ -78,12 +80,14 @@ class Mapping:
     def unmapped_reference(self):
         """Reference parameters nothing of ours maps to, with their largest gradient (None: none)."""
         used = {t for _, theirs, _, _ in self.pairs for t in theirs}
-        return [(name, None if p.grad is None else p.grad.abs().max().item())
-                for name, p in self.ref.items() if name not in used]
+        return [
+            (name, None if p.grad is None else p.grad.abs().max().item())
+            for name, p in self.ref.items()
+            if name not in used
+        ]
 
 
-def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, extra=None,
-           show_unmapped=False):
+def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, extra=None, show_unmapped=False):
     """Print the comparison and, with ``out``, write it as JSON.
 
     ``stages``: dicts with ``stage``, ``max_abs_diff``, ``max_abs_ref``; ``losses``: name -> [reference,
@@ -98,13 +102,15 @@ def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, e
     grads = mapping.grads()
     print('stage-by-stage forward, max |ours - reference| (real positions), reference max |value|:')
     for row in stages:
-        print(f"  {row['max_abs_diff']:.3e}  (scale {row['max_abs_ref']:.3e})  {row['stage']}")
+        print(f'  {row["max_abs_diff"]:.3e}  (scale {row["max_abs_ref"]:.3e})  {row["stage"]}')
     print('loss terms (reference / ours):')
     for name, (a, b) in losses.items():
         print(f'  {name}: {a:.6f} / ' + ('-' if b is None else f'{b:.6f}'))
     print('gradients, max |ours - reference| / max |reference| (worst 15):')
-    rated = sorted(((diff / max(scale, 1e-30), mine, theirs) for mine, theirs, diff, scale in grads
-                    if diff is not None), reverse=True)
+    rated = sorted(
+        ((diff / max(scale, 1e-30), mine, theirs) for mine, theirs, diff, scale in grads if diff is not None),
+        reverse=True,
+    )
     for rel, mine, theirs in rated[:15]:
         print(f'  {rel:.2e}  {mine}  <-  {", ".join(theirs)}')
     no_grad = [mine for mine, _, diff, _ in grads if diff is None]
@@ -117,13 +123,20 @@ def report(mapping, stages, losses, out=None, *, what, repo, placeholder, cli, e
             print(f'  {name}: {"no gradient" if g is None else f"{g:.3e}"}')
     if not out:
         return
-    record = {'what': what, 'argv': [placeholder if os.path.abspath(a) == repo else a for a in cli],
-              'reference_commit': rs.git_commit(repo), 'torch': torch.__version__,
-              'machine': platform.platform()}
+    record = {
+        'what': what,
+        'argv': [placeholder if os.path.abspath(a) == repo else a for a in cli],
+        'reference_commit': rs.git_commit(repo),
+        'torch': torch.__version__,
+        'machine': platform.platform(),
+    }
     record.update(extra or {})
-    record.update(stages=stages, losses=losses,
-                  gradients_relative=[{'ours': m, 'reference': t, 'relative_diff': r} for r, m, t in rated],
-                  no_gradient=no_grad)
+    record.update(
+        stages=stages,
+        losses=losses,
+        gradients_relative=[{'ours': m, 'reference': t, 'relative_diff': r} for r, m, t in rated],
+        no_gradient=no_grad,
+    )
     if show_unmapped:
         record['reference_unmapped_max_abs_grad'] = dict(unmapped)
     with open(out, 'w') as handle:

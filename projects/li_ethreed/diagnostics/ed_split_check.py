@@ -14,6 +14,7 @@ committed test outputs:
         --outputs projects/li_ethreed/runs/ethreed/outputs.jsonl.gz \\
         --outputs projects/majumder2020_mime/runs/mime/outputs.jsonl.gz --out splits.json
 """
+
 import argparse
 import collections
 import gzip
@@ -66,8 +67,11 @@ def reweighted(outputs_path, mixes):
             per_label[row['emotion']].append(row['emo_acc'])
     accuracy = {label: sum(v) / len(v) for label, v in per_label.items()}
     n = sum(len(v) for v in per_label.values())
-    result = {'outputs': outputs_path, 'examples': n,
-              'test_accuracy': round(sum(sum(v) for v in per_label.values()) / n, 4)}
+    result = {
+        'outputs': outputs_path,
+        'examples': n,
+        'test_accuracy': round(sum(sum(v) for v in per_label.values()) / n, 4),
+    }
     for split, mix in mixes.items():
         total = sum(mix[label] for label in accuracy)
         result[f'reweighted_to_{split}_mix'] = round(sum(accuracy[k] * mix[k] for k in accuracy) / total, 4)
@@ -84,8 +88,8 @@ def main():
     conversations = {split: read_clean(os.path.join(ed_dir, f'{split}.csv'))[0] for split in SPLITS}
     mixes = {split: listener_label_mix(conversations[split]) for split in SPLITS}
     report = {
-        'what': 'ED valid/test against train: overlap, and rows\' per-label test accuracy reweighted to '
-                'other splits\' Listener label mix (projects/li_ethreed/diagnostics/ed_split_check.py)',
+        'what': "ED valid/test against train: overlap, and rows' per-label test accuracy reweighted to "
+        "other splits' Listener label mix (projects/li_ethreed/diagnostics/ed_split_check.py)",
         'command': ['python', 'projects/li_ethreed/diagnostics/ed_split_check.py'] + sys.argv[1:],
         'code': evidence.code_version(),
         'machine': evidence.machine(),

@@ -76,6 +76,7 @@ torch)::
     ../ref-venv/bin/python projects/li_ethreed/diagnostics/ethreed_transplant.py --ethreed-repo /tmp/ref-ethreed \\
         [--out F.json]
 """
+
 import argparse
 import ast
 import os
@@ -124,8 +125,17 @@ def build_reference(repo, vocab_size, conversations, args):
         pickle.dump(word2id, handle)
     with open(os.path.join('ED', 'id2word.pkl'), 'wb') as handle:
         pickle.dump({i: w for w, i in word2id.items()}, handle)
-    sys.argv = [os.path.join(model_dir, 'lj_train.py'), '--batch_size', str(conversations),
-                '--dropout', '0', '--dropout_rec', '0', '--out_drop', '0']
+    sys.argv = [
+        os.path.join(model_dir, 'lj_train.py'),
+        '--batch_size',
+        str(conversations),
+        '--dropout',
+        '0',
+        '--dropout_rec',
+        '0',
+        '--out_drop',
+        '0',
+    ]
     from pathlib import Path
 
     import configs
@@ -145,7 +155,7 @@ def build_reference(repo, vocab_size, conversations, args):
             torch.nn.init.orthogonal_(param)
         if 'bias_hh' in name:
             dim = int(param.size(0) / 3)
-            param.data[dim:2 * dim].fill_(2.0)
+            param.data[dim : 2 * dim].fill_(2.0)
     return model, config, layers
 
 
@@ -155,21 +165,34 @@ def build_mapping(ours, ref, to_ref):
     for kind in ('weight_ih', 'weight_hh', 'bias_ih', 'bias_hh'):
         for suffix in ('_l0', '_l0_reverse'):
             mapping.add(f'encoder.utterances.gru.{kind}{suffix}', f'encoder.rnn.{kind}{suffix}')
-        for mine, theirs in (('global_gru', 'g_cell'), ('party_gru', 'p_cell'), ('emotion_gru', 'e_cell'),
-                             ('content_gru', 'c_cell')):
+        for mine, theirs in (
+            ('global_gru', 'g_cell'),
+            ('party_gru', 'p_cell'),
+            ('emotion_gru', 'e_cell'),
+            ('content_gru', 'c_cell'),
+        ):
             mapping.add(f'encoder.tracker.{mine}.{kind}', f'feature_extraction.feature_cell.{theirs}.{kind}')
         mapping.add(f'decoder.cell.{kind}', f'decoder.rnncell.layers.0.{kind}')
-    mapping.add('encoder.tracker.history_attention.score.weight',
-                'feature_extraction.feature_cell.attention.scalar.weight')
+    mapping.add(
+        'encoder.tracker.history_attention.score.weight', 'feature_extraction.feature_cell.attention.scalar.weight'
+    )
     for kind in ('weight', 'bias'):
         mapping.add(f'encoder.classifier.{kind}', f'emo_classification.{kind}', lambda ts: ts[0][to_ref])
-        for mine, theirs in (('policy.state.0', 'emotion2pre.linears.0'), ('policy.state.2', 'prior_h.linears.0'),
-                             ('policy.mu', 'prior_mu'), ('policy.variance', 'prior_var'),
-                             ('decoder_init', 'context2decoder.linears.0'),
-                             ('response_emotion', 'context2decoder_emotion.linears.0')):
+        for mine, theirs in (
+            ('policy.state.0', 'emotion2pre.linears.0'),
+            ('policy.state.2', 'prior_h.linears.0'),
+            ('policy.mu', 'prior_mu'),
+            ('policy.variance', 'prior_var'),
+            ('decoder_init', 'context2decoder.linears.0'),
+            ('response_emotion', 'context2decoder_emotion.linears.0'),
+        ):
             mapping.add(f'encoder.{mine}.{kind}', f'{theirs}.{kind}')
-        for mine, theirs in (('emotion_gate', 'emo_bilinear'), ('pre_output', 'pre_out'),
-                             ('vocab_output', 'out'), ('copy_switch', 'ptr')):
+        for mine, theirs in (
+            ('emotion_gate', 'emo_bilinear'),
+            ('pre_output', 'pre_out'),
+            ('vocab_output', 'out'),
+            ('copy_switch', 'ptr'),
+        ):
             mapping.add(f'decoder.{mine}.{kind}', f'decoder.{theirs}.{kind}')
     mapping.add('decoder.attention.weight.weight', 'decoder.enc_bilinear.weight', lambda ts: ts[0][0])
     mapping.add('decoder.attention.bias', 'decoder.enc_bilinear.bias')
@@ -182,8 +205,10 @@ def build_mapping(ours, ref, to_ref):
 
 def recorder(store, key, pick=lambda out: out):
     """A forward hook appending ``pick(output)`` (not detached) to ``store[key]``."""
+
     def hook(_module, _inputs, output):
         store.setdefault(key, []).append(pick(output))
+
     return hook
 
 
@@ -195,11 +220,12 @@ def make_batch(args, n_labels):
     g = torch.Generator().manual_seed(args.seed)
     turns = [int(t) for t in args.turns.split(',')]
     if turns != sorted(turns, reverse=True):
-        raise SystemExit('--turns must be in decreasing order (the reference\'s collate_fn sorts)')
+        raise SystemExit("--turns must be in decreasing order (the reference's collate_fn sorts)")
 
     def utterance():
         words = SENTENCE - 1 if not args.pad else int(torch.randint(3, SENTENCE - 1, (1,), generator=g))
         return torch.randint(4, args.vocab, (words,), generator=g).tolist() + [EOS_ID]
+
     convs = [[[utterance(), utterance()] for _ in range(n)] for n in turns]
     labels = [torch.randint(0, n_labels, (2 * n,), generator=g).tolist() for n in turns]
     return turns, convs, labels
@@ -237,18 +263,32 @@ def run_reference(ref, config, layers, turns, convs, labels, args, live):
     R_target_emotions = torch.LongTensor(R_target_emotions)
 
     coverage_losses, kl_div, sentence_logits, emotions_pred = ref(
-        config.batch_size, ext_vocab_size, input_sentences, input_sentence_length,
-        input_conversation_turns, input_conversation_length, target_sentences, speakers_mask, decode=False)
+        config.batch_size,
+        ext_vocab_size,
+        input_sentences,
+        input_sentence_length,
+        input_conversation_turns,
+        input_conversation_length,
+        target_sentences,
+        speakers_mask,
+        decode=False,
+    )
     P_emotions_pred, R_emotions_pred = emotions_pred
     log_prob_sentence = torch.nn.functional.log_softmax(sentence_logits, 2)
     P_log_prob_emotions = torch.nn.functional.log_softmax(P_emotions_pred, 1)
     batch_loss, batch_loss_lm, batch_loss_emo_class, ppl = layers.multi_loss(
-        log_prob_sentence, P_log_prob_emotions, target_sentences, P_target_emotions,
-        conversation_length, sentence_length)
+        log_prob_sentence,
+        P_log_prob_emotions,
+        target_sentences,
+        P_target_emotions,
+        conversation_length,
+        sentence_length,
+    )
     batch_loss = batch_loss_lm + 0.5 * batch_loss_emo_class + coverage_losses
     R_log_prob_emotions = torch.nn.functional.log_softmax(R_emotions_pred, 1)
-    batch_loss_emotions_R = torch.nn.NLLLoss()(R_log_prob_emotions.contiguous().view(-1, R_log_prob_emotions.size(-1)),
-                                               R_target_emotions.contiguous().view(-1))
+    batch_loss_emotions_R = torch.nn.NLLLoss()(
+        R_log_prob_emotions.contiguous().view(-1, R_log_prob_emotions.size(-1)), R_target_emotions.contiguous().view(-1)
+    )
     batch_loss += 0.5 * batch_loss_emotions_R
     q_logits, p_logits = live['emo_classification'][2], live['emo_classification'][1]  # R prior, R real
     log_q, log_p = torch.log_softmax(q_logits, -1), torch.log_softmax(p_logits, -1)
@@ -256,11 +296,19 @@ def run_reference(ref, config, layers, turns, convs, labels, args, live):
     if not args.keep_ref_l2:
         batch_loss = batch_loss + l2
     batch_loss.backward()  # (its clip_grad_norm_ and optimizer step are not run: gradients compared)
-    return {'total': batch_loss.item(), 'L3 response NLL': batch_loss_lm.item(),
-            'L1 answered CE': batch_loss_emo_class.item(), 'L1 responder CE': batch_loss_emotions_R.item(),
-            'L2 KL(q||p)': l2.item(), 'L4 coverage': coverage_losses.item(),
-            'ref kl_div (KL(p||q) mean over classes, unused by its loss)': float(kl_div)}, \
-        log_prob_sentence.detach(), target_sentences
+    return (
+        {
+            'total': batch_loss.item(),
+            'L3 response NLL': batch_loss_lm.item(),
+            'L1 answered CE': batch_loss_emo_class.item(),
+            'L1 responder CE': batch_loss_emotions_R.item(),
+            'L2 KL(q||p)': l2.item(),
+            'L4 coverage': coverage_losses.item(),
+            'ref kl_div (KL(p||q) mean over classes, unused by its loss)': float(kl_div),
+        },
+        log_prob_sentence.detach(),
+        target_sentences,
+    )
 
 
 def ours_batch(turns, convs, labels, to_ours):
@@ -282,16 +330,24 @@ def ours_batch(turns, convs, labels, to_ours):
     lengths = torch.tensor([len(u) for u in utterances])
     tokens = torch.full((len(utterances), int(lengths.max())), PAD_ID, dtype=torch.long)
     for i, u in enumerate(utterances):
-        tokens[i, :len(u)] = torch.tensor(u)
+        tokens[i, : len(u)] = torch.tensor(u)
     B, T = len(responses), max(dialogue_lengths)
     roles = torch.zeros(B, T, dtype=torch.long)
     for b, n in enumerate(dialogue_lengths):
         roles[b, :n] = torch.tensor([SPEAKER if k % 2 == 0 else LISTENER for k in range(n)])
     ys = torch.full((B, max(len(r) for r in responses)), PAD_ID, dtype=torch.long)
     for b, r in enumerate(responses):
-        ys[b, :len(r)] = torch.tensor(r)
-    return (tokens, lengths, torch.tensor(dialogue_lengths), roles, ys, torch.tensor(answered),
-            torch.tensor(responder), index)
+        ys[b, : len(r)] = torch.tensor(r)
+    return (
+        tokens,
+        lengths,
+        torch.tensor(dialogue_lengths),
+        roles,
+        ys,
+        torch.tensor(answered),
+        torch.tensor(responder),
+        index,
+    )
 
 
 def main():
@@ -303,9 +359,12 @@ def main():
     parser.add_argument('--keep-ref-pointer', action='store_true')
     parser.add_argument('--keep-ref-l2', action='store_true')
     parser.add_argument('--pad', action='store_true', help='utterances of random lengths (padding)')
-    parser.add_argument('--double', action='store_true',
-                        help='both models and all tensors in float64 (torch.set_default_dtype before building): '
-                        'shows which residuals are float32 rounding')
+    parser.add_argument(
+        '--double',
+        action='store_true',
+        help='both models and all tensors in float64 (torch.set_default_dtype before building): '
+        'shows which residuals are float32 rounding',
+    )
     parser.add_argument('--out', help='write the figures as JSON here')
     args = parser.parse_args()
     out = os.path.abspath(args.out) if args.out else None
@@ -331,48 +390,72 @@ def main():
     from parlai_empathy.models.embeddings import WordEmbedding
     from parlai_empathy.models.ethreed import Ethreed, EthreedConfig
 
-    assert config.embedding_size == config.D_g == config.D_p == config.D_e == config.decoder_hidden_size \
-        == config.encoder_hidden_size == config.context_size, 'ours has one hidden size'
+    assert (
+        config.embedding_size
+        == config.D_g
+        == config.D_p
+        == config.D_e
+        == config.decoder_hidden_size
+        == config.encoder_hidden_size
+        == config.context_size
+    ), 'ours has one hidden size'
     words = WordEmbedding(config.vocab_size, config.embedding_size, PAD_ID)
-    ours = Ethreed(words, config.vocab_size, EthreedConfig(hidden_size=config.D_e, dropout=0.0),
-                   padding_idx=PAD_ID, start_idx=SOS_ID, end_idx=EOS_ID, unk_idx=UNK_ID)
+    ours = Ethreed(
+        words,
+        config.vocab_size,
+        EthreedConfig(hidden_size=config.D_e, dropout=0.0),
+        padding_idx=PAD_ID,
+        start_idx=SOS_ID,
+        end_idx=EOS_ID,
+        unk_idx=UNK_ID,
+    )
     mapping = build_mapping(ours, ref, to_ref)
     mapping.copy()
 
     # ----- hooks: reference ----------------------------------------------------------------------
     rl, ol = {}, {}  # live (graph-carrying) captures: reference, ours
     cell = ref.feature_extraction.feature_cell
-    hooks = [ref.encoder.register_forward_hook(recorder(rl, 'encoder')),
-             cell.register_forward_hook(recorder(rl, 'cell')),
-             cell.attention.register_forward_hook(recorder(rl, 'history', lambda o: o[0])),
-             ref.prior_mu.register_forward_hook(recorder(rl, 'mu')),
-             ref.prior_var.register_forward_hook(recorder(rl, 'variance_raw')),
-             ref.emo_classification.register_forward_hook(recorder(rl, 'emo_classification')),
-             ref.context2decoder.register_forward_hook(recorder(rl, 'decoder_init')),
-             ref.context2decoder_emotion.register_forward_hook(recorder(rl, 'response_emotion')),
-             ref.decoder.out.register_forward_hook(recorder(rl, 'vocab_logits', lambda o: o.squeeze(0)))]
+    hooks = [
+        ref.encoder.register_forward_hook(recorder(rl, 'encoder')),
+        cell.register_forward_hook(recorder(rl, 'cell')),
+        cell.attention.register_forward_hook(recorder(rl, 'history', lambda o: o[0])),
+        ref.prior_mu.register_forward_hook(recorder(rl, 'mu')),
+        ref.prior_var.register_forward_hook(recorder(rl, 'variance_raw')),
+        ref.emo_classification.register_forward_hook(recorder(rl, 'emo_classification')),
+        ref.context2decoder.register_forward_hook(recorder(rl, 'decoder_init')),
+        ref.context2decoder_emotion.register_forward_hook(recorder(rl, 'response_emotion')),
+        ref.decoder.out.register_forward_hook(recorder(rl, 'vocab_logits', lambda o: o.squeeze(0))),
+    ]
     emp_policy = ref.emp_policy
 
     def policy_wrapper(*a, **k):
         R, kl = emp_policy(*a, **k)
         rl.setdefault('R', []).append(R)
         return R, kl
+
     ref.emp_policy = policy_wrapper
     forward_step = ref.decoder.forward_step
 
     def step_wrapper(x, last_hidden, *a, encoder_word_idx=None, ext_vocab_size=None, **k):
-        output, hidden, enc_attn, prob_ptr = forward_step(x, last_hidden, *a, encoder_word_idx=encoder_word_idx,
-                                                          ext_vocab_size=ext_vocab_size, **k)
-        for key, value in (('dec_hidden', hidden[-1]), ('dec_attention', enc_attn), ('p_ptr', prob_ptr.squeeze(1)),
-                           ('dec_previous', last_hidden[-1])):
+        output, hidden, enc_attn, prob_ptr = forward_step(
+            x, last_hidden, *a, encoder_word_idx=encoder_word_idx, ext_vocab_size=ext_vocab_size, **k
+        )
+        for key, value in (
+            ('dec_hidden', hidden[-1]),
+            ('dec_attention', enc_attn),
+            ('p_ptr', prob_ptr.squeeze(1)),
+            ('dec_previous', last_hidden[-1]),
+        ):
             rl.setdefault(key, []).append(value)
         if not args.keep_ref_pointer:  # a pointer-generator distribution from its own parts
             logits = rl['vocab_logits'][-1]
             generate = (1 - prob_ptr) * torch.softmax(logits, dim=-1)
             mixed = F.pad(generate, (0, ext_vocab_size - generate.size(1))).scatter_add(
-                1, encoder_word_idx, prob_ptr * enc_attn)
+                1, encoder_word_idx, prob_ptr * enc_attn
+            )
             output = torch.log(mixed)
         return output, hidden, enc_attn, prob_ptr
+
     ref.decoder.forward_step = step_wrapper
 
     randn, randn_like = torch.randn, torch.randn_like
@@ -383,12 +466,14 @@ def main():
 
     # ----- ours ------------------------------------------------------------------------------------
     tokens, lengths, dialogue_lengths, roles, ys, answered, responder, index = ours_batch(turns, convs, labels, to_ours)
-    hooks += [ours.encoder.utterances.register_forward_hook(recorder(ol, 'utterances')),
-              ours.encoder.tracker.history_attention.register_forward_hook(recorder(ol, 'history', lambda o: o[0])),
-              ours.encoder.policy.mu.register_forward_hook(recorder(ol, 'mu')),
-              ours.encoder.policy.variance.register_forward_hook(recorder(ol, 'variance_raw')),
-              ours.encoder.policy.register_forward_hook(recorder(ol, 'R')),
-              ours.decoder.vocab_output.register_forward_hook(recorder(ol, 'vocab_logits'))]
+    hooks += [
+        ours.encoder.utterances.register_forward_hook(recorder(ol, 'utterances')),
+        ours.encoder.tracker.history_attention.register_forward_hook(recorder(ol, 'history', lambda o: o[0])),
+        ours.encoder.policy.mu.register_forward_hook(recorder(ol, 'mu')),
+        ours.encoder.policy.variance.register_forward_hook(recorder(ol, 'variance_raw')),
+        ours.encoder.policy.register_forward_hook(recorder(ol, 'R')),
+        ours.decoder.vocab_output.register_forward_hook(recorder(ol, 'vocab_logits')),
+    ]
     tracker_step, decoder_run = ours.encoder.tracker.step, ours.decoder.run
 
     def our_step(*a, **k):
@@ -400,6 +485,7 @@ def main():
         result = decoder_run(*a, **k)
         ol.setdefault('steps', []).append(result[0])
         return result
+
     ours.encoder.tracker.step, ours.decoder.run = our_step, our_run
     ours.train()
     response, _, enc = ours(tokens, lengths, dialogue_lengths, roles, None, ys=ys, loss_smoothing=0.0)
@@ -416,8 +502,14 @@ def main():
     torch.randn, torch.randn_like = randn, randn_like
     for hook in hooks:
         hook.remove()
-    our_losses = {'total': loss.item(), 'L3 response NLL': l3.item(), 'L1 answered CE': l1a.item(),
-                  'L1 responder CE': l1r.item(), 'L2 KL(q||p)': parts['kl'].item(), 'L4 coverage': parts['cov'].item()}
+    our_losses = {
+        'total': loss.item(),
+        'L3 response NLL': l3.item(),
+        'L1 answered CE': l1a.item(),
+        'L1 responder CE': l1r.item(),
+        'L2 KL(q||p)': parts['kl'].item(),
+        'L4 coverage': parts['cov'].item(),
+    }
 
     # ----- compare -----------------------------------------------------------------------------------
     stages = []
@@ -426,8 +518,14 @@ def main():
         mine, theirs = [torch.as_tensor(x).detach().double() for x in (mine, theirs)]
         if mine.shape != theirs.shape:
             raise ValueError(f'{name}: ours {tuple(mine.shape)}, reference {tuple(theirs.shape)}')
-        stages.append({'stage': name, 'max_abs_diff': (mine - theirs).abs().max().item(),
-                       'max_abs_ref': theirs.abs().max().item(), 'values': mine.numel()})
+        stages.append(
+            {
+                'stage': name,
+                'max_abs_diff': (mine - theirs).abs().max().item(),
+                'max_abs_ref': theirs.abs().max().item(),
+                'values': mine.numel(),
+            }
+        )
 
     conv_offset = [2 * sum(turns[:c]) for c in range(len(turns))]
     sent = lambda c, t, r: conv_offset[c] + 2 * t + r  # noqa: E731  reference sentence index
@@ -450,8 +548,19 @@ def main():
 
     # tracker: per reference turn, feature_cell returns (g_ [P; R], q_, e_, c_, con_, alpha, a_, re_)
     cells = rl['cell']
-    pick = lambda key, c, t: {'gP': cells[t][0][0], 'gR': cells[t][0][1], 'q': cells[t][1], 'e': cells[t][2],  # noqa: E731
-                              'c': cells[t][3], 'con': cells[t][4], 'a': cells[t][6], 're': cells[t][7]}[key][c]
+
+    def pick(key, c, t):
+        return {
+            'gP': cells[t][0][0],
+            'gR': cells[t][0][1],
+            'q': cells[t][1],
+            'e': cells[t][2],
+            'c': cells[t][3],
+            'con': cells[t][4],
+            'a': cells[t][6],
+            're': cells[t][7],
+        }[key][c]
+
     zero = torch.zeros(config.D_e)
     state = {name: getattr(aux.tracker, name) for name in ('global_last', 'party', 'emotion', 'content')}
     real_state, e_real = ol['tracker'][-1]
@@ -459,20 +568,27 @@ def main():
         'global state g after P_t': [(state['global_last'][b], pick('gP', c, t)) for b, (c, t) in enumerate(index)],
         'content state c after P_t': [(state['content'][b], pick('con', c, t)) for b, (c, t) in enumerate(index)],
         'speaker party state after P_t': [(state['party'][b, 0], pick('q', c, t)) for b, (c, t) in enumerate(index)],
-        'listener party state after R_{t-1}': [(state['party'][b, 1], pick('a', c, t - 1) if t else zero)
-                                              for b, (c, t) in enumerate(index)],
-        'speaker emotion state after P_t': [(state['emotion'][b, 0], pick('e', c, t))
-                                            for b, (c, t) in enumerate(index)],
-        'listener emotion state after R_{t-1}': [(state['emotion'][b, 1], pick('re', c, t - 1) if t else zero)
-                                                for b, (c, t) in enumerate(index)],
-        'history attention pool at P_t': [(ol['history'][int(dialogue_lengths[b]) - 1][b], pick('c', c, t))
-                                          for b, (c, t) in enumerate(index)],
-        'history attention pool at gold R_t': [(ol['history'][-1][b], rl['history'][0 if t == 0 else 2 * t][c])
-                                               for b, (c, t) in enumerate(index)],
-        'global state g after gold R_t': [(real_state.global_last[b], pick('gR', c, t))
-                                          for b, (c, t) in enumerate(index)],
-        'listener party state after gold R_t': [(real_state.party[b, 1], pick('a', c, t))
-                                                for b, (c, t) in enumerate(index)],
+        'listener party state after R_{t-1}': [
+            (state['party'][b, 1], pick('a', c, t - 1) if t else zero) for b, (c, t) in enumerate(index)
+        ],
+        'speaker emotion state after P_t': [
+            (state['emotion'][b, 0], pick('e', c, t)) for b, (c, t) in enumerate(index)
+        ],
+        'listener emotion state after R_{t-1}': [
+            (state['emotion'][b, 1], pick('re', c, t - 1) if t else zero) for b, (c, t) in enumerate(index)
+        ],
+        'history attention pool at P_t': [
+            (ol['history'][int(dialogue_lengths[b]) - 1][b], pick('c', c, t)) for b, (c, t) in enumerate(index)
+        ],
+        'history attention pool at gold R_t': [
+            (ol['history'][-1][b], rl['history'][0 if t == 0 else 2 * t][c]) for b, (c, t) in enumerate(index)
+        ],
+        'global state g after gold R_t': [
+            (real_state.global_last[b], pick('gR', c, t)) for b, (c, t) in enumerate(index)
+        ],
+        'listener party state after gold R_t': [
+            (real_state.party[b, 1], pick('a', c, t)) for b, (c, t) in enumerate(index)
+        ],
         'listener emotion state after gold R_t': [(e_real[b], pick('re', c, t)) for b, (c, t) in enumerate(index)],
     }
     for name, values in pairs.items():
@@ -485,38 +601,66 @@ def main():
     stage('policy mu', ol['mu'][0], rl['mu'][0])
     stage('policy sigma^2 = softplus(.)', F.softplus(ol['variance_raw'][0]), F.softplus(rl['variance_raw'][0]))
     stage('policy R (eps = 0)', ol['R'][0], rl['R'][0])
-    stage('planned emotion R\' = tanh(W R)', aux.response_emotion, rl['response_emotion'][0])
+    stage("planned emotion R' = tanh(W R)", aux.response_emotion, rl['response_emotion'][0])
     stage('decoder initial state tanh(W c)', aux.decoder_init, rl['decoder_init'][0])
 
     real_y = ys.ne(PAD_ID)  # [B, T] our real target steps
     T = ys.size(1)
-    ref_steps = {key: torch.stack(rl[key], dim=1)[:, :T] for key in ('dec_previous', 'dec_hidden', 'dec_attention',
-                                                                      'p_ptr', 'vocab_logits')}
+    ref_steps = {
+        key: torch.stack(rl[key], dim=1)[:, :T]
+        for key in ('dec_previous', 'dec_hidden', 'dec_attention', 'p_ptr', 'vocab_logits')
+    }
     stage('decoder h_{t-1} (real steps)', steps.previous[real_y], ref_steps['dec_previous'][real_y])
     stage('decoder h_t (real steps)', steps.hidden[real_y], ref_steps['dec_hidden'][real_y])
     S = steps.attention.size(2)
     keep = enc.keep.unsqueeze(1).expand(-1, T, -1) & real_y.unsqueeze(2)
-    stage('attention a_t (real steps, real source positions)', steps.attention[keep],
-          ref_steps['dec_attention'][:, :, :S][keep])
+    stage(
+        'attention a_t (real steps, real source positions)',
+        steps.attention[keep],
+        ref_steps['dec_attention'][:, :, :S][keep],
+    )
     stage('copy switch p_ptr (real steps)', log_copy.exp()[real_y], ref_steps['p_ptr'][real_y])
-    stage('vocabulary logits W_o W_p [h; emo] (real steps)', ol['vocab_logits'][0][real_y],
-          ref_steps['vocab_logits'][real_y])
+    stage(
+        'vocabulary logits W_o W_p [h; emo] (real steps)',
+        ol['vocab_logits'][0][real_y],
+        ref_steps['vocab_logits'][real_y],
+    )
     V = our_log_p.size(2)
     stage('output log P(w) (real steps, whole vocabulary)', our_log_p[real_y], ref_log_p[:, :T, :V][real_y])
-    stage('output log P(gold) (real steps)', our_log_p.gather(2, ys.unsqueeze(2)).squeeze(2)[real_y],
-          ref_log_p[:, :T].gather(2, ref_targets[:, :T].unsqueeze(2)).squeeze(2)[real_y])
+    stage(
+        'output log P(gold) (real steps)',
+        our_log_p.gather(2, ys.unsqueeze(2)).squeeze(2)[real_y],
+        ref_log_p[:, :T].gather(2, ref_targets[:, :T].unsqueeze(2)).squeeze(2)[real_y],
+    )
 
-    print('batch: conversations with turns', turns, '->', len(index), 'responses;',
-          'padding' if args.pad else 'no padding (every utterance 40 tokens)',
-          '| pointer:', 'reference raw-logit mix' if args.keep_ref_pointer else 'equalised (probability mix)',
-          '| L2:', 'reference (none)' if args.keep_ref_l2 else 'equalised (KL(q||p) added to the reference)',
-          '| dtype:', torch.get_default_dtype())
+    print(
+        'batch: conversations with turns',
+        turns,
+        '->',
+        len(index),
+        'responses;',
+        'padding' if args.pad else 'no padding (every utterance 40 tokens)',
+        '| pointer:',
+        'reference raw-logit mix' if args.keep_ref_pointer else 'equalised (probability mix)',
+        '| L2:',
+        'reference (none)' if args.keep_ref_l2 else 'equalised (KL(q||p) added to the reference)',
+        '| dtype:',
+        torch.get_default_dtype(),
+    )
     losses = {key: [ref_losses[key], our_losses.get(key)] for key in ref_losses}
-    report(mapping, stages, losses, out,
-           what='projects/li_ethreed/diagnostics/ethreed_transplant.py: the reference ETHREED '
-           '(outsider-lj/ethreed) and ours on the same weights and batch', repo=repo, placeholder='REF_ETHREED',
-           cli=cli, extra={'dtype': str(torch.get_default_dtype()), 'turns': turns, 'responses': len(index)},
-           show_unmapped=True)
+    report(
+        mapping,
+        stages,
+        losses,
+        out,
+        what='projects/li_ethreed/diagnostics/ethreed_transplant.py: the reference ETHREED '
+        '(outsider-lj/ethreed) and ours on the same weights and batch',
+        repo=repo,
+        placeholder='REF_ETHREED',
+        cli=cli,
+        extra={'dtype': str(torch.get_default_dtype()), 'turns': turns, 'responses': len(index)},
+        show_unmapped=True,
+    )
 
 
 if __name__ == '__main__':

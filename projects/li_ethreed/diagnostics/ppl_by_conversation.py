@@ -21,6 +21,7 @@ Usage (from the repository root)::
 Each ``NAME=PATH`` is a run folder (``outputs.jsonl.gz``, and ``report.json`` whose ``ppl_ex``
 the per-response figure must reproduce) or an ``outputs.jsonl.gz`` file. Prints a markdown table.
 """
+
 import argparse
 import collections
 import gzip
@@ -51,12 +52,12 @@ def read_outputs(path):
                     raise SystemExit(f'{path}:{line_no}: field "{field}" missing')
             conversation, sep, _turn = str(record['id']).rpartition('/')
             if not sep:
-                raise SystemExit(f'{path}:{line_no}: field "id": "<conversation>/<turn>" expected, '
-                                 f'not {record["id"]!r}')
+                raise SystemExit(
+                    f'{path}:{line_no}: field "id": "<conversation>/<turn>" expected, not {record["id"]!r}'
+                )
             tokens = record['tokens']
             if not isinstance(tokens, int) or tokens < 1:
-                raise SystemExit(f'{path}:{line_no}: field "tokens": a positive count expected, '
-                                 f'not {tokens!r}')
+                raise SystemExit(f'{path}:{line_no}: field "tokens": a positive count expected, not {tokens!r}')
             groups.setdefault(conversation, []).append(float(record['nll']) / tokens)
     if not groups:
         raise SystemExit(f'{path}: no records')
@@ -109,23 +110,29 @@ def main(argv=None):
             if reported is not None:
                 row['report_ppl_ex'] = reported
                 if abs(reported - row['ppl_ex']) > 1e-6 * reported:
-                    raise SystemExit(f'{report}: ppl_ex {reported} but its outputs give '
-                                     f'{row["ppl_ex"]}: not the same run')
+                    raise SystemExit(
+                        f'{report}: ppl_ex {reported} but its outputs give {row["ppl_ex"]}: not the same run'
+                    )
         rows.append(row)
-    print('| run | responses | conversations | `ppl_ex` (each response) | each conversation (the '
-          'reference\'s test loop) | difference |')
+    print(
+        '| run | responses | conversations | `ppl_ex` (each response) | each conversation (the '
+        "reference's test loop) | difference |"
+    )
     print('|---|---|---|---|---|---|')
     for row in rows:
-        print(f"| {row['name']} | {row['responses']:,} | {row['conversations']:,} | "
-              f"{row['ppl_ex']:.2f} | {row['ppl_ex_conv']:.2f} | "
-              f"{row['ppl_ex_conv'] - row['ppl_ex']:+.2f} |")
+        print(
+            f'| {row["name"]} | {row["responses"]:,} | {row["conversations"]:,} | '
+            f'{row["ppl_ex"]:.2f} | {row["ppl_ex_conv"]:.2f} | '
+            f'{row["ppl_ex_conv"] - row["ppl_ex"]:+.2f} |'
+        )
     if args.out:
         report = {
             'what': 'perplexity per response (ppl_ex) and per conversation (outsider-lj/ethreed '
-                    'test loop: eval batch = one conversation) from committed outputs.jsonl.gz '
-                    '(projects/li_ethreed/diagnostics/ppl_by_conversation.py)',
+            'test loop: eval batch = one conversation) from committed outputs.jsonl.gz '
+            '(projects/li_ethreed/diagnostics/ppl_by_conversation.py)',
             'command': ['python', 'projects/li_ethreed/diagnostics/ppl_by_conversation.py', '--outputs']
-                       + [f"{row['name']}={row['path']}" for row in rows] + ['--out', relative(args.out)],
+            + [f'{row["name"]}={row["path"]}' for row in rows]
+            + ['--out', relative(args.out)],
             'code': evidence.code_version(REPO),
             'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
             'rows': rows,

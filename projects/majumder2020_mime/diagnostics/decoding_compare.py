@@ -12,6 +12,7 @@ against its own tokenized golds; AVG BLEU is left out there: case and tokens dif
         --decoding 'beam_finished=--inference beam --beam-stop finished' \\
         --decoding 'greedy=--inference greedy --beam-size 1' --outdir OUT
 """
+
 import argparse
 import gzip
 import json
@@ -32,11 +33,14 @@ from parlai_empathy.metrics.distinct import corpus_distinct, tokens
 
 def scores(replies, golds, with_avg_bleu=True):
     bleu = corpus_bleu(replies, golds)
-    out = {'examples': len(replies),
-           'mean_tokens': round(sum(len(tokens(r)) for r in replies) / max(1, len(replies)), 2),
-           'distinct_replies': len(set(replies)),
-           'dist-1': corpus_distinct(replies, 1), 'dist-2': corpus_distinct(replies, 2),
-           'multi_bleu': bleu['multi_bleu']}
+    out = {
+        'examples': len(replies),
+        'mean_tokens': round(sum(len(tokens(r)) for r in replies) / max(1, len(replies)), 2),
+        'distinct_replies': len(set(replies)),
+        'dist-1': corpus_distinct(replies, 1),
+        'dist-2': corpus_distinct(replies, 2),
+        'multi_bleu': bleu['multi_bleu'],
+    }
     if with_avg_bleu:
         out['avg_bleu'] = bleu['avg_bleu']
     return out
@@ -67,7 +71,7 @@ def main():
     parser.add_argument('-mf', '--model-file', required=True)
     parser.add_argument('-n', type=int, default=300, help='the first N ED test examples')
     parser.add_argument('--decoding', action='append', required=True, metavar='NAME=ARGS')
-    parser.add_argument('--mime-repo', help="a checkout of declare-lab/MIME (its output.txt)")
+    parser.add_argument('--mime-repo', help='a checkout of declare-lab/MIME (its output.txt)')
     parser.add_argument('--outdir', required=True)
     beside = os.path.join(os.path.dirname(sys.executable), 'parlai')  # this venv's parlai
     parser.add_argument('--parlai', default=beside if os.path.isfile(beside) else shutil.which('parlai') or 'parlai')
@@ -75,16 +79,38 @@ def main():
     os.makedirs(args.outdir, exist_ok=True)
     places = evidence.path_placeholders({os.path.abspath(args.outdir): '{outdir}'})
     script = 'projects/majumder2020_mime/diagnostics/decoding_compare.py'
-    report = {'what': f'one model, several decodings, the same first N ED test examples ({script})',
-              'command': evidence.portable(['python', script] + [
-                  'REF_MIME' if args.mime_repo and a == args.mime_repo else a for a in sys.argv[1:]], places),
-              'code': evidence.code_version(), 'machine': evidence.machine(), 'decodings': {}}
+    report = {
+        'what': f'one model, several decodings, the same first N ED test examples ({script})',
+        'command': evidence.portable(
+            ['python', script] + ['REF_MIME' if args.mime_repo and a == args.mime_repo else a for a in sys.argv[1:]],
+            places,
+        ),
+        'code': evidence.code_version(),
+        'machine': evidence.machine(),
+        'decodings': {},
+    }
     for item in args.decoding:
         name, extra = item.split('=', 1)
         log = os.path.join(args.outdir, f'{name}.jsonl')
-        command = [args.parlai, 'eval_model', '-mf', args.model_file, '-t', 'empathy_ed_clean', '-dt', 'test',
-                   '-ne', str(args.n), '-bs', '16', '--skip-generation', 'false', '--world-logs', log,
-                   *shlex.split(extra)]
+        command = [
+            args.parlai,
+            'eval_model',
+            '-mf',
+            args.model_file,
+            '-t',
+            'empathy_ed_clean',
+            '-dt',
+            'test',
+            '-ne',
+            str(args.n),
+            '-bs',
+            '16',
+            '--skip-generation',
+            'false',
+            '--world-logs',
+            log,
+            *shlex.split(extra),
+        ]
         start = time.time()
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
@@ -94,17 +120,21 @@ def main():
             shutil.copyfileobj(src, dst)
         os.remove(log)
         portable_metadata(log.replace('.jsonl', '.metadata'), places)
-        report['decodings'][name] = dict(scores(replies, golds), seconds=round(time.time() - start, 1),
-                                         command=evidence.portable(['parlai'] + command[1:], places))
+        report['decodings'][name] = dict(
+            scores(replies, golds),
+            seconds=round(time.time() - start, 1),
+            command=evidence.portable(['parlai'] + command[1:], places),
+        )
         print(name, json.dumps(report['decodings'][name]), flush=True)
     if args.mime_repo:
         from reference_outputs import DECODINGS, parse
 
-        released = parse(os.path.join(args.mime_repo, 'output.txt'))[:args.n]
+        released = parse(os.path.join(args.mime_repo, 'output.txt'))[: args.n]
         golds = [e['Ref'] for e in released]
         report['reference_released'] = {
             'commit': evidence.code_version(args.mime_repo).get('commit'),
-            **{name.lower(): scores([e[name] for e in released], golds, with_avg_bleu=False) for name in DECODINGS}}
+            **{name.lower(): scores([e[name] for e in released], golds, with_avg_bleu=False) for name in DECODINGS},
+        }
         print('reference', json.dumps(report['reference_released']))
     with open(os.path.join(args.outdir, 'summary.json'), 'w') as f:
         json.dump(report, f, indent=1)

@@ -16,6 +16,7 @@ labels, in bits; log2(32) = 5 is uniform).
                   multitask_transformer=projects/majumder2020_mime/runs/multitask_transformer/outputs.jsonl.gz \\
         --out projects/majumder2020_mime/runs/diagnostics/reference_outputs/per_label.json
 """
+
 import argparse
 import collections
 import gzip
@@ -50,12 +51,19 @@ def per_label(pairs):
     right = collections.Counter(g for g, p in pairs if g == p)
     predicted = collections.Counter(p for _, p in pairs)
     total = len(pairs)
-    labels = {label: {'examples': gold[label], 'accuracy': right[label] / gold[label],
-                      'predicted': predicted[label]} for label in sorted(gold)}
+    labels = {
+        label: {'examples': gold[label], 'accuracy': right[label] / gold[label], 'predicted': predicted[label]}
+        for label in sorted(gold)
+    }
     top4 = sum(n for _, n in predicted.most_common(4)) / total
     entropy = -sum(n / total * math.log2(n / total) for n in predicted.values())
-    return {'examples': total, 'accuracy': sum(right.values()) / total, 'top4_predicted_share': top4,
-            'predicted_entropy_bits': entropy, 'labels': labels}
+    return {
+        'examples': total,
+        'accuracy': sum(right.values()) / total,
+        'top4_predicted_share': top4,
+        'predicted_entropy_bits': entropy,
+        'labels': labels,
+    }
 
 
 def main():
@@ -64,8 +72,11 @@ def main():
     parser.add_argument('--outputs', nargs='+', required=True, metavar='NAME=OUTPUTS.jsonl.gz')
     parser.add_argument('--out', required=True)
     args = parser.parse_args()
-    models = {'reference': per_label([(e['emotion'], e['predicted_emotion'])
-                                      for e in parse(os.path.join(args.mime_repo, 'output.txt'))])}
+    models = {
+        'reference': per_label(
+            [(e['emotion'], e['predicted_emotion']) for e in parse(os.path.join(args.mime_repo, 'output.txt'))]
+        )
+    }
     for spec in args.outputs:
         name, _, path = spec.partition('=')
         if not path:
@@ -75,13 +86,13 @@ def main():
     for name, model in models.items():
         if name != 'reference':
             model['labels_where_the_reference_is_ahead'] = sum(
-                ref[label]['accuracy'] > stats['accuracy'] for label, stats in model['labels'].items()
-                if label in ref)
+                ref[label]['accuracy'] > stats['accuracy'] for label, stats in model['labels'].items() if label in ref
+            )
     report = {
-        'what': 'emotion accuracy per gold label on ED test: our rows\' outputs and the MIME reference\'s '
-                'released output.txt (projects/majumder2020_mime/diagnostics/emotion_per_label.py)',
-        'command': ['python', 'projects/majumder2020_mime/diagnostics/emotion_per_label.py'] + [
-            'REF_MIME' if a == args.mime_repo else a for a in sys.argv[1:]],
+        'what': "emotion accuracy per gold label on ED test: our rows' outputs and the MIME reference's "
+        'released output.txt (projects/majumder2020_mime/diagnostics/emotion_per_label.py)',
+        'command': ['python', 'projects/majumder2020_mime/diagnostics/emotion_per_label.py']
+        + ['REF_MIME' if a == args.mime_repo else a for a in sys.argv[1:]],
         'reference_commit': evidence.code_version(args.mime_repo).get('commit'),
         'code': evidence.code_version(),
         'machine': evidence.machine(),

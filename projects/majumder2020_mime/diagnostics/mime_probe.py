@@ -20,6 +20,7 @@ Usage::
 
     .venv/bin/python projects/majumder2020_mime/diagnostics/mime_probe.py -mf MODEL --out probe.json [--ed-datapath DIR]
 """
+
 import argparse
 import json
 import sys
@@ -32,9 +33,13 @@ def collect(model_file, datatype, ed_datapath, batchsize, limit):
     from parlai.core.agents import create_agent_from_model_file
     from parlai.core.worlds import create_task
 
-    overrides = {'datatype': f'{datatype}:evalmode' if datatype == 'train' else datatype,
-                 'batchsize': batchsize, 'skip_generation': True, 'task': 'empathy_ed_clean',
-                 'num_examples': -1}
+    overrides = {
+        'datatype': f'{datatype}:evalmode' if datatype == 'train' else datatype,
+        'batchsize': batchsize,
+        'skip_generation': True,
+        'task': 'empathy_ed_clean',
+        'num_examples': -1,
+    }
     if ed_datapath:
         overrides['ed_datapath'] = ed_datapath
     agent = create_agent_from_model_file(model_file, overrides)
@@ -74,8 +79,7 @@ def collect(model_file, datatype, ed_datapath, batchsize, limit):
         mask = (tokens != encoder.padding_idx).unsqueeze(-1).to(table.dtype)
         rows['mean_words'].append(((table * mask).sum(1) / mask.sum(1).clamp(min=1)).detach().float())
 
-    handles = [encoder.context_encoder.register_forward_hook(hook),
-               encoder.embedding.register_forward_hook(words_hook)]
+    handles = [encoder.context_encoder.register_forward_hook(hook), encoder.embedding.register_forward_hook(words_hook)]
     seen = 0
     with torch.no_grad():
         while not world.epoch_done():
@@ -127,11 +131,12 @@ def main():
     valid = collect(args.model_file, 'valid', args.ed_datapath, args.batchsize, 0)
     report = {
         'what': 'linear probes of a MIME context encoding for the user emotion '
-                '(projects/majumder2020_mime/diagnostics/mime_probe.py)',
-        'command': ['python'] + sys.argv, 'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
-        'train_examples': int(len(train['emotion'])), 'valid_examples': int(len(valid['emotion'])),
-        'chance_majority_valid': float(torch.bincount(valid['emotion'], minlength=32).max()
-                                       / len(valid['emotion'])),
+        '(projects/majumder2020_mime/diagnostics/mime_probe.py)',
+        'command': ['python'] + sys.argv,
+        'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
+        'train_examples': int(len(train['emotion'])),
+        'valid_examples': int(len(valid['emotion'])),
+        'chance_majority_valid': float(torch.bincount(valid['emotion'], minlength=32).max() / len(valid['emotion'])),
         'model_head_valid_accuracy': float((valid['head'] == valid['emotion']).float().mean()),
         'probes': {},
     }

@@ -26,6 +26,7 @@ our model only needs torch), the checkout's Python files at /tmp/ref-moel::
     ../ref-venv/bin/python projects/majumder2020_mime/diagnostics/moel_transplant.py --moel-repo /tmp/ref-moel \\
         [--out moel_transplant.json]
 """
+
 import argparse
 import math
 import os
@@ -39,9 +40,27 @@ from transplant_common import Mapping, add_batch_arguments, reference_model, rep
 
 LISTENERS = 'emotion listeners V_i (on the rows that weigh them)'
 # the MoEL command of the reference's README (without --cuda)
-MOEL_ARGS = ['--model', 'experts', '--label_smoothing', '--noam', '--emb_dim', '300', '--hidden_dim', '300',
-             '--hop', '1', '--heads', '2', '--topk', '5', '--pretrain_emb', '--softmax', '--basic_learner',
-             '--schedule', '10000']
+MOEL_ARGS = [
+    '--model',
+    'experts',
+    '--label_smoothing',
+    '--noam',
+    '--emb_dim',
+    '300',
+    '--hidden_dim',
+    '300',
+    '--hop',
+    '1',
+    '--heads',
+    '2',
+    '--topk',
+    '5',
+    '--pretrain_emb',
+    '--softmax',
+    '--basic_learner',
+    '--schedule',
+    '10000',
+]
 
 
 def build_reference(repo, vocab_size, batch, keep_layernorm):
@@ -60,7 +79,8 @@ def build_reference(repo, vocab_size, batch, keep_layernorm):
 
     if not keep_layernorm:
         common_layer.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
-            x, x.shape[-1:], self.gamma, self.beta, 1e-5)
+            x, x.shape[-1:], self.gamma, self.beta, 1e-5
+        )
 
     model = reference_model(transformer_mulexpert.Transformer_experts, vocab_size, config, decoder_number=32)
 
@@ -69,6 +89,7 @@ def build_reference(repo, vocab_size, batch, keep_layernorm):
             pass
 
         step = zero_grad
+
     model.optimizer = Idle()
     model.optimizer.optimizer = Idle()
     return model, config
@@ -86,18 +107,23 @@ class Renamed:
         ours_from, ours_to, ref_from, ref_to = self.names
         if mine.startswith(ours_from + '.'):
             theirs = [theirs] if isinstance(theirs, str) else theirs
-            self.mapping.add(ours_to + mine[len(ours_from):], [ref_to + t[len(ref_from):] for t in theirs],
-                             combine, grads)
+            self.mapping.add(
+                ours_to + mine[len(ours_from) :], [ref_to + t[len(ref_from) :] for t in theirs], combine, grads
+            )
 
 
 def build_mapping(ours, ref, config):
     mapping = Mapping(ours, ref)
     to_ref = reference_label_maps()  # our emotion j is its emotion to_ref[j]
     first_word = config.CLS_idx + 1  # its rows before hold the tags and CLS: the word gradients are compared after
-    mapping.add('encoder.embedding.words.table.weight', 'embedding.lut.weight',
-                grads=lambda g, ts: (g[first_word:], ts[0][first_word:]))
-    mapping.add('encoder.embedding.speakers.weight', 'embedding.lut.weight',
-                lambda ts: ts[0][[config.USR_idx, config.SYS_idx]])
+    mapping.add(
+        'encoder.embedding.words.table.weight',
+        'embedding.lut.weight',
+        grads=lambda g, ts: (g[first_word:], ts[0][first_word:]),
+    )
+    mapping.add(
+        'encoder.embedding.speakers.weight', 'embedding.lut.weight', lambda ts: ts[0][[config.USR_idx, config.SYS_idx]]
+    )
     mapping.add('encoder.embedding.ctx', 'embedding.lut.weight', lambda ts: ts[0][config.CLS_idx])
     stack_pairs(mapping, 'encoder.context_encoder', 'encoder')
     mapping.add('encoder.classifier.weight', 'decoder_key.weight', lambda ts: ts[0][to_ref])
@@ -128,6 +154,7 @@ def make_batch(args, config):
             if end is not None:
                 rows[i, n] = end
         return rows
+
     c_lengths = [args.context - (3 * i if args.pad_context else 0) for i in range(B)]
     t_lengths = [args.target - (i % 3) for i in range(B)]
     tokens, ys = padded(c_lengths), padded(t_lengths, config.EOS_idx)
@@ -137,11 +164,15 @@ def make_batch(args, config):
     tags = torch.tensor([config.USR_idx, config.SYS_idx])[speakers].masked_fill(tokens.eq(pad), pad)
     cls = torch.full((B, 1), config.CLS_idx)
     ref_labels = [to_ref[e] for e in emotion.tolist()]
-    ref_batch = {'input_batch': torch.cat([cls, tokens], 1),
-                 'input_lengths': torch.LongTensor([n + 1 for n in c_lengths]),
-                 'mask_input': torch.cat([cls, tags], 1), 'target_batch': ys,
-                 'target_lengths': torch.LongTensor([n + 1 for n in t_lengths]), 'program_label': ref_labels,
-                 'target_program': [[int(k == label) for k in range(32)] for label in ref_labels]}
+    ref_batch = {
+        'input_batch': torch.cat([cls, tokens], 1),
+        'input_lengths': torch.LongTensor([n + 1 for n in c_lengths]),
+        'mask_input': torch.cat([cls, tags], 1),
+        'target_batch': ys,
+        'target_lengths': torch.LongTensor([n + 1 for n in t_lengths]),
+        'program_label': ref_labels,
+        'target_program': [[int(k == label) for k in range(32)] for label in ref_labels],
+    }
     return tokens, speakers, ys, emotion, ref_batch
 
 
@@ -170,11 +201,23 @@ def main():
     from parlai_empathy.models.transformer_blocks import TransformerSize
 
     d = config.hidden_dim
-    size = TransformerSize(embedding_size=d, n_heads=config.heads, attention_size=config.depth, ffn_size=config.filter,
-                           n_layers=config.hop, conv_over_padding=args.ours_conv_over_padding)
+    size = TransformerSize(
+        embedding_size=d,
+        n_heads=config.heads,
+        attention_size=config.depth,
+        ffn_size=config.filter,
+        n_layers=config.hop,
+        conv_over_padding=args.ours_conv_over_padding,
+    )
     words = WordEmbedding(args.vocab, d, config.PAD_idx, scale=math.sqrt(config.emb_dim))
-    ours = Moel(args.vocab, MoelConfig(size=size, top_k=config.topk, shared_listener=config.basic_learner),
-                words=words, padding_idx=config.PAD_idx, start_idx=config.SOS_idx, end_idx=config.EOS_idx)
+    ours = Moel(
+        args.vocab,
+        MoelConfig(size=size, top_k=config.topk, shared_listener=config.basic_learner),
+        words=words,
+        padding_idx=config.PAD_idx,
+        start_idx=config.SOS_idx,
+        end_idx=config.EOS_idx,
+    )
     mapping = build_mapping(ours, ref, config)
     mapping.copy()
     for mine, theirs in ((ours.encoder.context_encoder, ref.encoder), (ours.decoder.stack.meta, ref.decoder)):
@@ -185,12 +228,15 @@ def main():
     B, to_ref = args.batch, reference_label_maps()
     first = lambda o: o[0]  # noqa: E731  (its decoder layers return tuples)
     ref_out, our_out = {}, {}
-    hooks = [capture(ref.encoder, ref_out, 'H'), capture(ref.decoder_key, ref_out, 'emotion logits K q'),
-             # its last call: under the oracle, the one-hot that replaces the top-k weights
-             capture(ref.attention_activation, ref_out, 'listener weights p', first_only=False),
-             capture(ref.decoder.basic, ref_out, 'shared listener V_0', pick=first),
-             capture(ref.decoder, ref_out, 'meta listener + norm', pick=first),
-             capture(ref.generator, ref_out, 'log p')]
+    hooks = [
+        capture(ref.encoder, ref_out, 'H'),
+        capture(ref.decoder_key, ref_out, 'emotion logits K q'),
+        # its last call: under the oracle, the one-hot that replaces the top-k weights
+        capture(ref.attention_activation, ref_out, 'listener weights p', first_only=False),
+        capture(ref.decoder.basic, ref_out, 'shared listener V_0', pick=first),
+        capture(ref.decoder, ref_out, 'meta listener + norm', pick=first),
+        capture(ref.generator, ref_out, 'log p'),
+    ]
     hooks += [capture(ref.decoder.experts[to_ref[j]], ref_out, f'V_{j}', pick=first) for j in range(32)]
     criterion = []
     hooks.append(ref.criterion.register_forward_hook(lambda m, i, o: criterion.append(o.detach())))
@@ -198,11 +244,13 @@ def main():
     ref.train_one_batch(ref_batch, 0, train=True)
 
     pick_weights = lambda states: states.aux.listener_weights  # noqa: E731
-    hooks += [capture(ours.encoder.context_encoder, our_out, 'H'),
-              capture(ours.encoder.classifier, our_out, 'emotion logits K q'),
-              capture(ours.encoder, our_out, 'listener weights p', pick=pick_weights),
-              capture(ours.decoder.stack.shared, our_out, 'shared listener V_0'),
-              capture(ours.decoder.stack, our_out, 'meta listener + norm')]
+    hooks += [
+        capture(ours.encoder.context_encoder, our_out, 'H'),
+        capture(ours.encoder.classifier, our_out, 'emotion logits K q'),
+        capture(ours.encoder, our_out, 'listener weights p', pick=pick_weights),
+        capture(ours.decoder.stack.shared, our_out, 'shared listener V_0'),
+        capture(ours.decoder.stack, our_out, 'meta listener + norm'),
+    ]
     hooks += [capture(ours.decoder.stack.listeners[j], our_out, f'V_{j}') for j in range(32)]
     ours.train()
     response, _, states = ours(tokens, speakers, emotion, args.oracle, ys=ys, loss_smoothing=0.1)
@@ -230,8 +278,15 @@ def main():
     keep = torch.cat([torch.ones(B, 1, dtype=torch.bool), tokens.ne(config.PAD_idx)], dim=1)
     real_y = ys.ne(config.PAD_idx)
     stages = []
-    for key in ('H', 'emotion logits K q', 'listener weights p', 'shared listener V_0',
-                LISTENERS, 'meta listener + norm', 'log p'):
+    for key in (
+        'H',
+        'emotion logits K q',
+        'listener weights p',
+        'shared listener V_0',
+        LISTENERS,
+        'meta listener + norm',
+        'log p',
+    ):
         a, b = our_out[key], ref_out[key]
         if key == 'H':
             a, b = a[keep], b[keep]
@@ -240,20 +295,37 @@ def main():
         elif a.dim() == 3:
             a, b = a[real_y], b[real_y]  # real positions only (padding rows are not compared)
         stages.append({'stage': key, 'max_abs_diff': (a - b).abs().max().item(), 'max_abs_ref': b.abs().max().item()})
-    nll = [F.nll_loss(o['log p'].reshape(-1, args.vocab), ys.reshape(-1), ignore_index=config.PAD_idx,
-                      reduction='sum').item() for o in (ref_out, our_out)]
+    nll = [
+        F.nll_loss(
+            o['log p'].reshape(-1, args.vocab), ys.reshape(-1), ignore_index=config.PAD_idx, reduction='sum'
+        ).item()
+        for o in (ref_out, our_out)
+    ]
     ref_ce = F.cross_entropy(ref_out['emotion logits K q'], torch.tensor(ref_batch['program_label'])).item()
     # its KL(target || model) = our cross-entropy - the target's entropy, a constant per real token
     eps, V = 0.1, args.vocab
     entropy = -(0.9 * math.log(0.9) + eps * math.log(eps / (V - 2))) * int(real_y.sum())
-    losses = {'response NLL summed (ref / ours)': nll,
-              'emotion CE (ref / ours)': [ref_ce, parts['cls'].item()],
-              'label-smoothed response loss, its KL form (ref / ours - target entropy)':
-                  [criterion[0].item(), response.smoothed.item() - entropy]}
-    report(mapping, stages, losses, out,
-           what='projects/majumder2020_mime/diagnostics/moel_transplant.py: the reference MoEL (HLTCHKUST/MoEL) '
-           'and ours on the same weights and batch', repo=repo, placeholder='REF_MOEL', cli=cli,
-           extra={'reference_options': MOEL_ARGS}, show_unmapped=True)
+    losses = {
+        'response NLL summed (ref / ours)': nll,
+        'emotion CE (ref / ours)': [ref_ce, parts['cls'].item()],
+        'label-smoothed response loss, its KL form (ref / ours - target entropy)': [
+            criterion[0].item(),
+            response.smoothed.item() - entropy,
+        ],
+    }
+    report(
+        mapping,
+        stages,
+        losses,
+        out,
+        what='projects/majumder2020_mime/diagnostics/moel_transplant.py: the reference MoEL (HLTCHKUST/MoEL) '
+        'and ours on the same weights and batch',
+        repo=repo,
+        placeholder='REF_MOEL',
+        cli=cli,
+        extra={'reference_options': MOEL_ARGS},
+        show_unmapped=True,
+    )
 
 
 if __name__ == '__main__':

@@ -55,6 +55,7 @@ ED files, or they are written there)::
     .venv/bin/python projects/majumder2020_mime/diagnostics/reference_curve.py --mime-repo /tmp/ref-mime \\
         --ref-python ../ref-venv/bin/python --dict M.dict --steps 8000 --threads 1 --workdir WORKDIR --out curve.json
 """
+
 import argparse
 import json
 import os
@@ -91,8 +92,13 @@ def write_init_file(dict_path, path, dim=300, seed=0, fill_std=None):
         for word, row in zip(words, table.tolist()):
             handle.write(word + ' ' + ' '.join(f'{v:.5f}' for v in row) + '\n')
     os.replace(path + '.tmp', path)
-    return {'words': len(words), 'in_glove': int(hit.sum()), 'dim': dim, 'seed': seed,
-            'fill_std': 'glove' if fill_std is None else fill_std}
+    return {
+        'words': len(words),
+        'in_glove': int(hit.sum()),
+        'dim': dim,
+        'seed': seed,
+        'fill_std': 'glove' if fill_std is None else fill_std,
+    }
 
 
 def our_curve(path):
@@ -121,12 +127,13 @@ def comparison_table(reference_path, ours):
         head += [f'{name}: valid PPL, corpus / per example (gold polarity)', f'{name}: valid emotion acc.']
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for point in ref['valid']:
-        row = [f"{point['updates']:,}", f"{point['ppl']:.1f}", f"{point['emo_acc_per_example']:.3f}"]
+        row = [f'{point["updates"]:,}', f'{point["ppl"]:.1f}', f'{point["emo_acc_per_example"]:.3f}']
         for _, curve in curves:
             near = [u for u in curve if abs(u - point['updates']) <= 10]
             mine = curve[near[0]] if near else None
-            row += ([f"{mine['ppl_gold']:.1f} / {mine['ppl_ex_gold']:.1f}", f"{mine['emo_acc']:.3f}"]
-                    if mine else ['', ''])
+            row += (
+                [f'{mine["ppl_gold"]:.1f} / {mine["ppl_ex_gold"]:.1f}', f'{mine["emo_acc"]:.3f}'] if mine else ['', '']
+            )
         lines.append('| ' + ' | '.join(row) + ' |')
     return '\n'.join(lines)
 
@@ -143,8 +150,15 @@ def child_mime_curve(spec):
     sys.path.insert(0, root)
     rs.reference_shims(root, {})
     torch.set_num_threads(spec['threads'])
-    sys.argv = [main_py, '--batch_size', str(spec['batch']), '--save_path', spec['save_path'],
-                '--emb_file', spec['emb_file']]
+    sys.argv = [
+        main_py,
+        '--batch_size',
+        str(spec['batch']),
+        '--save_path',
+        spec['save_path'],
+        '--emb_file',
+        spec['emb_file'],
+    ]
     from utils import config  # parses sys.argv
 
     config.USE_CUDA = False
@@ -177,11 +191,14 @@ def child_mime_curve(spec):
 
     checkpoint = spec.get('checkpoint')
     check_iter = 1000  # main.py's validation interval (its ``check_iter``)
-    best_path = checkpoint[:-len('.checkpoint.pt')] + '.best.pt' if checkpoint else None
+    best_path = checkpoint[: -len('.checkpoint.pt')] + '.best.pt' if checkpoint else None
     state = {'offset': 0, 'resumed': False}
     # main.py's early stopping, kept here across resumes (see the module doc)
-    stopping = {'best_ppl': spec.get('initial_best_ppl', 1000.0), 'best_updates': None,
-                'patience': 0}  # main.py starts best_ppl at 1000; it stops at patience > 2
+    stopping = {
+        'best_ppl': spec.get('initial_best_ppl', 1000.0),
+        'best_updates': None,
+        'patience': 0,
+    }  # main.py starts best_ppl at 1000; it stops at patience > 2
     curve['early_stopping'] = stopping
 
     def resume(model):
@@ -199,15 +216,25 @@ def child_mime_curve(spec):
         clock['train_s'] = saved['train_s']
         curve['train'], curve['valid'] = saved['curve_train'], saved['curve_valid']
         stopping.update(saved.get('early_stopping') or {})
-        curve.setdefault('resumed_at', []).append({'updates': saved['updates'],
-                                                   'date': time.strftime('%Y-%m-%d %H:%M:%S %z')})
+        curve.setdefault('resumed_at', []).append(
+            {'updates': saved['updates'], 'date': time.strftime('%Y-%m-%d %H:%M:%S %z')}
+        )
 
     def save(model):
-        torch.save({'model': model.state_dict(), 'adam': model.optimizer.optimizer.state_dict(),
-                    'noam_step': model.optimizer._step, 'noam_rate': model.optimizer._rate,
-                    'updates': clock['updates'], 'train_s': clock['train_s'],
-                    'curve_train': curve['train'], 'curve_valid': curve['valid'],
-                    'early_stopping': dict(stopping)}, checkpoint + '.tmp')
+        torch.save(
+            {
+                'model': model.state_dict(),
+                'adam': model.optimizer.optimizer.state_dict(),
+                'noam_step': model.optimizer._step,
+                'noam_rate': model.optimizer._rate,
+                'updates': clock['updates'],
+                'train_s': clock['train_s'],
+                'curve_train': curve['train'],
+                'curve_valid': curve['valid'],
+                'early_stopping': dict(stopping),
+            },
+            checkpoint + '.tmp',
+        )
         os.replace(checkpoint + '.tmp', checkpoint)
 
     def catch_up(model, loop_globals):
@@ -246,10 +273,18 @@ def child_mime_curve(spec):
         window.append(tuple(out) + tuple(kl))
         if updates % spec['log_every'] == 0:
             loss, ppl, bce, acc, kl_pos, kl_neg = (float(np.mean(col)) for col in zip(*window))
-            curve['train'].append({'updates': updates, 'loss': loss, 'ppl_mean': ppl,
-                                   'loss_cls': bce, 'emo_acc': acc,
-                                   'kl_pos_per_example': kl_pos, 'kl_neg_per_example': kl_neg,
-                                   'train_minutes': clock['train_s'] / 60})
+            curve['train'].append(
+                {
+                    'updates': updates,
+                    'loss': loss,
+                    'ppl_mean': ppl,
+                    'loss_cls': bce,
+                    'emo_acc': acc,
+                    'kl_pos_per_example': kl_pos,
+                    'kl_neg_per_example': kl_neg,
+                    'train_minutes': clock['train_s'] / 60,
+                }
+            )
             window.clear()
             dump()
         if checkpoint and updates % spec['save_every'] == 0 and updates % check_iter:
@@ -265,10 +300,17 @@ def child_mime_curve(spec):
         loss, _ppl, bce, acc = (float(np.mean([r[i] for r in rows])) for i in range(4))
         examples = sum(r[4] for r in rows)
         acc_ex = sum(r[3] * r[4] for r in rows) / examples
-        return {'updates': clock['updates'], 'loss': loss, 'ppl': float(np.exp(loss)),
-                'loss_cls': bce, 'emo_acc': acc, 'emo_acc_per_example': acc_ex,
-                'examples': examples, 'train_minutes': clock['train_s'] / 60,
-                'seconds': time.perf_counter() - started}
+        return {
+            'updates': clock['updates'],
+            'loss': loss,
+            'ppl': float(np.exp(loss)),
+            'loss_cls': bce,
+            'emo_acc': acc,
+            'emo_acc_per_example': acc_ex,
+            'examples': examples,
+            'train_minutes': clock['train_s'] / 60,
+            'seconds': time.perf_counter() - started,
+        }
 
     def evaluate(model, data, ty='valid', max_dec_step=30, write_summary=False):
         assert ty == 'valid', ty  # main.py's test evaluation is replaced by test_best below
@@ -307,6 +349,7 @@ def child_mime_curve(spec):
         names = rs.script_globals(stop, main_py)
         smoke = spec.get('smoke_valid_batches')
         if smoke:  # a smoke run: one validation on a few valid batches (and test, if it counted)
+
             def first(loader):
                 return [b for _, b in zip(range(smoke), loader)]
 
@@ -330,34 +373,59 @@ def build_parser():
     parser.add_argument('--mime-repo', required=False)
     parser.add_argument('--ref-python', default=os.environ.get('PARLAI_EMPATHY_REF_PYTHON', sys.executable))
     parser.add_argument('--ed-dir', default=rs.DEFAULT_ED)
-    parser.add_argument('--dict', help='our MIME dictionary (a model\'s .dict), for --init ours')
+    parser.add_argument('--dict', help="our MIME dictionary (a model's .dict), for --init ours")
     parser.add_argument('--init', choices=['ours', 'reference'], default='ours')
     # Read as text and checked by the parent only: the child runs in the reference's venv, which has
     # no parlai_empathy to read it with (argparse converts even an unused default).
-    parser.add_argument('--fill-std', default='0.01',
-                        help='--init ours: the std of the values GloVe 50d does not give, as our '
-                        'agent\'s --glove-fill-std (0.01, the default, or "glove")')
+    parser.add_argument(
+        '--fill-std',
+        default='0.01',
+        help='--init ours: the std of the values GloVe 50d does not give, as our '
+        'agent\'s --glove-fill-std (0.01, the default, or "glove")',
+    )
     parser.add_argument('--steps', type=int, default=8000)
     parser.add_argument('--log-every', type=int, default=250)
     parser.add_argument('--batch', type=int, default=16)
-    parser.add_argument('--save-every', type=int, default=1000,
-                        help='updates between checkpoints (a multiple of 1,000 keeps the reference\'s '
-                        'validations at multiples of 1,000 after a resume); a rerun with the same --out resumes')
+    parser.add_argument(
+        '--save-every',
+        type=int,
+        default=1000,
+        help="updates between checkpoints (a multiple of 1,000 keeps the reference's "
+        'validations at multiples of 1,000 after a resume); a rerun with the same --out resumes',
+    )
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--workdir', default='/tmp/parlai_empathy_reference_speed')
     parser.add_argument('--out', required=False)
-    parser.add_argument('--smoke-valid-batches', type=int, default=0,
-                        help='smoke test: after the last update, validate on this many valid batches')
-    parser.add_argument('--count-after', type=int, default=10000,
-                        help='validations up to this many updates are not counted for early stopping '
-                        '(main.py: 10,000; lower only for a smoke test of the early-stopping path)')
-    parser.add_argument('--initial-best-ppl', type=float, default=1000.0,
-                        help='the best valid PPL before the first counted validation (main.py: 1000; '
-                        'higher only for a smoke test of the early-stopping path)')
-    parser.add_argument('--table', metavar='CURVE',
-                        help='print a markdown table of this reference curve beside --ours curves')
-    parser.add_argument('--ours', nargs='*', default=[], metavar='NAME=PATH',
-                        help='with --table: our runs (meta.json or a diagnostic curve.json)')
+    parser.add_argument(
+        '--smoke-valid-batches',
+        type=int,
+        default=0,
+        help='smoke test: after the last update, validate on this many valid batches',
+    )
+    parser.add_argument(
+        '--count-after',
+        type=int,
+        default=10000,
+        help='validations up to this many updates are not counted for early stopping '
+        '(main.py: 10,000; lower only for a smoke test of the early-stopping path)',
+    )
+    parser.add_argument(
+        '--initial-best-ppl',
+        type=float,
+        default=1000.0,
+        help='the best valid PPL before the first counted validation (main.py: 1000; '
+        'higher only for a smoke test of the early-stopping path)',
+    )
+    parser.add_argument(
+        '--table', metavar='CURVE', help='print a markdown table of this reference curve beside --ours curves'
+    )
+    parser.add_argument(
+        '--ours',
+        nargs='*',
+        default=[],
+        metavar='NAME=PATH',
+        help='with --table: our runs (meta.json or a diagnostic curve.json)',
+    )
     parser.add_argument('--child', choices=['mime-curve'], help=argparse.SUPPRESS)
     parser.add_argument('--spec', help=argparse.SUPPRESS)
     return parser
@@ -394,6 +462,7 @@ def main():
     init = {'init': args.init}
     if args.init == 'ours':
         from parlai_empathy.models.glove import fill_std_value
+
         fill_std = fill_std_value(args.fill_std)
         emb_file = os.path.join(mime_dir, 'vectors', f'ours_init_300d_fill_{args.fill_std}.txt')
         init.update(write_init_file(args.dict, emb_file, fill_std=fill_std))
@@ -402,14 +471,23 @@ def main():
         open(emb_file, 'w').close()
     report = {
         'what': 'declare-lab/MIME main.py training loop, unchanged, its train and valid figures '
-                'at equal updates (projects/majumder2020_mime/diagnostics/reference_curve.py)',
+        'at equal updates (projects/majumder2020_mime/diagnostics/reference_curve.py)',
         'command': ['python'] + [a for a in sys.argv],
         'date': time.strftime('%Y-%m-%d %H:%M:%S %z'),
         'reference_commit': rs.git_commit(os.path.abspath(args.mime_repo)),
-        'machine': {'platform': platform.platform(), 'processor': platform.processor(),
-                    'cpu_count': os.cpu_count(), 'python': platform.python_version()},
-        'threads': args.threads, 'batch': args.batch, 'ed_sha256_12': key, 'word_table': init,
-        'shims': rs.SHIMS['both'] + rs.SHIMS['mime'][1:2] + [
+        'machine': {
+            'platform': platform.platform(),
+            'processor': platform.processor(),
+            'cpu_count': os.cpu_count(),
+            'python': platform.python_version(),
+        },
+        'threads': args.threads,
+        'batch': args.batch,
+        'ed_sha256_12': key,
+        'word_table': init,
+        'shims': rs.SHIMS['both']
+        + rs.SHIMS['mime'][1:2]
+        + [
             'argv: --batch_size B --save_path save/curve/ --emb_file <the --init file>; the '
             'process runs in <workdir>/mime-<ED hash>, where dataset/ holds the converted ED files',
             'stop after --steps updates: Train_MIME.train_one_batch is wrapped to record what it '
@@ -417,24 +495,35 @@ def main():
             'KL: model.VAE_noEmo_posterior.VAESampling.kl_div is wrapped to record the values it '
             'returns during training updates (unchanged)',
             'resume: after a rerun, the first update loads our checkpoint (weights, Adam, Noam step); '
-            'the loader reshuffles and the random state is main.py\'s seed again',
+            "the loader reshuffles and the random state is main.py's seed again",
             'validation: model.common_layer.evaluate is replaced by its own loss pass and means '
             '(train_one_batch(train=False) over the valid loader) without its BLEU calls, which '
             'have no hypotheses at validation; under torch.no_grad',
-            'early stopping: main.py\'s rule (validations after --count-after updates counted, '
+            "early stopping: main.py's rule (validations after --count-after updates counted, "
             'patience > 2 stops), kept by this script across resumes with the best weights saved '
             'beside --out; then the best weights get the same loss pass on test (no decoding)',
         ],
         'load_at_start': os.getloadavg(),
     }
-    spec = dict(repo=os.path.abspath(args.mime_repo), workdir=mime_dir, batch=args.batch,
-                steps=args.steps, log_every=args.log_every, emb_file=emb_file,
-                save_path='save/curve/', out=os.path.abspath(args.out), report=report,
-                smoke_valid_batches=args.smoke_valid_batches, save_every=args.save_every,
-                count_after=args.count_after, initial_best_ppl=args.initial_best_ppl,
-                checkpoint=os.path.abspath(args.out) + '.checkpoint.pt')
+    spec = dict(
+        repo=os.path.abspath(args.mime_repo),
+        workdir=mime_dir,
+        batch=args.batch,
+        steps=args.steps,
+        log_every=args.log_every,
+        emb_file=emb_file,
+        save_path='save/curve/',
+        out=os.path.abspath(args.out),
+        report=report,
+        smoke_valid_batches=args.smoke_valid_batches,
+        save_every=args.save_every,
+        count_after=args.count_after,
+        initial_best_ppl=args.initial_best_ppl,
+        checkpoint=os.path.abspath(args.out) + '.checkpoint.pt',
+    )
     print(f'reference curve: {args.out}', flush=True)
     rs.run_child(args.ref_python, 'mime-curve', spec, workdir, args.threads, 'mime-curve', script=__file__)
+
 
 if __name__ == '__main__':
     main()

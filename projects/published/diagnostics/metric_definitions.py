@@ -18,6 +18,7 @@ tokenisation does, since its replies are text as a user reads it.
 
 (ED from ``$PARLAI_EMPATHY_ED_DIR``; the file from ``$PARLAI_EMPATHY_RELEASED_DIR`` or downloaded.)
 """
+
 import argparse
 import os
 import sys
@@ -42,9 +43,12 @@ def bleu_figures(replies, golds):
     avg = bleu.corpus_stats(replies, golds, bleu.AVG_BLEU).avg_bleu(bleu.AVG_BLEU)
     avg_lc = bleu.corpus_stats(replies, golds, bleu.AVG_BLEU_LC).avg_bleu(bleu.AVG_BLEU_LC)
     multi = bleu.corpus_stats(replies, golds, bleu.MULTI_BLEU).bleu(bleu.MAX_ORDER, bleu.MULTI_BLEU)
-    return {'avg_bleu (case-sensitive)': avg, 'avg_bleu_lc (lowercased)': avg_lc,
-            'multi_bleu (BLEU-4, lowercased, no smoothing)': multi,
-            'nltk sentence BLEU-4 averaged (ParlAI bleu-4)': nltk_sentence_bleu(replies, golds)}
+    return {
+        'avg_bleu (case-sensitive)': avg,
+        'avg_bleu_lc (lowercased)': avg_lc,
+        'multi_bleu (BLEU-4, lowercased, no smoothing)': multi,
+        'nltk sentence BLEU-4 averaged (ParlAI bleu-4)': nltk_sentence_bleu(replies, golds),
+    }
 
 
 def main():
@@ -65,26 +69,38 @@ def main():
         rows = [r for r in rows if r.get('reply') is not None]
         replies, golds, references = [r['reply'] for r in rows], [r['gold'] for r in rows], {}
         what, source = f'our row {os.path.relpath(args.row)}: its {len(rows)} replies', os.path.relpath(args.row)
-    splits = {'13a, lowercased (the suite)': distinct.tokens, 'nltk words, lowercased': distinct.nltk_tokens,
-              'whitespace': str.split}
+    splits = {
+        '13a, lowercased (the suite)': distinct.tokens,
+        'nltk words, lowercased': distinct.nltk_tokens,
+        'whitespace': str.split,
+    }
     # KEMP's, EmpDG's and CAB's scripts take the reply as ``line.strip('Pred:')``: that strips the
     # characters P, r, e, d and ':' from both ends (here of the line without its trailing spaces)
     stripped = [f'Pred:{reply}'.strip('Pred:') for reply in replies]
     report = {
         'what': f'{what}, scored under each definition',
         'command': ['python', 'projects/published/diagnostics/metric_definitions.py'] + sys.argv[1:],
-        'source': source, 'code': evidence.code_version(), 'machine': evidence.machine(),
-        'bleu': {'against the ED gold reply (raw text, as our rows)': bleu_figures(replies, golds),
-                 **{name: bleu_figures(replies, refs) for name, refs in references.items()}},
+        'source': source,
+        'code': evidence.code_version(),
+        'machine': evidence.machine(),
+        'bleu': {
+            'against the ED gold reply (raw text, as our rows)': bleu_figures(replies, golds),
+            **{name: bleu_figures(replies, refs) for name, refs in references.items()},
+        },
         'distinct': {
-            name: {f'dist-{n}': {'corpus': distinct.corpus_distinct(replies, n, split),
-                                 'per reply, averaged': distinct.mean_utterance_distinct(replies, n, split)}
-                   for n in (1, 2)}
+            name: {
+                f'dist-{n}': {
+                    'corpus': distinct.corpus_distinct(replies, n, split),
+                    'per reply, averaged': distinct.mean_utterance_distinct(replies, n, split),
+                }
+                for n in (1, 2)
+            }
             for name, split in splits.items()
         },
         "the replies as str.strip('Pred:') leaves them": {
             'replies changed': sum(a != b for a, b in zip(replies, stripped)),
-            'dist-1': distinct.corpus_distinct(stripped, 1), 'dist-2': distinct.corpus_distinct(stripped, 2),
+            'dist-1': distinct.corpus_distinct(stripped, 1),
+            'dist-2': distinct.corpus_distinct(stripped, 2),
             'avg_bleu': bleu.corpus_stats(stripped, golds, bleu.AVG_BLEU).avg_bleu(bleu.AVG_BLEU),
         },
     }

@@ -13,6 +13,7 @@ references:
         --classifier RUNS/li_ethreed/ed32_utterance/model \\
         --out projects/published/runs/diagnostics/reply_emotion/reference.json
 """
+
 import argparse
 import os
 import sys
@@ -28,23 +29,33 @@ ROWS = ('majumder2020_mime/runs/mime', 'majumder2020_mime/runs/multitask_transfo
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--classifier', required=True, help='the ed32_utterance row\'s model file')
+    parser.add_argument('--classifier', required=True, help="the ed32_utterance row's model file")
     parser.add_argument('--out', required=True)
     args = parser.parse_args()
     projects = os.path.join(ROOT, 'projects')
     tagged = evidence.read_outputs(os.path.join(projects, 'li_ethreed/runs/ed32_utterance/outputs.jsonl.gz'))
     listener = [r for r in tagged if int(r['id'].rsplit('/', 1)[1]) % 2 == 0]
     detected = detect_emotions(args.classifier, [r['text'] for r in listener])
-    figures = {'human Listener replies of ED test (the gold)': {
-        'replies': len(listener),
-        'reply_emotion_acc': sum(d == r['gold'] for d, r in zip(detected, listener)) / len(listener)}}
+    figures = {
+        'human Listener replies of ED test (the gold)': {
+            'replies': len(listener),
+            'reply_emotion_acc': sum(d == r['gold'] for d, r in zip(detected, listener)) / len(listener),
+        }
+    }
     for row in ROWS:
         rows = [r for r in evidence.read_outputs(os.path.join(projects, row, evidence.OUTPUTS)) if r.get('reply')]
         detected = detect_emotions(args.classifier, [r['reply'] for r in rows])
-        figures[row] = {'replies': len(rows),
-                        'reply_emotion_acc': sum(d == r['emotion'] for d, r in zip(detected, rows)) / len(rows)}
-    report = {'what': __doc__.split('\n\n')[0], 'command': ['python', os.path.relpath(__file__, ROOT)] + sys.argv[1:],
-              'code': evidence.code_version(), 'machine': evidence.machine(), 'figures': figures}
+        figures[row] = {
+            'replies': len(rows),
+            'reply_emotion_acc': sum(d == r['emotion'] for d, r in zip(detected, rows)) / len(rows),
+        }
+    report = {
+        'what': __doc__.split('\n\n')[0],
+        'command': ['python', os.path.relpath(__file__, ROOT)] + sys.argv[1:],
+        'code': evidence.code_version(),
+        'machine': evidence.machine(),
+        'figures': figures,
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     evidence.write_json(args.out, evidence.portable(report, evidence.path_placeholders()))
     print(open(args.out).read())

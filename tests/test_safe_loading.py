@@ -300,7 +300,8 @@ def test_our_agents_pass_in_any_spelling_and_the_list_is_what_exists(tmp_path):
     from parlai_empathy.integration import safe_loading
 
     ours = safe_loading.empathy_agents()
-    assert ours == sorted(f'empathy/{a}' for a in AGENTS)  # the modules of agents/empathy/, no hand list
+    # the modules of agents/empathy/, no hand list; hf_lm wraps a Hugging Face model, so it has no tiny model
+    assert ours == sorted(f'empathy/{a}' for a in AGENTS + ('hf_lm',))
     assert safe_loading.our_agent('parlai_empathy.agents.bert_ranker:BertRankerAgent') == 'empathy/bert_ranker'
     assert safe_loading.our_agent('parlai.agents.empathy.mime:MimeAgent') == 'empathy/mime'
     for other in (

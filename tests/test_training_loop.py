@@ -117,8 +117,8 @@ def test_a_stock_agent_trains_as_with_parlai_alone(tmp_path):
     assert 'validating its last weights' not in our_log
 
 
-# a tiny MIME on the embedded sample, two validations and the end of its schedule
-OUR_RUN = [
+# a tiny MIME on the embedded sample: the command every run of ours here starts with
+TINY_MIME = [
     'train_model',
     '-t',
     'empathy_ed_clean',
@@ -140,6 +140,11 @@ OUR_RUN = [
     'false',
     '-bs',
     '4',
+]
+
+# a tiny MIME on the embedded sample, two validations and the end of its schedule
+OUR_RUN = [
+    *TINY_MIME,
     '--max-train-steps',
     '5',
     '-vstep',
@@ -304,29 +309,9 @@ def test_seed_fixes_the_initial_weights_too(run_parlai, tmp_path):
     def weights(name, seed):
         model_file = tmp_path / name / 'model'
         run_parlai(
-            'train_model',
-            '-t',
-            'empathy_ed_clean',
-            '--ed-datapath',
-            'sample',
-            '-m',
-            'empathy/mime',
+            *TINY_MIME,
             '-mf',
             model_file,
-            '--embedding-size',
-            16,
-            '--attention-size',
-            8,
-            '--ffn-size',
-            16,
-            '--latent-size',
-            8,
-            '--n-heads',
-            2,
-            '--glove-init',
-            'false',
-            '-bs',
-            4,
             '--max-train-steps',
             2,
             '-vme',
@@ -352,29 +337,9 @@ def test_a_schedule_that_ends_by_its_linear_learning_rate_is_validated_at_its_en
     stayed the last validated one). Its end is validated too, and a better end becomes the model."""
     model_file = tmp_path / 'model'
     done = run_parlai(
-        'train_model',
-        '-t',
-        'empathy_ed_clean',
-        '--ed-datapath',
-        'sample',
-        '-m',
-        'empathy/mime',
+        *TINY_MIME,
         '-mf',
         model_file,
-        '--embedding-size',
-        16,
-        '--attention-size',
-        8,
-        '--ffn-size',
-        16,
-        '--latent-size',
-        8,
-        '--n-heads',
-        2,
-        '--glove-init',
-        'false',
-        '-bs',
-        4,
         '-lr',
         1e-3,
         '--lr-scheduler',
